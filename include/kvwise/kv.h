@@ -1,0 +1,70 @@
+/* kvwise/kv.h - the paged KV pool: fixed-size blocks of KV for every layer.
+ *
+ * The pool is one accounted allocation (KW_MEM_KV) cut into n_blocks blocks;
+ * a block holds K and V of `block_tokens` consecutive positions for every
+ * layer. A sequence owns a block table (kw_block_table): entry i holds the
+ * block of positions [i*block_tokens, (i+1)*block_tokens). Blocks are
+ * reference counted so that the prompt cache (prefix_cache.h) and several
+ * live sequences can share a prefix without copying; a shared block is
+ * never written (the owner of a partially filled shared block copies it
+ * first: kw_kv_block_copy).
+ *
+ * The pool is not thread-safe: one scheduler thread owns it. */
+#ifndef KVWISE_KV_H
+#define KVWISE_KV_H
+#include "kvwise/common.h"
+
+typedef struct kw_kv_layout {
+    int32_t n_layer;        /* layers that keep KV */
+    int32_t n_head_kv;
+    int32_t head_dim_k;
+    int32_t head_dim_v;
+    uint32_t type;          /* KW_TYPE_F32, KW_TYPE_F16 or KW_TYPE_Q8_0 */
+    int32_t block_tokens;   /* positions per block, e.g. 32 */
+} kw_kv_layout;
+
+typedef struct kw_kv_pool {
+    kw_kv_layout lay;
+    int32_t n_blocks;
+    size_t k_row_bytes;     /* bytes of one position's K for one head */
+    size_t v_row_bytes;
+    size_t layer_bytes;     /* K+V of one layer within a block */
+    size_t block_bytes;     /* all layers */
+    uint8_t *data;
+    int32_t *refs;          /* per block; 0 = free */
+    int32_t *free_ids;      /* stack of free block ids */
+    int32_t n_free;
+} kw_kv_pool;
+
+typedef struct kw_block_table {
+    int32_t *ids;
+    int32_t n;              /* blocks in use */
+    int32_t cap;
+} kw_block_table;
+
+/* Bytes of KV per token for a layout (all layers, K and V). */
+size_t kw_kv_bytes_per_token(const kw_kv_layout *lay);
+size_t kw_kv_block_bytes(const kw_kv_layout *lay);
+
+kw_kv_pool *kw_kv_pool_create(const kw_kv_layout *lay, int32_t n_blocks, kw_err *err);
+void kw_kv_pool_destroy(kw_kv_pool *p);
+
+int32_t kw_kv_alloc(kw_kv_pool *p);                 /* -1 when none free; refs = 1 */
+void kw_kv_ref(kw_kv_pool *p, int32_t id);
+void kw_kv_unref(kw_kv_pool *p, int32_t id);        /* back to the free list at 0 */
+void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src);
+
+/* Where K (or V) of head h at slot s (0..block_tokens-1) of layer l lives in block id.
+ * Layout inside a block, per layer: K[head][slot][head_dim_k], then V[head][slot][head_dim_v]. */
+void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
+void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
+
+/* Block tables. ensure() grows the table with fresh blocks so that it
+ * covers n_positions; returns -1 (table unchanged beyond what fit) if the
+ * pool runs out. release() unrefs every block and empties the table. */
+int kw_block_table_ensure(kw_block_table *t, kw_kv_pool *p, int32_t n_positions);
+void kw_block_table_release(kw_block_table *t, kw_kv_pool *p);
+void kw_block_table_free(kw_block_table *t);        /* frees ids[] (after release) */
+int kw_block_table_push(kw_block_table *t, int32_t id); /* appends a block id (takes its ref) */
+
+#endif

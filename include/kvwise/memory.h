@@ -1,0 +1,50 @@
+/* kvwise/memory.h - the accounted allocation path.
+ *
+ * Every large allocation in kvwise (KV pool, forward-pass workspace,
+ * repacked weights, tokenizer tables, request buffers) goes through
+ * kw_mem_alloc(), which counts bytes per kind with a running peak.
+ * Allocations of 256 KiB and more are served by mmap so that freeing them
+ * returns the memory to the kernel at once (no RSS creep with uptime).
+ * Mapped model files are noted with kw_mem_note_mapped().
+ *
+ * The budget/reservation ledger used for admission control is built on
+ * top of these counters (ledger.h); the kernel's own view of the process
+ * is read by footprint.h. */
+#ifndef KVWISE_MEMORY_H
+#define KVWISE_MEMORY_H
+#include "kvwise/common.h"
+
+typedef enum kw_mem_kind {
+    KW_MEM_WEIGHTS = 0,  /* heap copies / repacks of weights (mmap'd file pages: see note_mapped) */
+    KW_MEM_KV,           /* the paged KV pool */
+    KW_MEM_WORKSPACE,    /* forward-pass activations: the prefill "workbench" */
+    KW_MEM_SCRATCH,      /* per-thread scratch (attention scores, quantized activations) */
+    KW_MEM_TOKENIZER,    /* vocab, merges, lookup tables */
+    KW_MEM_SERVER,       /* connections, request/response buffers */
+    KW_MEM_OTHER,
+    KW_MEM_KIND_COUNT
+} kw_mem_kind;
+
+/* 64-byte aligned, not zeroed. Returns NULL on failure (or injected fault). */
+void *kw_mem_alloc(kw_mem_kind kind, size_t bytes);
+/* Same, zero-filled. */
+void *kw_mem_calloc(kw_mem_kind kind, size_t bytes);
+/* Frees a pointer from kw_mem_alloc/calloc; NULL is allowed. */
+void kw_mem_free(void *p);
+/* Size of an allocation made by kw_mem_alloc. */
+size_t kw_mem_size(const void *p);
+
+/* Notes a file mapping (e.g. model weights) of `delta` bytes (negative on unmap). */
+void kw_mem_note_mapped(kw_mem_kind kind, int64_t delta);
+
+uint64_t kw_mem_current(kw_mem_kind kind);   /* allocated + mapped bytes now */
+uint64_t kw_mem_peak(kw_mem_kind kind);      /* high-water mark of kw_mem_current */
+uint64_t kw_mem_total(void);                 /* sum over kinds */
+uint64_t kw_mem_total_peak(void);            /* high-water mark of the sum */
+const char *kw_mem_kind_name(kw_mem_kind kind);
+
+/* Fault injection (tests only): the n-th accounted allocation from now
+ * fails (n = 1: the next one). n = 0 disables. */
+void kw_mem_fail_nth(long n);
+
+#endif

@@ -1,0 +1,83 @@
+/* kvwise/model.h - architectures and the forward pass.
+ *
+ * kw_hparams_from_gguf() reads the shape of a model from metadata only (the
+ * planner uses it without loading weights). kw_model_load() maps the
+ * weights and binds every tensor. kw_forward() runs a batch of tokens that
+ * may belong to different sequences (continuous batching): each token
+ * writes its K/V at its position into its sequence's block table in the
+ * paged pool (kv.h), then attends causally over positions 0..pos of that
+ * sequence. The workspace (kw_ctx) is sized once for the largest batch and
+ * context, through the accounted allocator. */
+#ifndef KVWISE_MODEL_H
+#define KVWISE_MODEL_H
+#include "kvwise/common.h"
+#include "kvwise/gguf.h"
+#include "kvwise/kv.h"
+#include "kvwise/tensor.h"
+#include "kvwise/tokenizer.h"
+
+typedef enum kw_arch { KW_ARCH_LLAMA = 0, KW_ARCH_QWEN2, KW_ARCH_QWEN3, KW_ARCH_COUNT } kw_arch;
+
+typedef struct kw_hparams {
+    kw_arch arch;
+    char arch_name[32];
+    char name[128];             /* general.name or "" */
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim_k;         /* attention.key_length (default n_embd / n_head) */
+    int32_t head_dim_v;
+    int32_t n_ff;
+    int32_t n_kv_layers;        /* layers that keep a KV cache (= n_layer for these archs) */
+    float rms_eps;
+    float rope_base;
+    float rope_scale;           /* linear scaling factor (1 = none) */
+    int32_t rope_dim;
+    bool rope_neox;             /* pairs (i, i+d/2) instead of (2i, 2i+1) */
+    bool tied_output;           /* no output.weight: token_embd is the LM head */
+    bool has_qkv_bias;          /* qwen2 */
+    bool has_qk_norm;           /* qwen3 */
+    uint64_t weight_bytes;      /* sum of tensor data sizes */
+    uint64_t n_params;
+} kw_hparams;
+
+/* Supported architecture names, comma-separated, for error messages. */
+const char *kw_arch_supported_list(void);
+int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err);
+
+typedef struct kw_model_opts {
+    bool mlock;                 /* lock weight pages in RAM */
+    bool no_repack;             /* keep weights as stored (no load-time repacking) */
+} kw_model_opts;
+
+typedef struct kw_model kw_model;
+kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err);
+void kw_model_free(kw_model *m);
+const kw_hparams *kw_model_hparams(const kw_model *m);
+const kw_tokenizer *kw_model_tokenizer(const kw_model *m);
+const kw_gguf *kw_model_gguf(const kw_model *m);
+/* The KV layout this model needs for a given element type and block size. */
+kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens);
+
+typedef struct kw_batch {
+    int32_t n_tokens;
+    const int32_t *tokens;          /* [n_tokens] */
+    const int32_t *pos;             /* [n_tokens] position in its sequence */
+    const int32_t *seq;             /* [n_tokens] index into tables[] */
+    kw_block_table *const *tables;  /* per sequence; must already cover every pos */
+    const bool *want_logits;        /* [n_tokens]; NULL = only the last token */
+} kw_batch;
+
+typedef struct kw_ctx kw_ctx;
+/* Workspace bytes for a batch of up to max_tokens tokens attending over up to max_ctx positions. */
+size_t kw_ctx_workspace_bytes(const kw_hparams *hp, int32_t max_tokens, int32_t max_ctx, int n_threads);
+kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int32_t max_ctx, kw_err *err);
+void kw_ctx_free(kw_ctx *c);
+/* Runs the batch. Writes one row of n_vocab logits per token with
+ * want_logits set, in batch order, to logits_out. Returns 0 or -1. */
+int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, kw_err *err);
+
+#endif

@@ -1,0 +1,84 @@
+/* kvwise/tensor.h - weight/KV element types, conversions, and the matmul
+ * entry point that the forward pass calls.
+ *
+ * Type ids and block layouts are GGUF's (ggml's): one struct per block
+ * format in src/tensor/quant_blocks.h. kw_matmul() quantizes the
+ * activations to the weight type's "dot type" the way llama.cpp's CPU
+ * backend does (F16 weights -> F16 activations, Q4_0/Q5_0/Q8_0 -> Q8_0,
+ * Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, BF16 -> BF16, F32 -> F32), then runs
+ * the best kernel the CPU supports (chosen at run time; scalar reference
+ * always available). */
+#ifndef KVWISE_TENSOR_H
+#define KVWISE_TENSOR_H
+#include "kvwise/common.h"
+
+typedef enum kw_type {
+    KW_TYPE_F32 = 0, KW_TYPE_F16 = 1, KW_TYPE_Q4_0 = 2, KW_TYPE_Q4_1 = 3,
+    KW_TYPE_Q5_0 = 6, KW_TYPE_Q5_1 = 7, KW_TYPE_Q8_0 = 8, KW_TYPE_Q8_1 = 9,
+    KW_TYPE_Q2_K = 10, KW_TYPE_Q3_K = 11, KW_TYPE_Q4_K = 12, KW_TYPE_Q5_K = 13,
+    KW_TYPE_Q6_K = 14, KW_TYPE_Q8_K = 15, KW_TYPE_BF16 = 30,
+    KW_TYPE_COUNT = 40
+} kw_type;
+
+typedef struct kw_type_traits {
+    const char *name;     /* "q4_0" */
+    int32_t block_size;   /* values per block */
+    int32_t type_size;    /* bytes per block */
+    bool supported;       /* kvwise can compute with it */
+} kw_type_traits;
+
+/* NULL for ids that are not a known GGUF type. Unknown-but-valid ggml types
+ * (e.g. IQ formats) return traits with supported = false. */
+const kw_type_traits *kw_type_traits_get(uint32_t type);
+const char *kw_type_name(uint32_t type);          /* "?" if unknown */
+int kw_type_from_name(const char *name);          /* -1 if unknown; case-insensitive */
+/* Bytes of a row of n values; 0 if n is not a multiple of the block size. */
+size_t kw_row_bytes(uint32_t type, int64_t n);
+
+float kw_f16_to_f32(uint16_t h);
+uint16_t kw_f32_to_f16(float f);
+float kw_bf16_to_f32(uint16_t h);
+uint16_t kw_f32_to_bf16(float f);   /* round to nearest even */
+
+/* Reference (scalar) conversions of one row of n values. */
+void kw_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+/* Quantizes with the reference quantizer (ggml's reference rounding). Returns bytes written. */
+size_t kw_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* ---- thread pool ----
+ * A fixed set of worker threads. kw_pool_run() runs fn(arg, ith, nth) once
+ * per thread (the caller is thread 0) and returns when all are done.
+ * Workers spin briefly, then sleep; no thread is created per call. */
+typedef struct kw_pool kw_pool;
+kw_pool *kw_pool_create(int n_threads);
+void kw_pool_destroy(kw_pool *p);
+int kw_pool_size(const kw_pool *p);
+typedef void (*kw_task_fn)(void *arg, int ith, int nth);
+void kw_pool_run(kw_pool *p, kw_task_fn fn, void *arg);
+int kw_cpu_physical_cores(void);
+
+/* ---- matmul ----
+ * A weight matrix as stored in GGUF: `rows` output features, each a row of
+ * `cols` input features (ne[0] = cols, ne[1] = rows). */
+typedef struct kw_matrix {
+    uint32_t type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const void *data;
+    void *packed;           /* optional repacked copy made at load time (accounted) */
+} kw_matrix;
+
+/* Scratch bytes kw_matmul needs for n activation rows against W. */
+size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n);
+/* Y[n][rows] = X[n][cols] . W^T. X and Y are row-major F32. scratch must
+ * hold kw_matmul_scratch_bytes(W, n) bytes (64-byte aligned). */
+void kw_matmul(kw_pool *pool, const kw_matrix *W, const float *X, int64_t n, float *Y, void *scratch);
+
+/* CPU features found at run time, and which kernel family is in use. */
+typedef struct kw_cpu_info { bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni; } kw_cpu_info;
+const kw_cpu_info *kw_cpu_info_get(void);
+const char *kw_kernel_name(void);                 /* "avx512", "avx2", "scalar" */
+/* Forces a kernel family ("scalar", "avx2", "avx512"); for tests/bench. Returns -1 if unsupported here. */
+int kw_kernel_force(const char *name);
+
+#endif

@@ -1,0 +1,112 @@
+/* alloc.c - the accounted allocator (memory.h).
+ *
+ * Each block carries a 64-byte header in front of the user pointer with its
+ * size, kind and how it was obtained. Big blocks come from mmap so that
+ * kw_mem_free() gives the pages back to the kernel immediately. */
+#include "kvwise/memory.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define KW_MEM_HDR 64
+#define KW_MEM_MMAP_MIN (256u * 1024u)
+#define KW_MEM_MAGIC 0x6b776d656d6d656dULL
+
+typedef struct {
+    uint64_t magic;
+    uint64_t size;      /* user bytes */
+    uint64_t total;     /* bytes obtained from the system (header included) */
+    uint32_t kind;
+    uint32_t mmapped;
+} kw_mem_hdr;
+
+static _Atomic uint64_t g_cur[KW_MEM_KIND_COUNT];
+static _Atomic uint64_t g_peak[KW_MEM_KIND_COUNT];
+static _Atomic uint64_t g_total, g_total_peak;
+static _Atomic long g_fail_nth;
+
+static void bump_peak(_Atomic uint64_t *peak, uint64_t v) {
+    uint64_t p = atomic_load(peak);
+    while (v > p && !atomic_compare_exchange_weak(peak, &p, v)) {}
+}
+
+static void account(kw_mem_kind kind, int64_t delta) {
+    uint64_t cur = atomic_fetch_add(&g_cur[kind], (uint64_t)delta) + (uint64_t)delta;
+    uint64_t tot = atomic_fetch_add(&g_total, (uint64_t)delta) + (uint64_t)delta;
+    if (delta > 0) { bump_peak(&g_peak[kind], cur); bump_peak(&g_total_peak, tot); }
+}
+
+static int injected_failure(void) {
+    long n = atomic_load(&g_fail_nth);
+    while (n > 0) {
+        if (atomic_compare_exchange_weak(&g_fail_nth, &n, n - 1)) return n == 1;
+    }
+    return 0;
+}
+
+void *kw_mem_alloc(kw_mem_kind kind, size_t bytes) {
+    if ((unsigned)kind >= KW_MEM_KIND_COUNT) kind = KW_MEM_OTHER;
+    if (bytes > ((size_t)1 << 46) || injected_failure()) return NULL;
+    size_t total = bytes + KW_MEM_HDR;
+    void *base;
+    int mm = 0;
+    if (total >= KW_MEM_MMAP_MIN) {
+        total = (total + 4095) & ~(size_t)4095;
+        base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) return NULL;
+        mm = 1;
+    } else {
+        if (posix_memalign(&base, 64, total) != 0) return NULL;
+    }
+    kw_mem_hdr *h = base;
+    h->magic = KW_MEM_MAGIC;
+    h->size = bytes;
+    h->total = total;
+    h->kind = (uint32_t)kind;
+    h->mmapped = (uint32_t)mm;
+    account(kind, (int64_t)bytes);
+    return (char *)base + KW_MEM_HDR;
+}
+
+void *kw_mem_calloc(kw_mem_kind kind, size_t bytes) {
+    void *p = kw_mem_alloc(kind, bytes);
+    if (p) {
+        kw_mem_hdr *h = (kw_mem_hdr *)((char *)p - KW_MEM_HDR);
+        if (!h->mmapped) memset(p, 0, bytes); /* fresh anonymous mappings are already zero */
+    }
+    return p;
+}
+
+void kw_mem_free(void *p) {
+    if (!p) return;
+    kw_mem_hdr *h = (kw_mem_hdr *)((char *)p - KW_MEM_HDR);
+    if (h->magic != KW_MEM_MAGIC) abort(); /* not ours, or a double free */
+    h->magic = 0;
+    account((kw_mem_kind)h->kind, -(int64_t)h->size);
+    if (h->mmapped) munmap(h, h->total);
+    else free(h);
+}
+
+size_t kw_mem_size(const void *p) {
+    if (!p) return 0;
+    const kw_mem_hdr *h = (const kw_mem_hdr *)((const char *)p - KW_MEM_HDR);
+    return h->size;
+}
+
+void kw_mem_note_mapped(kw_mem_kind kind, int64_t delta) {
+    if ((unsigned)kind >= KW_MEM_KIND_COUNT) kind = KW_MEM_OTHER;
+    account(kind, delta);
+}
+
+uint64_t kw_mem_current(kw_mem_kind kind) { return (unsigned)kind < KW_MEM_KIND_COUNT ? atomic_load(&g_cur[kind]) : 0; }
+uint64_t kw_mem_peak(kw_mem_kind kind) { return (unsigned)kind < KW_MEM_KIND_COUNT ? atomic_load(&g_peak[kind]) : 0; }
+uint64_t kw_mem_total(void) { return atomic_load(&g_total); }
+uint64_t kw_mem_total_peak(void) { return atomic_load(&g_total_peak); }
+void kw_mem_fail_nth(long n) { atomic_store(&g_fail_nth, n); }
+
+const char *kw_mem_kind_name(kw_mem_kind kind) {
+    static const char *names[KW_MEM_KIND_COUNT] = {
+        "weights", "kv", "workspace", "scratch", "tokenizer", "server", "other"};
+    return (unsigned)kind < KW_MEM_KIND_COUNT ? names[kind] : "?";
+}

@@ -1,0 +1,56 @@
+/* common.c - the error type and byte-size parsing/formatting (common.h). */
+#include "kvwise/common.h"
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int kw_err_set(kw_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int kw_parse_bytes(const char *s, uint64_t *out, kw_err *err) {
+    if (!s || !*s) return kw_err_set(err, "empty size");
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v) || v < 0)
+        return kw_err_set(err, "invalid size '%s' (expected e.g. 4GiB, 512MB or a number of bytes)", s);
+    while (*end == ' ') end++;
+    static const struct { const char *suf; double mul; } sufs[] = {
+        {"", 1}, {"b", 1},
+        {"k", 1024.0}, {"kib", 1024.0}, {"kb", 1e3},
+        {"m", 1048576.0}, {"mib", 1048576.0}, {"mb", 1e6},
+        {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},
+        {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12},
+    };
+    for (size_t i = 0; i < sizeof sufs / sizeof sufs[0]; i++) {
+        if (strcasecmp(end, sufs[i].suf) == 0) {
+            double b = v * sufs[i].mul;
+            if (b > 1.8e19) return kw_err_set(err, "size '%s' is too large", s);
+            *out = (uint64_t)llround(b);
+            return 0;
+        }
+    }
+    return kw_err_set(err, "invalid size suffix in '%s' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s);
+}
+
+const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) { v /= 1024.0; u++; }
+    if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+    else snprintf(buf, cap, "%.2f %s", v, units[u]);
+    return buf;
+}

@@ -1,0 +1,62 @@
+/* testutil.c - see testutil.h. */
+#include "testutil.h"
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int kw_test_passed, kw_test_failed;
+
+const char *kw_test_shared_dir(void) {
+    static char buf[4096];
+    const char *d = getenv("KW_SHARED_DIR");
+    if (!d || !*d) d = "../shared";
+    snprintf(buf, sizeof buf, "%s", d);
+    struct stat st;
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/conformance", buf);
+    if (stat(probe, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        printf("SKIPPED: shared conformance data not found at %s\n", probe);
+        exit(77);
+    }
+    return buf;
+}
+
+const char *kw_test_path(const char *a, const char *b) {
+    static char bufs[8][4096];
+    static int i;
+    char *p = bufs[i++ & 7];
+    snprintf(p, 4096, "%s/%s", a, b);
+    return p;
+}
+
+char *kw_test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return NULL; }
+    long n = ftell(f);
+    if (n < 0) { fclose(f); return NULL; }
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) { fclose(f); return NULL; }
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    if (got != (size_t)n) { free(buf); return NULL; }
+    buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+const char *kw_test_tmpdir(void) {
+    static char buf[256];
+    if (buf[0]) return buf;
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    snprintf(buf, sizeof buf, "%s/kwtest.XXXXXX", base);
+    if (!mkdtemp(buf)) { perror("mkdtemp"); exit(1); }
+    return buf;
+}
+
+int kw_test_finish(void) {
+    printf("%d passed, %d failed\n", kw_test_passed, kw_test_failed);
+    return kw_test_failed ? 1 : 0;
+}

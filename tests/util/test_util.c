@@ -1,0 +1,54 @@
+/* test_util.c - kw_parse_bytes and the accounted allocator. */
+#include "testutil.h"
+#include <string.h>
+#include "kvwise/common.h"
+#include "kvwise/memory.h"
+
+static void test_parse_bytes(void) {
+    uint64_t v = 0;
+    kw_err e;
+    KW_CHECK(kw_parse_bytes("4GiB", &v, &e) == 0 && v == 4ull << 30);
+    KW_CHECK(kw_parse_bytes("4GB", &v, &e) == 0 && v == 4000000000ull);
+    KW_CHECK(kw_parse_bytes("512MB", &v, &e) == 0 && v == 512000000ull);
+    KW_CHECK(kw_parse_bytes("512M", &v, &e) == 0 && v == 512ull << 20);
+    KW_CHECK(kw_parse_bytes("1.5G", &v, &e) == 0 && v == 3ull << 29);
+    KW_CHECK(kw_parse_bytes("123", &v, &e) == 0 && v == 123);
+    KW_CHECK(kw_parse_bytes("12 KiB", &v, &e) == 0 && v == 12288);
+    KW_CHECK(kw_parse_bytes("", &v, &e) != 0);
+    KW_CHECK(kw_parse_bytes("-1", &v, &e) != 0);
+    KW_CHECK(kw_parse_bytes("4XB", &v, &e) != 0 && strstr(e.msg, "suffix"));
+    KW_CHECK(kw_parse_bytes("nan", &v, &e) != 0);
+    KW_CHECK(kw_parse_bytes("1e30", &v, &e) != 0);
+    char buf[32];
+    KW_CHECK(strcmp(kw_format_bytes(3339000000ull, buf, sizeof buf), "3.11 GiB") == 0);
+    KW_CHECK(strcmp(kw_format_bytes(100, buf, sizeof buf), "100 B") == 0);
+}
+
+static void test_alloc(void) {
+    uint64_t kv0 = kw_mem_current(KW_MEM_KV);
+    void *small = kw_mem_calloc(KW_MEM_KV, 1000);
+    void *big = kw_mem_calloc(KW_MEM_KV, 10u << 20);
+    KW_CHECK(small && big);
+    KW_CHECK(((uintptr_t)small & 63) == 0 && ((uintptr_t)big & 63) == 0);
+    KW_CHECK(((unsigned char *)big)[12345] == 0 && ((unsigned char *)small)[999] == 0);
+    KW_CHECK_EQ_INT(kw_mem_current(KW_MEM_KV) - kv0, 1000 + (10u << 20));
+    KW_CHECK_EQ_INT(kw_mem_size(big), 10u << 20);
+    kw_mem_free(big);
+    kw_mem_free(small);
+    KW_CHECK_EQ_INT(kw_mem_current(KW_MEM_KV), kv0);
+    KW_CHECK(kw_mem_peak(KW_MEM_KV) >= kv0 + 1000 + (10u << 20));
+    kw_mem_fail_nth(2);
+    void *a = kw_mem_alloc(KW_MEM_OTHER, 10);
+    void *b = kw_mem_alloc(KW_MEM_OTHER, 10);
+    void *c = kw_mem_alloc(KW_MEM_OTHER, 10);
+    KW_CHECK(a != NULL && b == NULL && c != NULL);
+    kw_mem_free(a);
+    kw_mem_free(c);
+    KW_CHECK(kw_mem_alloc(KW_MEM_OTHER, (size_t)1 << 50) == NULL);
+}
+
+int main(void) {
+    test_parse_bytes();
+    test_alloc();
+    return kw_test_finish();
+}
