@@ -31,6 +31,10 @@ typedef struct kw_prefix_cache_stats {
     uint64_t lookups, hits;    /* hits = lookups that matched > 0 tokens */
     uint64_t tokens_looked_up, tokens_matched;
     uint64_t evicted_seqs, evicted_blocks;
+    int32_t max_seqs;          /* the caps in force */
+    uint64_t max_bytes;
+    uint64_t exclusive_bytes;  /* part of `bytes` held by the cache alone: what clear() would free now */
+    uint64_t meta_bytes;       /* tree bookkeeping (nodes, token copies), accounted as KW_MEM_OTHER */
 } kw_prefix_cache_stats;
 
 /* max_seqs = 0 or max_bytes = 0 disables the cache (insert keeps nothing). */
