@@ -1,0 +1,167 @@
+/* pool.c - the paged KV pool (kv.h).
+ *
+ * Owns: the one KW_MEM_KV allocation cut into fixed-size blocks, the
+ * per-block reference counts, the free-id stack, the address arithmetic of
+ * K/V rows inside a block, and per-sequence block tables (grow, push,
+ * release). A block holds, for every layer, K[head][slot][head_dim_k] then
+ * V[head][slot][head_dim_v], each row stored in the layout's element type
+ * (F32, F16 or Q8_0 blocks of 32). Not thread-safe: one scheduler owns it. */
+#include "kvwise/kv.h"
+#include "kvwise/memory.h"
+#include "kvwise/tensor.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of one head's row of n values (q8_0: blocks of 32 values, 2-byte scale + 32 int8). */
+static size_t kv_row_bytes(uint32_t type, int32_t n) {
+    if (type == KW_TYPE_F32) return (size_t)n * 4;
+    if (type == KW_TYPE_F16) return (size_t)n * 2;
+    return (size_t)(n / 32) * 34;
+}
+
+static int layout_check(const kw_kv_layout *lay, kw_err *err) {
+    if (!lay) return kw_err_set(err, "kv pool: no layout");
+    if (lay->n_layer <= 0 || lay->n_head_kv <= 0 || lay->head_dim_k <= 0 || lay->head_dim_v <= 0)
+        return kw_err_set(err, "kv pool: bad layout (layers %d, kv heads %d, head dims %d/%d)",
+                          lay->n_layer, lay->n_head_kv, lay->head_dim_k, lay->head_dim_v);
+    if (lay->block_tokens <= 0 || lay->block_tokens > 4096)
+        return kw_err_set(err, "kv pool: block_tokens %d out of range (1..4096)", lay->block_tokens);
+    if (lay->type != KW_TYPE_F32 && lay->type != KW_TYPE_F16 && lay->type != KW_TYPE_Q8_0)
+        return kw_err_set(err, "kv pool: unsupported KV type %u (use f32, f16 or q8_0)", lay->type);
+    if (lay->type == KW_TYPE_Q8_0 && (lay->head_dim_k % 32 || lay->head_dim_v % 32))
+        return kw_err_set(err, "kv pool: q8_0 KV needs head_dim %% 32 == 0 (head_dim_k %d, head_dim_v %d); use f16",
+                          lay->head_dim_k, lay->head_dim_v);
+    return 0;
+}
+
+size_t kw_kv_bytes_per_token(const kw_kv_layout *lay) {
+    if (layout_check(lay, NULL) != 0) return 0;
+    size_t per_layer = (size_t)lay->n_head_kv *
+        (kv_row_bytes(lay->type, lay->head_dim_k) + kv_row_bytes(lay->type, lay->head_dim_v));
+    return per_layer * (size_t)lay->n_layer;
+}
+
+size_t kw_kv_block_bytes(const kw_kv_layout *lay) {
+    return kw_kv_bytes_per_token(lay) * (size_t)(lay ? lay->block_tokens : 0);
+}
+
+kw_kv_pool *kw_kv_pool_create(const kw_kv_layout *lay, int32_t n_blocks, kw_err *err) {
+    if (layout_check(lay, err) != 0) return NULL;
+    if (n_blocks <= 0) { kw_err_set(err, "kv pool: need at least one block (got %d)", n_blocks); return NULL; }
+    kw_kv_pool *p = calloc(1, sizeof *p);
+    if (!p) { kw_err_set(err, "kv pool: out of memory"); return NULL; }
+    p->lay = *lay;
+    p->n_blocks = n_blocks;
+    p->k_row_bytes = kv_row_bytes(lay->type, lay->head_dim_k);
+    p->v_row_bytes = kv_row_bytes(lay->type, lay->head_dim_v);
+    p->layer_bytes = (size_t)lay->n_head_kv * (size_t)lay->block_tokens * (p->k_row_bytes + p->v_row_bytes);
+    p->block_bytes = p->layer_bytes * (size_t)lay->n_layer;
+    if (p->block_bytes == 0 || (size_t)n_blocks > ((size_t)1 << 46) / p->block_bytes) {
+        free(p);
+        kw_err_set(err, "kv pool: %d blocks of %zu bytes is too large", n_blocks, kw_kv_block_bytes(lay));
+        return NULL;
+    }
+    p->data = kw_mem_alloc(KW_MEM_KV, p->block_bytes * (size_t)n_blocks);
+    p->refs = calloc((size_t)n_blocks, sizeof *p->refs);
+    p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
+    if (!p->data || !p->refs || !p->free_ids) {
+        kw_err_set(err, "kv pool: cannot allocate %d blocks (%zu bytes)", n_blocks, p->block_bytes * (size_t)n_blocks);
+        kw_kv_pool_destroy(p);
+        return NULL;
+    }
+    /* Stack: lowest ids pop first. */
+    for (int32_t i = 0; i < n_blocks; i++) p->free_ids[i] = n_blocks - 1 - i;
+    p->n_free = n_blocks;
+    return p;
+}
+
+void kw_kv_pool_destroy(kw_kv_pool *p) {
+    if (!p) return;
+    kw_mem_free(p->data);
+    free(p->refs);
+    free(p->free_ids);
+    free(p);
+}
+
+int32_t kw_kv_alloc(kw_kv_pool *p) {
+    if (!p || p->n_free <= 0) return -1;
+    int32_t id = p->free_ids[--p->n_free];
+    p->refs[id] = 1;
+    return id;
+}
+
+static bool valid_id(const kw_kv_pool *p, int32_t id) {
+    return p && id >= 0 && id < p->n_blocks;
+}
+
+void kw_kv_ref(kw_kv_pool *p, int32_t id) {
+    if (valid_id(p, id) && p->refs[id] > 0) p->refs[id]++;
+}
+
+void kw_kv_unref(kw_kv_pool *p, int32_t id) {
+    if (!valid_id(p, id) || p->refs[id] <= 0) return;
+    if (--p->refs[id] == 0) p->free_ids[p->n_free++] = id;
+}
+
+void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src) {
+    if (!valid_id(p, dst) || !valid_id(p, src) || dst == src) return;
+    memcpy(p->data + (size_t)dst * p->block_bytes, p->data + (size_t)src * p->block_bytes, p->block_bytes);
+}
+
+static uint8_t *layer_base(kw_kv_pool *p, int32_t id, int32_t layer) {
+    return p->data + (size_t)id * p->block_bytes + (size_t)layer * p->layer_bytes;
+}
+
+void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot) {
+    size_t row = (size_t)head * (size_t)p->lay.block_tokens + (size_t)slot;
+    return layer_base(p, id, layer) + row * p->k_row_bytes;
+}
+
+void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot) {
+    size_t k_part = (size_t)p->lay.n_head_kv * (size_t)p->lay.block_tokens * p->k_row_bytes;
+    size_t row = (size_t)head * (size_t)p->lay.block_tokens + (size_t)slot;
+    return layer_base(p, id, layer) + k_part + row * p->v_row_bytes;
+}
+
+static int table_reserve(kw_block_table *t, int32_t n) {
+    if (n <= t->cap) return 0;
+    int32_t cap = t->cap ? t->cap : 8;
+    while (cap < n) cap *= 2;
+    int32_t *ids = realloc(t->ids, (size_t)cap * sizeof *ids);
+    if (!ids) return -1;
+    t->ids = ids;
+    t->cap = cap;
+    return 0;
+}
+
+int kw_block_table_ensure(kw_block_table *t, kw_kv_pool *p, int32_t n_positions) {
+    if (!t || !p || n_positions < 0) return -1;
+    int32_t bt = p->lay.block_tokens;
+    int32_t need = (int32_t)(((int64_t)n_positions + bt - 1) / bt);
+    if (table_reserve(t, need) != 0) return -1;
+    while (t->n < need) {
+        int32_t id = kw_kv_alloc(p);
+        if (id < 0) return -1;
+        t->ids[t->n++] = id;
+    }
+    return 0;
+}
+
+void kw_block_table_release(kw_block_table *t, kw_kv_pool *p) {
+    if (!t) return;
+    for (int32_t i = 0; i < t->n; i++) kw_kv_unref(p, t->ids[i]);
+    t->n = 0;
+}
+
+void kw_block_table_free(kw_block_table *t) {
+    if (!t) return;
+    free(t->ids);
+    t->ids = NULL;
+    t->n = t->cap = 0;
+}
+
+int kw_block_table_push(kw_block_table *t, int32_t id) {
+    if (!t || table_reserve(t, t->n + 1) != 0) return -1;
+    t->ids[t->n++] = id;
+    return 0;
+}

@@ -1,0 +1,185 @@
+/* test_sampler.c - the sampler (sampler.h): greedy and its tie rule,
+ * temperature, top-k, top-p, min-p, the three penalties and their window,
+ * and seeded determinism. */
+#include "testutil.h"
+#include "kvwise/sampler.h"
+#include <math.h>
+#include <string.h>
+
+static kw_sampler_params plain(float temp, uint64_t seed) {
+    kw_sampler_params p;
+    kw_sampler_params_default(&p);
+    p.temp = temp;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    return p;
+}
+
+/* Frequencies of each id over n draws (n_vocab <= 8). */
+static void histogram(kw_sampler *s, const float *logits, int n, double *freq) {
+    int counts[8] = {0};
+    for (int i = 0; i < n; i++) {
+        int32_t t = kw_sampler_sample(s, logits);
+        if (t >= 0 && t < 8) counts[t]++;
+    }
+    for (int i = 0; i < 8; i++) freq[i] = (double)counts[i] / n;
+}
+
+static void test_greedy(void) {
+    float l[5] = {0.1f, 3.0f, -2.0f, 3.0f, 2.9f};
+    KW_CHECK_EQ_INT(kw_argmax(l, 5), 1);              /* tie 1 vs 3 -> lowest id */
+    kw_sampler_params p = plain(0.0f, 1);
+    p.top_k = 1;
+    kw_sampler *s = kw_sampler_create(&p, 5, NULL);
+    for (int i = 0; i < 10; i++) KW_CHECK_EQ_INT(kw_sampler_sample(s, l), 1);
+    kw_sampler_free(s);
+}
+
+static void test_temperature(void) {
+    /* logits 0 and ln 2: p = 1/3, 2/3 at T=1; at T=0.5: 1/5, 4/5 */
+    float l[2] = {0.0f, logf(2.0f)};
+    double f[8];
+    kw_sampler_params p = plain(1.0f, 42);
+    kw_sampler *s = kw_sampler_create(&p, 2, NULL);
+    histogram(s, l, 20000, f);
+    KW_CHECK_NEAR(f[1], 2.0 / 3.0, 0.02);   /* 20000 draws: sd ~0.0033, so 6 sd */
+    kw_sampler_free(s);
+    p = plain(0.5f, 43);
+    s = kw_sampler_create(&p, 2, NULL);
+    histogram(s, l, 20000, f);
+    KW_CHECK_NEAR(f[1], 0.8, 0.02);
+    kw_sampler_free(s);
+}
+
+static void test_top_k(void) {
+    float l[6] = {1.0f, 0.9f, 0.8f, 0.7f, 0.6f, 1.1f};
+    double f[8];
+    kw_sampler_params p = plain(1.0f, 7);
+    p.top_k = 2;
+    kw_sampler *s = kw_sampler_create(&p, 6, NULL);
+    histogram(s, l, 5000, f);
+    KW_CHECK(f[5] > 0.3 && f[0] > 0.3);
+    KW_CHECK(f[1] == 0 && f[2] == 0 && f[3] == 0 && f[4] == 0);
+    kw_sampler_free(s);
+}
+
+static void test_top_p(void) {
+    float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    double f[8];
+    kw_sampler_params p = plain(1.0f, 9);
+    p.top_p = 0.7f;                      /* 0.5 + 0.3 reaches 0.7: keep ids 0, 1 */
+    kw_sampler *s = kw_sampler_create(&p, 4, NULL);
+    histogram(s, l, 8000, f);
+    KW_CHECK(f[2] == 0 && f[3] == 0);
+    KW_CHECK_NEAR(f[0], 0.5 / 0.8, 0.03);
+    kw_sampler_free(s);
+}
+
+static void test_min_p(void) {
+    float l[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+    double f[8];
+    kw_sampler_params p = plain(1.0f, 11);
+    p.min_p = 0.5f;                      /* cut at 0.25: keep ids 0, 1 */
+    kw_sampler *s = kw_sampler_create(&p, 3, NULL);
+    histogram(s, l, 8000, f);
+    KW_CHECK(f[2] == 0);
+    KW_CHECK(f[1] > 0.3);
+    kw_sampler_free(s);
+}
+
+static void test_penalties(void) {
+    kw_sampler_params p = plain(0.0f, 1);
+    p.repeat_penalty = 1.1f;             /* 2.0 / 1.1 = 1.82 < 1.9 */
+    float l[3] = {2.0f, 1.9f, -5.0f};
+    kw_sampler *s = kw_sampler_create(&p, 3, NULL);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, l), 0);
+    kw_sampler_accept(s, 0);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, l), 1);
+    KW_CHECK_EQ_INT(l[0] == 2.0f, 1);   /* input untouched */
+    kw_sampler_free(s);
+
+    /* a negative logit is multiplied (pushed further down) */
+    float n[2] = {-1.0f, -1.05f};
+    s = kw_sampler_create(&p, 2, NULL);
+    kw_sampler_accept(s, 0);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, n), 1);
+    kw_sampler_free(s);
+
+    p = plain(0.0f, 1);
+    p.presence_penalty = 0.2f;
+    float q[2] = {1.0f, 0.9f};
+    s = kw_sampler_create(&p, 2, NULL);
+    kw_sampler_accept(s, 0);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, q), 1);
+    kw_sampler_free(s);
+
+    p = plain(0.0f, 1);
+    p.frequency_penalty = 0.06f;         /* once: 0.94 > 0.9; twice: 0.88 < 0.9 */
+    s = kw_sampler_create(&p, 2, NULL);
+    kw_sampler_accept(s, 0);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, q), 0);
+    kw_sampler_accept(s, 0);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, q), 1);
+    kw_sampler_free(s);
+
+    /* the window: with repeat_last_n = 1 only the latest token counts */
+    p = plain(0.0f, 1);
+    p.presence_penalty = 0.2f;
+    p.repeat_last_n = 1;
+    s = kw_sampler_create(&p, 2, NULL);
+    kw_sampler_accept(s, 0);
+    kw_sampler_accept(s, 1);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, q), 0);
+    kw_sampler_reset(s);
+    kw_sampler_accept(s, 0);
+    KW_CHECK_EQ_INT(kw_sampler_sample(s, q), 1);
+    kw_sampler_free(s);
+}
+
+static void draw(uint64_t seed, int32_t *out, int n) {
+    float l[8] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f};
+    kw_sampler_params p;
+    kw_sampler_params_default(&p);
+    p.seed = seed;
+    p.top_k = 0;
+    p.min_p = 0;
+    kw_sampler *s = kw_sampler_create(&p, 8, NULL);
+    for (int i = 0; i < n; i++) out[i] = kw_sampler_sample(s, l);
+    kw_sampler_reset(s);                  /* reset reseeds: same first draws again */
+    int same = 1;
+    for (int i = 0; i < n; i++) same &= kw_sampler_sample(s, l) == out[i];
+    KW_CHECK(same);
+    kw_sampler_free(s);
+}
+
+static void test_seed(void) {
+    int32_t a[64], b[64], c[64];
+    draw(1234, a, 64);
+    draw(1234, b, 64);
+    draw(99, c, 64);
+    KW_CHECK(memcmp(a, b, sizeof a) == 0);
+    KW_CHECK(memcmp(a, c, sizeof a) != 0);
+}
+
+static void test_bad_params(void) {
+    kw_sampler_params p = plain(1.0f, 1);
+    p.repeat_penalty = 0.0f;
+    kw_err err = {{0}};
+    KW_CHECK(kw_sampler_create(&p, 8, &err) == NULL);
+    KW_CHECK(err.msg[0] != 0);
+    KW_CHECK(kw_sampler_create(NULL, 0, &err) == NULL);
+}
+
+int main(void) {
+    test_greedy();
+    test_temperature();
+    test_top_k();
+    test_top_p();
+    test_min_p();
+    test_penalties();
+    test_seed();
+    test_bad_params();
+    return kw_test_finish();
+}
