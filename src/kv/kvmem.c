@@ -1,0 +1,356 @@
+/* kvmem.c - the KV side of admission control (kvmem.h).
+ *
+ * Owns: one block table per engine slot, the prompt cache over the pool,
+ * the admission decision (cache match -> copy-on-write -> reserve every
+ * block the sequence can need -> evict cache leaves when short -> wait or
+ * never), the ledger's kv_live / kv_cached lines, and the cache's outward
+ * views (the periodic log line, /v1/memory JSON, Prometheus text).
+ *
+ * The ledger's KV lines always add up to the pool's used blocks: kv_cached
+ * is the blocks only the cache holds (clearing the cache would free them),
+ * kv_live the rest (blocks of running sequences, including a cached prefix
+ * they map). A reservation is admitted only when both the pool has the
+ * blocks and the ledger has the bytes, so a pool sized larger than the
+ * budget still cannot push the process past --memory-limit. */
+#include "kvwise/kvmem.h"
+#include "kvwise/ledger.h"
+#include "kvwise/memory.h"
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kw_kvmem {
+    pthread_mutex_t mu;
+    kw_kv_pool *pool;
+    kw_prefix_cache *cache;
+    kw_ledger *ledger;
+    kw_block_table *tables;      /* [n_slots] */
+    bool *live;                  /* [n_slots] */
+    int32_t n_slots, n_ctx;
+    uint64_t led_live, led_cached;   /* what this module has put on the ledger */
+    uint64_t admitted, waited, never, evict_calls, evicted_for_admission, ledger_errors;
+    uint64_t cached_tokens_served;
+};
+
+static int32_t blocks_for(const kw_kvmem *m, int32_t positions) {
+    int32_t bt = m->pool->lay.block_tokens;
+    return (positions + bt - 1) / bt;
+}
+
+static int32_t cached_only_blocks(const kw_kvmem *m) {
+    kw_prefix_cache_stats st = kw_prefix_cache_get_stats(m->cache);
+    return (int32_t)(st.exclusive_bytes / m->pool->block_bytes);
+}
+
+/* Moves one ledger line from what we put there to `want`. Decreases
+ * release; increases reserve (and are counted as errors if the ledger
+ * refuses: admission checked room first, so that is a bookkeeping bug). */
+static void ledger_line_to(kw_kvmem *m, kw_ledger_kind kind, uint64_t *have, uint64_t want) {
+    if (want < *have) {
+        kw_ledger_release(m->ledger, kind, *have - want);
+        *have = want;
+    } else if (want > *have) {
+        if (kw_ledger_reserve(m->ledger, kind, want - *have) == 0) *have = want;
+        else m->ledger_errors++;
+    }
+}
+
+static void ledger_sync(kw_kvmem *m) {
+    if (!m->ledger) return;
+    uint64_t bb = m->pool->block_bytes;
+    uint64_t used = (uint64_t)(m->pool->n_blocks - m->pool->n_free) * bb;
+    uint64_t cached = (uint64_t)cached_only_blocks(m) * bb;
+    uint64_t live = used > cached ? used - cached : 0;
+    /* releases first so that a move between the lines never trips the limit */
+    if (live < m->led_live) ledger_line_to(m, KW_LEDGER_KV_LIVE, &m->led_live, live);
+    if (cached < m->led_cached) ledger_line_to(m, KW_LEDGER_KV_CACHED, &m->led_cached, cached);
+    ledger_line_to(m, KW_LEDGER_KV_LIVE, &m->led_live, live);
+    ledger_line_to(m, KW_LEDGER_KV_CACHED, &m->led_cached, cached);
+}
+
+/* Is there room for `blocks` more pool blocks, in the pool and in the budget? */
+static bool room_for(const kw_kvmem *m, int32_t blocks) {
+    if (blocks <= 0) return true;
+    if (m->pool->n_free < blocks) return false;
+    return !m->ledger || kw_ledger_fits(m->ledger, (uint64_t)blocks * m->pool->block_bytes);
+}
+
+/* Evicts cache leaves until `blocks` fit or nothing more can go. */
+static bool make_room(kw_kvmem *m, int32_t blocks) {
+    bool counted = false;
+    while (!room_for(m, blocks)) {
+        if (!counted) { m->evict_calls++; counted = true; }
+        int32_t want = m->pool->n_free < blocks ? blocks : m->pool->n_free + 1;
+        int32_t freed = kw_prefix_cache_evict(m->cache, want);
+        if (freed <= 0) return false;
+        m->evicted_for_admission += (uint64_t)freed;
+        ledger_sync(m);
+    }
+    return true;
+}
+
+kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err) {
+    if (!pool || !o || o->n_slots <= 0 || o->n_ctx <= 0) {
+        kw_err_set(err, "kvmem: needs a pool, n_slots > 0 and n_ctx > 0");
+        return NULL;
+    }
+    kw_kvmem *m = calloc(1, sizeof *m);
+    if (!m) { kw_err_set(err, "kvmem: out of memory"); return NULL; }
+    pthread_mutex_init(&m->mu, NULL);
+    m->pool = pool;
+    m->ledger = o->ledger;
+    m->n_slots = o->n_slots;
+    m->n_ctx = o->n_ctx;
+    m->tables = calloc((size_t)o->n_slots, sizeof *m->tables);
+    m->live = calloc((size_t)o->n_slots, sizeof *m->live);
+    m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, o->cache_max_bytes);
+    if (!m->tables || !m->live || !m->cache) {
+        kw_err_set(err, "kvmem: out of memory");
+        kw_kvmem_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void slot_release(kw_kvmem *m, int32_t slot) {
+    kw_block_table_release(&m->tables[slot], m->pool);
+    m->live[slot] = false;
+}
+
+void kw_kvmem_destroy(kw_kvmem *m) {
+    if (!m) return;
+    for (int32_t i = 0; m->tables && i < m->n_slots; i++) {
+        slot_release(m, i);
+        kw_block_table_free(&m->tables[i]);
+    }
+    kw_prefix_cache_destroy(m->cache);
+    m->cache = NULL;
+    if (m->ledger) {
+        if (m->led_live) kw_ledger_release(m->ledger, KW_LEDGER_KV_LIVE, m->led_live);
+        if (m->led_cached) kw_ledger_release(m->ledger, KW_LEDGER_KV_CACHED, m->led_cached);
+    }
+    free(m->tables);
+    free(m->live);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+int32_t kw_kvmem_max_positions(const kw_kvmem *m) {
+    int64_t pool_pos = (int64_t)m->pool->n_blocks * m->pool->lay.block_tokens;
+    return pool_pos < m->n_ctx ? (int32_t)pool_pos : m->n_ctx;
+}
+
+bool kw_kvmem_could_ever_fit(const kw_kvmem *m, int32_t n_positions) {
+    if (n_positions > kw_kvmem_max_positions(m)) return false;
+    if (!m->ledger) return true;
+    /* the budget left for KV if every cached and live block were gone */
+    uint64_t kv_room = kw_ledger_available(m->ledger) + kw_ledger_line(m->ledger, KW_LEDGER_KV_LIVE) +
+                       kw_ledger_line(m->ledger, KW_LEDGER_KV_CACHED);
+    return (uint64_t)blocks_for(m, n_positions) * m->pool->block_bytes <= kv_room;
+}
+
+int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve) {
+    if (!m || slot < 0 || slot >= m->n_slots || !prompt || n <= 0) return KW_KVMEM_NEVER;
+    if (n_reserve < n) n_reserve = n;
+    pthread_mutex_lock(&m->mu);
+    if (m->live[slot]) slot_release(m, slot);
+    int32_t ret;
+    if (!kw_kvmem_could_ever_fit(m, n_reserve)) {
+        m->never++;
+        ret = KW_KVMEM_NEVER;
+        goto out;
+    }
+    kw_block_table *t = &m->tables[slot];
+    int32_t bt = m->pool->lay.block_tokens;
+    int32_t matched = kw_prefix_cache_match(m->cache, prompt, n, n - 1, t);
+    bool cow = matched % bt != 0 && t->n > 0 && m->pool->refs[t->ids[t->n - 1]] > 1;
+    int32_t new_blocks = blocks_for(m, n_reserve) - t->n + (cow ? 1 : 0);
+    if (!make_room(m, new_blocks)) {
+        kw_block_table_release(t, m->pool);
+        ledger_sync(m);
+        m->waited++;
+        ret = KW_KVMEM_WAIT;
+        goto out;
+    }
+    if ((cow && kw_block_table_cow_last(t, m->pool) != 0) ||
+        kw_block_table_ensure(t, m->pool, n_reserve) != 0) {   /* cannot happen after make_room */
+        kw_block_table_release(t, m->pool);
+        ledger_sync(m);
+        m->waited++;
+        ret = KW_KVMEM_WAIT;
+        goto out;
+    }
+    m->live[slot] = true;
+    m->admitted++;
+    m->cached_tokens_served += (uint64_t)matched;
+    ledger_sync(m);
+    ret = matched;
+out:
+    pthread_mutex_unlock(&m->mu);
+    return ret;
+}
+
+int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions) {
+    if (!m || slot < 0 || slot >= m->n_slots) return -1;
+    pthread_mutex_lock(&m->mu);
+    kw_block_table *t = &m->tables[slot];
+    int rc = 0;
+    int32_t more = blocks_for(m, n_positions) - t->n;
+    if (more > 0) {
+        if (n_positions > m->n_ctx || !make_room(m, more) || kw_block_table_ensure(t, m->pool, n_positions) != 0)
+            rc = -1;
+        ledger_sync(m);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, bool keep) {
+    if (!m || slot < 0 || slot >= m->n_slots) return;
+    pthread_mutex_lock(&m->mu);
+    kw_block_table *t = &m->tables[slot];
+    if (keep && tokens && n > 0 && m->live[slot]) {
+        int32_t covered = t->n * m->pool->lay.block_tokens;
+        kw_prefix_cache_insert(m->cache, tokens, n < covered ? n : covered, t);
+    }
+    slot_release(m, slot);
+    ledger_sync(m);
+    pthread_mutex_unlock(&m->mu);
+}
+
+kw_block_table *kw_kvmem_table(kw_kvmem *m, int32_t slot) {
+    if (!m || slot < 0 || slot >= m->n_slots) return NULL;
+    return &m->tables[slot];
+}
+
+void kw_kvmem_set_cache_caps(kw_kvmem *m, int32_t max_seqs, uint64_t max_bytes) {
+    pthread_mutex_lock(&m->mu);
+    kw_prefix_cache_set_caps(m->cache, max_seqs, max_bytes);
+    ledger_sync(m);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static kw_kvmem_stats stats_locked(const kw_kvmem *m) {
+    kw_kvmem_stats s;
+    memset(&s, 0, sizeof s);
+    s.cache = kw_prefix_cache_get_stats(m->cache);
+    s.pool_blocks = m->pool->n_blocks;
+    s.free_blocks = m->pool->n_free;
+    s.block_tokens = m->pool->lay.block_tokens;
+    s.block_bytes = m->pool->block_bytes;
+    s.cached_only_blocks = (int32_t)(s.cache.exclusive_bytes / m->pool->block_bytes);
+    s.live_blocks = s.pool_blocks - s.free_blocks - s.cached_only_blocks;
+    for (int32_t i = 0; i < m->n_slots; i++) s.live_seqs += m->live[i];
+    s.admitted = m->admitted;
+    s.waited = m->waited;
+    s.never = m->never;
+    s.evict_calls = m->evict_calls;
+    s.evicted_for_admission = m->evicted_for_admission;
+    s.cached_tokens_served = m->cached_tokens_served;
+    return s;
+}
+
+kw_kvmem_stats kw_kvmem_get_stats(kw_kvmem *m) {
+    pthread_mutex_lock(&m->mu);
+    kw_kvmem_stats s = stats_locked(m);
+    pthread_mutex_unlock(&m->mu);
+    return s;
+}
+
+static int hit_rate_pct(const kw_prefix_cache_stats *c) {
+    return c->lookups ? (int)((c->hits * 100 + c->lookups / 2) / c->lookups) : 0;
+}
+
+const char *kw_kvmem_cache_line(kw_kvmem *m, char *buf, size_t cap) {
+    kw_kvmem_stats s = kw_kvmem_get_stats(m);
+    char b[32];
+    snprintf(buf, cap, "Prompt cache: %d seq, %s, latest %d tokens, hit rate %d%%",
+             s.cache.n_seqs, kw_format_bytes(s.cache.bytes, b, sizeof b), s.cache.latest_tokens,
+             hit_rate_pct(&s.cache));
+    return buf;
+}
+
+void kw_kvmem_add_json(kw_kvmem *m, struct cJSON *obj) {
+    kw_kvmem_stats s = kw_kvmem_get_stats(m);
+    cJSON *c = cJSON_AddObjectToObject(obj, "prompt_cache");
+    if (c) {
+        cJSON_AddNumberToObject(c, "sequences", s.cache.n_seqs);
+        cJSON_AddNumberToObject(c, "max_sequences", s.cache.max_seqs);
+        cJSON_AddNumberToObject(c, "bytes", (double)s.cache.bytes);
+        cJSON_AddNumberToObject(c, "max_bytes", (double)s.cache.max_bytes);
+        cJSON_AddNumberToObject(c, "exclusive_bytes", (double)s.cache.exclusive_bytes);
+        cJSON_AddNumberToObject(c, "meta_bytes", (double)s.cache.meta_bytes);
+        cJSON_AddNumberToObject(c, "blocks", s.cache.n_blocks);
+        cJSON_AddNumberToObject(c, "tokens", (double)s.cache.tokens);
+        cJSON_AddNumberToObject(c, "latest_tokens", s.cache.latest_tokens);
+        cJSON_AddNumberToObject(c, "lookups", (double)s.cache.lookups);
+        cJSON_AddNumberToObject(c, "hits", (double)s.cache.hits);
+        cJSON_AddNumberToObject(c, "hit_rate", s.cache.lookups ? (double)s.cache.hits / (double)s.cache.lookups : 0.0);
+        cJSON_AddNumberToObject(c, "tokens_looked_up", (double)s.cache.tokens_looked_up);
+        cJSON_AddNumberToObject(c, "tokens_matched", (double)s.cache.tokens_matched);
+        cJSON_AddNumberToObject(c, "evicted_sequences", (double)s.cache.evicted_seqs);
+        cJSON_AddNumberToObject(c, "evicted_blocks", (double)s.cache.evicted_blocks);
+    }
+    cJSON *k = cJSON_AddObjectToObject(obj, "kv_pool");
+    if (k) {
+        cJSON_AddNumberToObject(k, "blocks", s.pool_blocks);
+        cJSON_AddNumberToObject(k, "block_tokens", s.block_tokens);
+        cJSON_AddNumberToObject(k, "block_bytes", (double)s.block_bytes);
+        cJSON_AddNumberToObject(k, "bytes", (double)s.block_bytes * s.pool_blocks);
+        cJSON_AddNumberToObject(k, "free_blocks", s.free_blocks);
+        cJSON_AddNumberToObject(k, "live_blocks", s.live_blocks);
+        cJSON_AddNumberToObject(k, "cached_only_blocks", s.cached_only_blocks);
+        cJSON_AddNumberToObject(k, "live_sequences", s.live_seqs);
+        cJSON_AddNumberToObject(k, "admitted", (double)s.admitted);
+        cJSON_AddNumberToObject(k, "waited", (double)s.waited);
+        cJSON_AddNumberToObject(k, "never_fit", (double)s.never);
+        cJSON_AddNumberToObject(k, "evicted_blocks_for_admission", (double)s.evicted_for_admission);
+    }
+}
+
+static int appendf(char **buf, size_t *len, const char *fmt, ...) KW_PRINTF(3, 4);
+static int appendf(char **buf, size_t *len, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return -1;
+    if ((size_t)n >= sizeof tmp) n = (int)sizeof tmp - 1;
+    char *nb = realloc(*buf, *len + (size_t)n + 1);
+    if (!nb) return -1;
+    memcpy(nb + *len, tmp, (size_t)n + 1);
+    *buf = nb;
+    *len += (size_t)n;
+    return 0;
+}
+
+#define METRIC(type, name, help, fmt, val) \
+    rc |= appendf(buf, len, "# HELP " name " " help "\n# TYPE " name " " type "\n" name " " fmt "\n", val)
+
+int kw_kvmem_metrics(kw_kvmem *m, char **buf, size_t *len) {
+    kw_kvmem_stats s = kw_kvmem_get_stats(m);
+    int rc = 0;
+    METRIC("gauge", "kvwise_prompt_cache_sequences", "Cached sequences (leaves of the prefix tree).", "%d", s.cache.n_seqs);
+    METRIC("gauge", "kvwise_prompt_cache_max_sequences", "--prompt-cache-size in force.", "%d", s.cache.max_seqs);
+    METRIC("gauge", "kvwise_prompt_cache_bytes", "KV bytes referenced by the prompt cache.", "%llu", (unsigned long long)s.cache.bytes);
+    METRIC("gauge", "kvwise_prompt_cache_max_bytes", "--prompt-cache-bytes in force.", "%llu", (unsigned long long)s.cache.max_bytes);
+    METRIC("gauge", "kvwise_prompt_cache_exclusive_bytes", "Cache bytes not shared with a running request.", "%llu", (unsigned long long)s.cache.exclusive_bytes);
+    METRIC("gauge", "kvwise_prompt_cache_tokens", "Tokens covered by the prompt cache.", "%lld", (long long)s.cache.tokens);
+    METRIC("gauge", "kvwise_prompt_cache_latest_tokens", "Length of the most recently cached sequence.", "%d", s.cache.latest_tokens);
+    METRIC("counter", "kvwise_prompt_cache_lookups_total", "Prompt cache lookups.", "%llu", (unsigned long long)s.cache.lookups);
+    METRIC("counter", "kvwise_prompt_cache_hits_total", "Lookups that matched at least one token.", "%llu", (unsigned long long)s.cache.hits);
+    METRIC("counter", "kvwise_prompt_cache_tokens_matched_total", "Prompt tokens served from the cache.", "%llu", (unsigned long long)s.cache.tokens_matched);
+    METRIC("counter", "kvwise_prompt_cache_evicted_sequences_total", "Cached sequences evicted.", "%llu", (unsigned long long)s.cache.evicted_seqs);
+    METRIC("counter", "kvwise_prompt_cache_evicted_blocks_total", "Cached blocks evicted.", "%llu", (unsigned long long)s.cache.evicted_blocks);
+    METRIC("gauge", "kvwise_kv_pool_blocks", "Blocks in the paged KV pool.", "%d", s.pool_blocks);
+    METRIC("gauge", "kvwise_kv_pool_free_blocks", "Free KV blocks.", "%d", s.free_blocks);
+    METRIC("gauge", "kvwise_kv_pool_live_blocks", "KV blocks mapped by running requests.", "%d", s.live_blocks);
+    METRIC("gauge", "kvwise_kv_pool_cached_only_blocks", "KV blocks held only by the prompt cache.", "%d", s.cached_only_blocks);
+    METRIC("gauge", "kvwise_kv_block_bytes", "Bytes of one KV block (all layers).", "%llu", (unsigned long long)s.block_bytes);
+    METRIC("counter", "kvwise_kv_admission_waits_total", "Admissions that had to wait for KV.", "%llu", (unsigned long long)s.waited);
+    return rc ? -1 : 0;
+}
