@@ -1,0 +1,46 @@
+/* kvwise/memview.h - what the server says about memory: the bodies of
+ * GET /v1/memory (JSON) and GET /metrics (Prometheus text), and the reasons
+ * a request can be refused for lack of memory.
+ *
+ * /v1/memory = {"budget": ledger (limit, used, lines, peak, reservations),
+ *               "measured": the kernel's figures (footprint.h),
+ *               "prompt_cache": {...}, "kv_pool": {...} (kvmem.h),
+ *               "requests": counters, queue depth, rejections by reason}
+ * /metrics   = the same figures as kvwise_memory_*_bytes (ledger lines,
+ *              limit, used, peak; measured rss/pss/anon/file/hwm),
+ *              kvwise_prompt_cache_*, kvwise_kv_*, kvwise_requests_*,
+ *              kvwise_requests_rejected_total{reason=...}, token counters
+ *              and kvwise_queue_depth.
+ * Every input may be NULL (that part is left out). */
+#ifndef KVWISE_MEMVIEW_H
+#define KVWISE_MEMVIEW_H
+#include "kvwise/common.h"
+#include "kvwise/footprint.h"
+
+struct kw_kvmem;
+struct kw_ledger;
+
+typedef enum kw_reject_reason {
+    KW_REJECT_QUEUE_FULL = 0,   /* 503: the wait queue is full */
+    KW_REJECT_QUEUE_TIMEOUT,    /* 503: waited --queue-timeout seconds for memory */
+    KW_REJECT_NEVER_FITS,       /* 400: more KV than the pool / budget can ever hold */
+    KW_REJECT_CONTEXT,          /* 400: longer than --ctx-size */
+    KW_REJECT_REASON_COUNT
+} kw_reject_reason;
+const char *kw_reject_reason_name(kw_reject_reason r);  /* "queue_full", ... */
+
+/* Counters the server keeps (thread-safe increments are the caller's). */
+typedef struct kw_memview_counters {
+    uint64_t requests_total, requests_ok;
+    uint64_t rejected[KW_REJECT_REASON_COUNT];
+    uint64_t prompt_tokens, cached_tokens, completion_tokens;
+    int32_t queue_depth, active;
+} kw_memview_counters;
+
+/* malloc'd NUL-terminated bodies (free()); NULL when out of memory. */
+char *kw_memview_json(struct kw_kvmem *m, struct kw_ledger *l, const kw_footprint *measured,
+                      const kw_memview_counters *c);
+char *kw_memview_metrics(struct kw_kvmem *m, struct kw_ledger *l, const kw_footprint *measured,
+                         const kw_memview_counters *c);
+
+#endif
