@@ -81,4 +81,9 @@ const char *kw_kernel_name(void);                 /* "avx512", "avx2", "scalar" 
 /* Forces a kernel family ("scalar", "avx2", "avx512"); for tests/bench. Returns -1 if unsupported here. */
 int kw_kernel_force(const char *name);
 
+/* Memory read bandwidth in bytes/s: the best pass of pool's threads (2 if
+ * pool is NULL) streaming a buffer much larger than the caches for about
+ * `seconds`. Returns 0 if the buffer cannot be allocated. */
+double kw_measure_read_bandwidth(kw_pool *pool, double seconds);
+
 #endif

@@ -1,0 +1,141 @@
+/* cpu.c - run-time CPU feature detection and the choice of kernel family.
+ *
+ * Owns kw_cpu_info_get() (cpuid + xgetbv: an ISA counts only when the OS
+ * also saves its registers), kw_kernel_name()/kw_kernel_force(), and the
+ * active kernel table that kw_matmul dispatches through. The best family
+ * the CPU supports is chosen on first use: avx512 (F/BW/VL/DQ + VNNI),
+ * else avx2 (AVX2 + FMA + F16C), else scalar. */
+#include "tensor/kernels.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define KW_X86 1
+#endif
+
+static kw_cpu_info g_info;
+static bool g_avx512dq;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static kw_kernel_set g_sets[3];           /* scalar, avx2, avx512 */
+static bool g_set_ok[3];
+static _Atomic(const kw_kernel_set *) g_active;
+
+#ifdef KW_X86
+static uint64_t read_xcr0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void detect(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    bool fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    uint64_t xcr0 = osxsave ? read_xcr0() : 0;
+    bool os_avx = (xcr0 & 0x6) == 0x6;
+    bool os_avx512 = (xcr0 & 0xe6) == 0xe6;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    unsigned b7 = 0, c7 = 0, a71 = 0;
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b7, c7, d);
+        __cpuid_count(7, 1, a71, b, c, d);
+    }
+    g_info.avx2 = os_avx && avx && ((b7 >> 5) & 1);
+    g_info.fma = os_avx && fma;
+    g_info.f16c = os_avx && f16c;
+    g_info.avxvnni = os_avx && ((a71 >> 4) & 1);
+    g_info.avx512f = os_avx512 && ((b7 >> 16) & 1);
+    g_avx512dq = g_info.avx512f && ((b7 >> 17) & 1);
+    g_info.avx512bw = g_info.avx512f && ((b7 >> 30) & 1);
+    g_info.avx512vl = g_info.avx512f && ((b7 >> 31) & 1);
+    g_info.avx512vnni = g_info.avx512f && ((c7 >> 11) & 1);
+    g_info.avx512bf16 = g_info.avx512f && ((a71 >> 5) & 1);
+}
+#else
+static void detect(void) {}
+#endif
+
+/* Families a CPU can run. An init function that leaves name NULL means
+ * the family has no kernels in this build. */
+static bool can_avx2(void) { return g_info.avx2 && g_info.fma && g_info.f16c; }
+static bool can_avx512(void) {
+    return can_avx2() && g_info.avx512f && g_info.avx512bw && g_info.avx512vl && g_avx512dq && g_info.avx512vnni;
+}
+
+static void init_once(void) {
+    detect();
+    kw_kernels_scalar_init(&g_sets[0]);
+    g_set_ok[0] = true;
+    if (can_avx2()) {
+        g_sets[1] = g_sets[0];
+        g_sets[1].name = NULL;
+        kw_kernels_avx2_init(&g_sets[1]);
+        g_set_ok[1] = g_sets[1].name != NULL;
+    }
+    if (can_avx512() && g_set_ok[1]) {
+        g_sets[2] = g_sets[1];
+        g_sets[2].name = NULL;
+        kw_kernels_avx512_init(&g_sets[2]);
+        g_set_ok[2] = g_sets[2].name != NULL;
+    }
+    int best = g_set_ok[2] ? 2 : g_set_ok[1] ? 1 : 0;
+    const char *env = getenv("KW_KERNEL");
+    if (env) {
+        for (int i = 0; i < 3; i++)
+            if (g_set_ok[i] && strcasecmp(env, g_sets[i].name) == 0) best = i;
+    }
+    atomic_store(&g_active, &g_sets[best]);
+}
+
+const kw_cpu_info *kw_cpu_info_get(void) {
+    pthread_once(&g_once, init_once);
+    return &g_info;
+}
+
+const kw_kernel_set *kw_kernels_active(void) {
+    pthread_once(&g_once, init_once);
+    return atomic_load(&g_active);
+}
+
+const char *kw_kernel_name(void) { return kw_kernels_active()->name; }
+
+int kw_kernel_force(const char *name) {
+    pthread_once(&g_once, init_once);
+    if (!name) return -1;
+    for (int i = 0; i < 3; i++) {
+        if (g_set_ok[i] && strcasecmp(name, g_sets[i].name) == 0) {
+            atomic_store(&g_active, &g_sets[i]);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int kw_cpu_physical_cores(void) {
+    /* Count distinct (physical id, core id) pairs; fall back to online CPUs. */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return online > 0 ? (int)online : 1;
+    char line[256];
+    int phys = -1, n = 0;
+    int seen[256][2];
+    while (fgets(line, sizeof line, f)) {
+        int v;
+        if (sscanf(line, "physical id : %d", &v) == 1) phys = v;
+        else if (sscanf(line, "core id : %d", &v) == 1) {
+            bool dup = false;
+            for (int i = 0; i < n; i++)
+                if (seen[i][0] == phys && seen[i][1] == v) dup = true;
+            if (!dup && n < 256) { seen[n][0] = phys; seen[n][1] = v; n++; }
+        }
+    }
+    fclose(f);
+    if (n <= 0) return online > 0 ? (int)online : 1;
+    return n;
+}

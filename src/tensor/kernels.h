@@ -1,0 +1,43 @@
+/* kernels.h - internal interface between kw_matmul and the kernel families
+ * (scalar reference, AVX2+FMA, AVX-512).
+ *
+ * A kernel set is two tables: activation quantizers indexed by dot type
+ * (F16, BF16, Q8_0, Q8_1, Q8_K) and GEMM kernels indexed by weight type.
+ * Families start from the scalar set and override what they implement, so
+ * every entry is always callable. Activation quantizers give bit-identical
+ * bytes in every family (same formula, same rounding); kernels differ only
+ * in float summation order. */
+#ifndef KW_TENSOR_KERNELS_H
+#define KW_TENSOR_KERNELS_H
+#include "kvwise/tensor.h"
+
+/* Converts one row of n floats to the dot type (n a multiple of its block). */
+typedef void (*kw_act_quant_fn)(const float *x, void *dst, int64_t n);
+
+/* Y[i*ldy + r] = dot(W row r, X row i) for r in [r0, r1), i in [0, nx).
+ * X rows are in W's dot type, x_stride bytes apart. Each output must be
+ * computed by the same sequence of operations whatever r0/r1/nx are, so
+ * that results do not depend on the thread split. */
+typedef void (*kw_gemm_fn)(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
+                           size_t x_stride, int64_t nx, float *Y, int64_t ldy);
+
+typedef struct kw_kernel_set {
+    const char *name;
+    kw_act_quant_fn quant[KW_TYPE_COUNT];
+    kw_gemm_fn gemm[KW_TYPE_COUNT];
+} kw_kernel_set;
+
+/* The activation type llama.cpp's CPU backend uses for a weight type. */
+uint32_t kw_dot_type(uint32_t wtype);
+
+void kw_kernels_scalar_init(kw_kernel_set *k);
+void kw_kernels_avx2_init(kw_kernel_set *k);
+void kw_kernels_avx512_init(kw_kernel_set *k);
+
+/* The active set (chosen from CPU features, or forced). */
+const kw_kernel_set *kw_kernels_active(void);
+
+/* quant_ref.c */
+void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);
+
+#endif

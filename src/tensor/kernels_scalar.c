@@ -1,0 +1,288 @@
+/* kernels_scalar.c - the portable reference kernel family.
+ *
+ * Owns the activation quantizers with llama.cpp CPU-backend numerics
+ * (Q8_0/Q8_1: d = amax/127, q = round-half-even(x * 127/amax); Q8_K: ggml's
+ * reference; F16/BF16: round to nearest even) and one scalar dot product
+ * per weight type: integer sums per block, scaled and summed in float in
+ * block order. These are the reference every SIMD family is tested
+ * against. */
+#include "tensor/kernels.h"
+#include "tensor/quant_blocks.h"
+#include <math.h>
+#include <string.h>
+
+uint32_t kw_dot_type(uint32_t wtype) {
+    switch (wtype) {
+    case KW_TYPE_F16: return KW_TYPE_F16;
+    case KW_TYPE_BF16: return KW_TYPE_BF16;
+    case KW_TYPE_Q4_0: case KW_TYPE_Q5_0: case KW_TYPE_Q8_0: return KW_TYPE_Q8_0;
+    case KW_TYPE_Q4_1: case KW_TYPE_Q5_1: return KW_TYPE_Q8_1;
+    case KW_TYPE_Q4_K: case KW_TYPE_Q5_K: case KW_TYPE_Q6_K: return KW_TYPE_Q8_K;
+    default: return KW_TYPE_F32;
+    }
+}
+
+/* ---------------- activation quantizers ---------------- */
+
+static void act_f16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_f16(x[i]);
+}
+
+static void act_bf16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_bf16(x[i]);
+}
+
+static float block_amax(const float *x, int n) {
+    float amax = 0;
+    for (int j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) amax = a;
+    }
+    return amax;
+}
+
+static void act_q8_0(const float *x, void *dst, int64_t n) {
+    kw_block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / KW_QK; i++, x += KW_QK) {
+        float amax = block_amax(x, KW_QK);
+        float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        b[i].d = kw_f32_to_f16(amax / 127.f);
+        for (int j = 0; j < KW_QK; j++) b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+
+static void act_q8_1(const float *x, void *dst, int64_t n) {
+    kw_block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / KW_QK; i++, x += KW_QK) {
+        float amax = block_amax(x, KW_QK);
+        float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < KW_QK; j++) {
+            b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+            sum += b[i].qs[j];
+        }
+        b[i].d = kw_f32_to_f16(d);
+        b[i].s = kw_f32_to_f16(d * (float)sum);
+    }
+}
+
+static void act_q8_K(const float *x, void *dst, int64_t n) { kw_quantize_q8_K_ref(x, dst, n / KW_QK_K); }
+
+/* ---------------- dot products (one weight row . one activation row) ---------------- */
+
+static float dot_f32(const void *w, const void *x, int64_t n) {
+    const float *a = w, *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+static float dot_f16(const void *w, const void *x, int64_t n) {
+    const uint16_t *a = w, *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)kw_f16_to_f32(a[i]) * kw_f16_to_f32(b[i]);
+    return (float)s;
+}
+
+static float dot_bf16(const void *w, const void *x, int64_t n) {
+    const uint16_t *a = w, *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)kw_bf16_to_f32(a[i]) * kw_bf16_to_f32(b[i]);
+    return (float)s;
+}
+
+static float dot_q4_0(const void *w, const void *x, int64_t n) {
+    const kw_block_q4_0 *a = w;
+    const kw_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
+        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
+    }
+    return s;
+}
+
+static float dot_q4_1(const void *w, const void *x, int64_t n) {
+    const kw_block_q4_1 *a = w;
+    const kw_block_q8_1 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += (a[i].qs[j] & 0xF) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
+        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
+             kw_f16_to_f32(a[i].m) * kw_f16_to_f32(b[i].s);
+    }
+    return s;
+}
+
+static int q5_at(const uint8_t *qs, uint32_t qh, int j) {
+    int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return lo | (int)(((qh >> j) & 1) << 4);
+}
+
+static float dot_q5_0(const void *w, const void *x, int64_t n) {
+    const kw_block_q5_0 *a = w;
+    const kw_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK; i++) {
+        uint32_t qh;
+        memcpy(&qh, a[i].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < KW_QK; j++) sumi += (q5_at(a[i].qs, qh, j) - 16) * b[i].qs[j];
+        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
+    }
+    return s;
+}
+
+static float dot_q5_1(const void *w, const void *x, int64_t n) {
+    const kw_block_q5_1 *a = w;
+    const kw_block_q8_1 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK; i++) {
+        uint32_t qh;
+        memcpy(&qh, a[i].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < KW_QK; j++) sumi += q5_at(a[i].qs, qh, j) * b[i].qs[j];
+        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
+             kw_f16_to_f32(a[i].m) * kw_f16_to_f32(b[i].s);
+    }
+    return s;
+}
+
+static float dot_q8_0(const void *w, const void *x, int64_t n) {
+    const kw_block_q8_0 *a = w, *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK; i++) {
+        int sumi = 0;
+        for (int j = 0; j < KW_QK; j++) sumi += a[i].qs[j] * b[i].qs[j];
+        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
+    }
+    return s;
+}
+
+/* Q4_K/Q5_K: per super-block, sum_j sc_j * (q . y)_j in int, minus the min
+ * term sum_j m_j * (bsums of sub-block j), both scaled by the block's d. */
+static float dot_q4_K(const void *w, const void *x, int64_t n) {
+    const kw_block_q4_K *a = w;
+    const kw_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK_K; i++) {
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kw_get_scale_min_k4(j, a[i].scales, &sc, &m);
+            const uint8_t *q = a[i].qs + 32 * (j / 2);
+            const int8_t *y = b[i].qs + 32 * j;
+            int dot = 0;
+            for (int l = 0; l < 32; l++) dot += ((j & 1) ? (q[l] >> 4) : (q[l] & 0xF)) * y[l];
+            sumi += sc * dot;
+            summ += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        s += kw_f16_to_f32(a[i].d) * b[i].d * (float)sumi - kw_f16_to_f32(a[i].dmin) * b[i].d * (float)summ;
+    }
+    return s;
+}
+
+static float dot_q5_K(const void *w, const void *x, int64_t n) {
+    const kw_block_q5_K *a = w;
+    const kw_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK_K; i++) {
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kw_get_scale_min_k4(j, a[i].scales, &sc, &m);
+            const uint8_t *q = a[i].qs + 32 * (j / 2);
+            const int8_t *y = b[i].qs + 32 * j;
+            int dot = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = ((j & 1) ? (q[l] >> 4) : (q[l] & 0xF)) | (((a[i].qh[l] >> j) & 1) << 4);
+                dot += v * y[l];
+            }
+            sumi += sc * dot;
+            summ += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        s += kw_f16_to_f32(a[i].d) * b[i].d * (float)sumi - kw_f16_to_f32(a[i].dmin) * b[i].d * (float)summ;
+    }
+    return s;
+}
+
+/* Q6_K value at index k (0..255) of a block, in -32..31. */
+static int q6_at(const kw_block_q6_K *a, int k) {
+    int h = k / 128, r = k % 128, quarter = r / 32, l = r % 32;
+    const uint8_t *ql = a->ql + 64 * h, *qh = a->qh + 32 * h;
+    int lo = (quarter & 1) ? ql[l + 32] : ql[l];
+    lo = (quarter & 2) ? (lo >> 4) : (lo & 0xF);
+    int hi = (qh[l] >> (2 * quarter)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+static float dot_q6_K(const void *w, const void *x, int64_t n) {
+    const kw_block_q6_K *a = w;
+    const kw_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / KW_QK_K; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int dot = 0;
+            for (int l = 0; l < 16; l++) dot += q6_at(&a[i], 16 * j + l) * b[i].qs[16 * j + l];
+            sumi += a[i].scales[j] * dot;
+        }
+        s += kw_f16_to_f32(a[i].d) * b[i].d * (float)sumi;
+    }
+    return s;
+}
+
+/* ---------------- GEMM drivers ---------------- */
+
+typedef float (*dot_fn)(const void *w, const void *x, int64_t n);
+
+static void gemm_rows(dot_fn dot, const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
+                      size_t x_stride, int64_t nx, float *Y, int64_t ldy) {
+    const char *w = W->data;
+    const char *x = X;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t i = 0; i < nx; i++)
+            Y[i * ldy + r] = dot(w + (size_t)r * W->row_bytes, x + (size_t)i * x_stride, W->cols);
+}
+
+#define KW_SCALAR_GEMM(T) \
+    static void gemm_##T(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, \
+                         int64_t nx, float *Y, int64_t ldy) { gemm_rows(dot_##T, W, r0, r1, X, xs, nx, Y, ldy); }
+KW_SCALAR_GEMM(f32)
+KW_SCALAR_GEMM(f16)
+KW_SCALAR_GEMM(bf16)
+KW_SCALAR_GEMM(q4_0)
+KW_SCALAR_GEMM(q4_1)
+KW_SCALAR_GEMM(q5_0)
+KW_SCALAR_GEMM(q5_1)
+KW_SCALAR_GEMM(q8_0)
+KW_SCALAR_GEMM(q4_K)
+KW_SCALAR_GEMM(q5_K)
+KW_SCALAR_GEMM(q6_K)
+
+void kw_kernels_scalar_init(kw_kernel_set *k) {
+    memset(k, 0, sizeof *k);
+    k->name = "scalar";
+    k->quant[KW_TYPE_F16] = act_f16;
+    k->quant[KW_TYPE_BF16] = act_bf16;
+    k->quant[KW_TYPE_Q8_0] = act_q8_0;
+    k->quant[KW_TYPE_Q8_1] = act_q8_1;
+    k->quant[KW_TYPE_Q8_K] = act_q8_K;
+    k->gemm[KW_TYPE_F32] = gemm_f32;
+    k->gemm[KW_TYPE_F16] = gemm_f16;
+    k->gemm[KW_TYPE_BF16] = gemm_bf16;
+    k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
+    k->gemm[KW_TYPE_Q4_1] = gemm_q4_1;
+    k->gemm[KW_TYPE_Q5_0] = gemm_q5_0;
+    k->gemm[KW_TYPE_Q5_1] = gemm_q5_1;
+    k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;
+    k->gemm[KW_TYPE_Q4_K] = gemm_q4_K;
+    k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
+    k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
+}

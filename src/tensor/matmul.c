@@ -1,0 +1,102 @@
+/* matmul.c - kw_matmul: Y = X . W^T on the thread pool.
+ *
+ * Owns the two phases of a matmul: (1) the activations X are converted to
+ * the weight type's dot type into the caller's scratch (split over
+ * activation rows when there are many), (2) the output rows are handed out
+ * to the threads in chunks through an atomic counter, each chunk computed
+ * by the active family's GEMM kernel against all activation rows. Every
+ * output value is computed by the same operations whatever the thread
+ * count, so 1 and N threads give bit-identical results. */
+#include "tensor/kernels.h"
+#include <stdatomic.h>
+#include <string.h>
+
+#define KW_MM_QUANT_PARALLEL_MIN 65536   /* values; below this thread 0 quantizes alone */
+#define KW_MM_ROW_ALIGN 16               /* chunk boundaries are multiples of this */
+
+static size_t act_row_stride(uint32_t dt, int64_t cols) {
+    size_t b = kw_row_bytes(dt, cols);
+    return (b + 63) & ~(size_t)63;
+}
+
+size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n) {
+    if (!W || n <= 0) return 0;
+    uint32_t dt = kw_dot_type(W->type);
+    if (dt == KW_TYPE_F32) return 0;
+    return (size_t)n * act_row_stride(dt, W->cols);
+}
+
+typedef struct {
+    const kw_kernel_set *ks;
+    const kw_matrix *W;
+    const float *X;
+    int64_t n;
+    float *Y;
+    uint32_t dt;
+    const void *xq;
+    size_t xq_stride;
+    int64_t chunk_rows, n_chunks;
+    _Atomic int64_t next_chunk;
+} mm_task;
+
+static void quantize_task(void *v, int ith, int nth) {
+    mm_task *t = v;
+    kw_act_quant_fn q = t->ks->quant[t->dt];
+    for (int64_t i = ith; i < t->n; i += nth)
+        q(t->X + i * t->W->cols, (char *)t->xq + (size_t)i * t->xq_stride, t->W->cols);
+}
+
+static void dot_task(void *v, int ith, int nth) {
+    (void)ith; (void)nth;
+    mm_task *t = v;
+    kw_gemm_fn gemm = t->ks->gemm[t->W->type];
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&t->next_chunk, 1, memory_order_relaxed);
+        if (c >= t->n_chunks) break;
+        int64_t r0 = c * t->chunk_rows, r1 = r0 + t->chunk_rows;
+        if (r1 > t->W->rows) r1 = t->W->rows;
+        gemm(t->W, r0, r1, t->xq, t->xq_stride, t->n, t->Y, t->W->rows);
+    }
+}
+
+static int64_t choose_chunk_rows(int64_t rows, int nth) {
+    if (nth <= 1) return rows;
+    int64_t c = rows / ((int64_t)nth * 8);
+    c = (c + KW_MM_ROW_ALIGN - 1) / KW_MM_ROW_ALIGN * KW_MM_ROW_ALIGN;
+    if (c < 4 * KW_MM_ROW_ALIGN) c = 4 * KW_MM_ROW_ALIGN;
+    return c;
+}
+
+void kw_matmul(kw_pool *pool, const kw_matrix *W, const float *X, int64_t n, float *Y, void *scratch) {
+    if (!W || !X || !Y || n <= 0 || W->rows <= 0) return;
+    const kw_kernel_set *ks = kw_kernels_active();
+    mm_task t;
+    memset(&t, 0, sizeof t);
+    t.ks = ks;
+    t.W = W;
+    t.X = X;
+    t.n = n;
+    t.Y = Y;
+    t.dt = kw_dot_type(W->type);
+    if (!ks->gemm[W->type] || (t.dt != KW_TYPE_F32 && kw_row_bytes(t.dt, W->cols) == 0)) {
+        memset(Y, 0, (size_t)n * (size_t)W->rows * sizeof(float));   /* unsupported: defined output */
+        return;
+    }
+    if (t.dt == KW_TYPE_F32) {
+        t.xq = X;
+        t.xq_stride = (size_t)W->cols * sizeof(float);
+    } else {
+        t.xq = scratch;
+        t.xq_stride = act_row_stride(t.dt, W->cols);
+        if (n * W->cols >= KW_MM_QUANT_PARALLEL_MIN && kw_pool_size(pool) > 1)
+            kw_pool_run(pool, quantize_task, &t);
+        else
+            quantize_task(&t, 0, 1);
+    }
+    int nth = kw_pool_size(pool);
+    t.chunk_rows = choose_chunk_rows(W->rows, nth);
+    t.n_chunks = (W->rows + t.chunk_rows - 1) / t.chunk_rows;
+    atomic_store(&t.next_chunk, 0);
+    if (nth > 1 && t.n_chunks > 1) kw_pool_run(pool, dot_task, &t);
+    else dot_task(&t, 0, 1);
+}
