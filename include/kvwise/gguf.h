@@ -8,7 +8,10 @@
  * Strings are copied out as NUL-terminated heap strings (kw_str.s), so they
  * stay valid for the life of the kw_gguf and can be used with C string
  * functions (their length is kw_str.len; embedded NULs are possible).
- * Tensor data pointers point into the mapping. */
+ * Tensor data pointers point into the mapping. kw_gguf_open() notes the
+ * mapping with kw_mem_note_mapped(KW_MEM_WEIGHTS, size) and un-notes it on
+ * close, so callers must not note it again. Numeric array elements
+ * (arr_data) are unaligned little-endian bytes: read them with memcpy. */
 #ifndef KVWISE_GGUF_H
 #define KVWISE_GGUF_H
 #include "kvwise/common.h"
@@ -85,6 +88,8 @@ void kw_gguf_writer_set_i32(kw_gguf_writer *w, const char *key, int32_t v);
 void kw_gguf_writer_set_u64(kw_gguf_writer *w, const char *key, uint64_t v);
 void kw_gguf_writer_set_f32(kw_gguf_writer *w, const char *key, float v);
 void kw_gguf_writer_set_bool(kw_gguf_writer *w, const char *key, bool v);
+/* Any scalar type (not STRING/ARRAY); value points to one host-order element. */
+void kw_gguf_writer_set_scalar(kw_gguf_writer *w, const char *key, kw_gguf_vtype type, const void *value);
 void kw_gguf_writer_set_str(kw_gguf_writer *w, const char *key, const char *v);
 /* Arrays: numeric element types copy n elements from data; strings copy n C strings. */
 void kw_gguf_writer_set_arr(kw_gguf_writer *w, const char *key, kw_gguf_vtype elem, const void *data, uint64_t n);
@@ -95,6 +100,16 @@ void kw_gguf_writer_copy_kvs(kw_gguf_writer *w, const kw_gguf *src);
  * is copied. Returns 0 or -1 (bad shape/type, duplicate name). */
 int kw_gguf_writer_add_tensor(kw_gguf_writer *w, const char *name, uint32_t type,
                               uint32_t n_dims, const int64_t *ne, const void *data, kw_err *err);
+/* Streaming variant: nothing is copied; at write time the writer calls
+ * fill(ctx, first_row, n_rows, dst, err) for consecutive chunks of about
+ * 4 MiB of rows (rows = ne[1]*ne[2]*ne[3], each kw_row_bytes(type, ne[0])
+ * bytes) and writes them out, so peak memory is one chunk per writer, not
+ * the model. fill returns 0, or -1 with err set (the write then fails).
+ * ctx must stay valid until kw_gguf_writer_write() returns. */
+typedef int (*kw_gguf_fill_fn)(void *ctx, int64_t first_row, int64_t n_rows, void *dst, kw_err *err);
+int kw_gguf_writer_add_tensor_fill(kw_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                   const int64_t *ne, kw_gguf_fill_fn fill, void *ctx, kw_err *err);
+/* Writes PATH.tmp and renames it to PATH (no half-written file at PATH). */
 int kw_gguf_writer_write(kw_gguf_writer *w, const char *path, kw_err *err);
 
 #endif
