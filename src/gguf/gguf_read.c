@@ -292,9 +292,9 @@ static int parse_header(cursor *c, kw_gguf *g) {
      * descriptor at least a name length, n_dims, one dim, a type, an offset. */
     uint64_t min_kv = c->version == 1 ? 9 : 13, min_tensor = c->version == 1 ? 20 : 28;
     if (g->n_kv > bytes_left(c) / min_kv)
-        return kw_err_set(c->err, "metadata count %llu exceeds file size", (unsigned long long)g->n_kv);
+        return kw_err_set(c->err, "metadata count %llu exceeds file size (truncated or corrupt file?)", (unsigned long long)g->n_kv);
     if (g->n_tensors > bytes_left(c) / min_tensor)
-        return kw_err_set(c->err, "tensor count %llu exceeds file size", (unsigned long long)g->n_tensors);
+        return kw_err_set(c->err, "tensor count %llu exceeds file size (truncated or corrupt file?)", (unsigned long long)g->n_tensors);
     if (g->n_tensors > UINT32_MAX || g->n_kv > UINT32_MAX)
         return kw_err_set(c->err, "tensor/metadata counts too large");
     return 0;
