@@ -70,7 +70,23 @@ typedef struct cursor {
     uint32_t version;
     gguf_priv *g;
     kw_err *err;
+    char shown[2][128];   /* names made printable for messages */
 } cursor;
+
+/* A name from the file, safe to print on one line: control and non-ASCII
+ * bytes become \xNN, long names are cut with "...". */
+static const char *show(cursor *c, int slot, const kw_str *s) {
+    char *out = c->shown[slot];
+    size_t o = 0, cap = sizeof c->shown[slot];
+    for (uint64_t i = 0; i < s->len; i++) {
+        unsigned char ch = (unsigned char)s->s[i];
+        if (o + 8 >= cap) { memcpy(out + o, "...", 4); return out; }
+        if (ch >= 0x20 && ch < 0x7f) out[o++] = (char)ch;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+    }
+    out[o] = 0;
+    return out;
+}
 
 static uint64_t bytes_left(const cursor *c) { return c->size - c->pos; }
 
@@ -305,10 +321,10 @@ static int parse_metadata(cursor *c, kw_gguf *g) {
         if (grow((void **)&g->kv, &c->g->kv_cap, i, sizeof(kw_gguf_kv)))
             return kw_err_set(c->err, "out of memory reading metadata");
         kw_gguf_kv *kv = &g->kv[i];
-        char what[128];
+        char what[192];
         snprintf(what, sizeof what, "metadata key %llu", (unsigned long long)i);
         if (read_string(c, &kv->key, what)) return -1;
-        snprintf(what, sizeof what, "metadata key %llu (%.60s)", (unsigned long long)i, kv->key.s);
+        snprintf(what, sizeof what, "metadata key %llu (%s)", (unsigned long long)i, show(c, 0, &kv->key));
         if (kv->key.len == 0) return kw_err_set(c->err, "metadata key %llu: empty key", (unsigned long long)i);
         uint64_t t;
         if (read_uint(c, 4, &t, what)) return -1;
@@ -333,27 +349,27 @@ static int apply_alignment(cursor *c, kw_gguf *g) {
 }
 
 static int check_type_and_shape(cursor *c, kw_gguf_tensor *t) {
-    const char *name = t->name.s;
+    const char *name = show(c, 0, &t->name);
     const kw_type_traits *tr = kw_type_traits_get(t->type);
-    if (!tr) return kw_err_set(c->err, "tensor %.80s: unknown tensor type %u", name, t->type);
+    if (!tr) return kw_err_set(c->err, "tensor %s: unknown tensor type %u", name, t->type);
     if (tr->block_size <= 0 || tr->type_size <= 0)
-        return kw_err_set(c->err, "tensor %.80s: type %s has no storage size", name, tr->name);
+        return kw_err_set(c->err, "tensor %s: type %s has no storage size", name, tr->name);
     uint64_t elems = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) {
         if (t->ne[d] <= 0)
-            return kw_err_set(c->err, "tensor %.80s: dimension %d is %lld (must be > 0)", name, d, (long long)t->ne[d]);
+            return kw_err_set(c->err, "tensor %s: dimension %d is %lld (must be > 0)", name, d, (long long)t->ne[d]);
         if ((uint64_t)t->ne[d] > (uint64_t)INT64_MAX / elems)
-            return kw_err_set(c->err, "tensor %.80s: element count overflows", name);
+            return kw_err_set(c->err, "tensor %s: element count overflows", name);
         elems *= (uint64_t)t->ne[d];
     }
     if (t->ne[0] % tr->block_size != 0)
-        return kw_err_set(c->err, "tensor %.80s: row length %lld is not a multiple of the %s block size %d",
+        return kw_err_set(c->err, "tensor %s: row length %lld is not a multiple of the %s block size %d",
                           name, (long long)t->ne[0], tr->name, tr->block_size);
     uint64_t row = (uint64_t)(t->ne[0] / tr->block_size) * (uint64_t)tr->type_size;
     uint64_t rows = elems / (uint64_t)t->ne[0];
-    if (rows && row > UINT64_MAX / rows) return kw_err_set(c->err, "tensor %.80s: byte size overflows", name);
+    if (rows && row > UINT64_MAX / rows) return kw_err_set(c->err, "tensor %s: byte size overflows", name);
     t->nbytes = row * rows;
-    if (t->nbytes > c->size) return kw_err_set(c->err, "tensor %.80s: size %llu bytes exceeds file size", name,
+    if (t->nbytes > c->size) return kw_err_set(c->err, "tensor %s: size %llu bytes exceeds file size", name,
                                               (unsigned long long)t->nbytes);
     return 0;
 }
@@ -363,22 +379,22 @@ static int parse_tensor_infos(cursor *c, kw_gguf *g) {
         if (grow((void **)&g->tensors, &c->g->tensor_cap, i, sizeof(kw_gguf_tensor)))
             return kw_err_set(c->err, "out of memory reading tensor descriptors");
         kw_gguf_tensor *t = &g->tensors[i];
-        char what[128];
+        char what[192];
         snprintf(what, sizeof what, "tensor %llu name", (unsigned long long)i);
         if (read_string(c, &t->name, what)) return -1;
         if (t->name.len == 0) return kw_err_set(c->err, "tensor %llu: empty name", (unsigned long long)i);
-        snprintf(what, sizeof what, "tensor %.100s", t->name.s);
+        snprintf(what, sizeof what, "tensor %s", show(c, 0, &t->name));
         uint64_t nd;
         if (read_uint(c, 4, &nd, what)) return -1;
         if (nd < 1 || nd > GGUF_MAX_DIMS)
-            return kw_err_set(c->err, "tensor %.80s: n_dims %llu out of range (1..%d)", t->name.s, (unsigned long long)nd, GGUF_MAX_DIMS);
+            return kw_err_set(c->err, "tensor %s: n_dims %llu out of range (1..%d)", show(c, 0, &t->name), (unsigned long long)nd, GGUF_MAX_DIMS);
         t->n_dims = (uint32_t)nd;
         for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t ne;
             if (read_count(c, &ne, what)) return -1;
             if (ne > (uint64_t)INT64_MAX)
-                return kw_err_set(c->err, "tensor %.80s: dimension %u is %llu (too large)", t->name.s, d, (unsigned long long)ne);
+                return kw_err_set(c->err, "tensor %s: dimension %u is %llu (too large)", show(c, 0, &t->name), d, (unsigned long long)ne);
             t->ne[d] = (int64_t)ne;
         }
         uint64_t type, off;
@@ -397,10 +413,10 @@ static int check_unique(cursor *c, gguf_priv *p) {
     if (!p->kv_order || !p->tensor_order) return kw_err_set(c->err, "out of memory indexing the file");
     for (uint64_t i = 1; i < g->n_kv; i++)
         if (!str_cmp(&g->kv[p->kv_order[i - 1]].key, &g->kv[p->kv_order[i]].key))
-            return kw_err_set(c->err, "duplicate metadata key %.80s", g->kv[p->kv_order[i]].key.s);
+            return kw_err_set(c->err, "duplicate metadata key %s", show(c, 0, &g->kv[p->kv_order[i]].key));
     for (uint64_t i = 1; i < g->n_tensors; i++)
         if (!str_cmp(&g->tensors[p->tensor_order[i - 1]].name, &g->tensors[p->tensor_order[i]].name))
-            return kw_err_set(c->err, "duplicate tensor name %.80s", g->tensors[p->tensor_order[i]].name.s);
+            return kw_err_set(c->err, "duplicate tensor name %s", show(c, 0, &g->tensors[p->tensor_order[i]].name));
     return 0;
 }
 
@@ -417,10 +433,10 @@ static int place_tensor_data(cursor *c, kw_gguf *g) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         kw_gguf_tensor *t = &g->tensors[i];
         if (t->offset % a)
-            return kw_err_set(c->err, "tensor %.80s: data offset %llu is not a multiple of the alignment %llu",
-                              t->name.s, (unsigned long long)t->offset, (unsigned long long)a);
+            return kw_err_set(c->err, "tensor %s: data offset %llu is not a multiple of the alignment %llu",
+                              show(c, 0, &t->name), (unsigned long long)t->offset, (unsigned long long)a);
         if (t->offset > avail || t->nbytes > avail - t->offset)
-            return kw_err_set(c->err, "tensor %.80s: data extends past end of file", t->name.s);
+            return kw_err_set(c->err, "tensor %s: data extends past end of file", show(c, 0, &t->name));
         t->data = g->base + start + t->offset;
     }
     off_entry *by_off = kw_mem_alloc(KW_MEM_OTHER, (size_t)g->n_tensors * sizeof *by_off);
@@ -431,7 +447,7 @@ static int place_tensor_data(cursor *c, kw_gguf *g) {
     for (uint64_t i = 1; i < g->n_tensors && rc == 0; i++) {
         const kw_gguf_tensor *x = &g->tensors[by_off[i - 1].idx], *y = &g->tensors[by_off[i].idx];
         if (x->offset + x->nbytes > y->offset)
-            rc = kw_err_set(c->err, "tensors %.80s and %.80s overlap in the data section", x->name.s, y->name.s);
+            rc = kw_err_set(c->err, "tensors %s and %s overlap in the data section", show(c, 0, &x->name), show(c, 1, &y->name));
     }
     kw_mem_free(by_off);
     return rc;

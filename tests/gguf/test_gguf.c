@@ -374,6 +374,8 @@ static void test_malformed(void) {
     EXPECT_FAIL(b, "string length 1099511627776 exceeds file size");
     b.n = 0; header(&b, 3, 0, 1); str(&b, ""); u32(&b, KW_GGUF_UINT8); put(&b, "x", 1);
     EXPECT_FAIL(b, "empty key");
+    b.n = 0; header(&b, 3, 0, 1); str(&b, "bad\nkey"); u32(&b, 99); zeros(&b, 8);
+    EXPECT_FAIL(b, "metadata key 0 (bad\\x0akey): invalid value type 99");   /* control bytes escaped: one line */
     b.n = 0; header(&b, 3, 0, 2); kv_u32(&b, "dup", 1); kv_u32(&b, "dup", 2);
     EXPECT_FAIL(b, "duplicate metadata key dup");
     /* arrays: huge counts of fixed-size and string elements, bad element type */
