@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct kw_kvmem {
     pthread_mutex_t mu;
@@ -33,7 +34,14 @@ struct kw_kvmem {
     uint64_t led_live, led_cached;   /* what this module has put on the ledger */
     uint64_t admitted, waited, never, evict_calls, evicted_for_admission, ledger_errors;
     uint64_t cached_tokens_served;
+    double log_interval_s, last_log;
 };
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int32_t blocks_for(const kw_kvmem *m, int32_t positions) {
     int32_t bt = m->pool->lay.block_tokens;
@@ -104,6 +112,8 @@ kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err)
     m->ledger = o->ledger;
     m->n_slots = o->n_slots;
     m->n_ctx = o->n_ctx;
+    m->log_interval_s = o->log_interval_s;
+    m->last_log = -1e9;
     m->tables = calloc((size_t)o->n_slots, sizeof *m->tables);
     m->live = calloc((size_t)o->n_slots, sizeof *m->live);
     m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, o->cache_max_bytes);
@@ -218,7 +228,13 @@ void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, b
     }
     slot_release(m, slot);
     ledger_sync(m);
+    bool log_now = keep && m->log_interval_s > 0 && mono_s() - m->last_log >= m->log_interval_s;
+    if (log_now) m->last_log = mono_s();
     pthread_mutex_unlock(&m->mu);
+    if (log_now) {
+        char line[160];
+        fprintf(stderr, "%s\n", kw_kvmem_cache_line(m, line, sizeof line));
+    }
 }
 
 kw_block_table *kw_kvmem_table(kw_kvmem *m, int32_t slot) {

@@ -1,0 +1,130 @@
+// lib.mjs - helpers for the memory-wall e2e tests: start `kvwise serve` on a
+// free loopback port, wait until /health is 200, talk JSON with timeouts,
+// stop it with SIGTERM. Only 127.0.0.1 is ever contacted.
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import fs from 'node:fs';
+import path from 'node:path';
+
+export let passed = 0, failed = 0;
+export function check(cond, what) {
+  if (cond) passed++;
+  else { failed++; console.error(`CHECK failed: ${what}`); }
+}
+export function finish() {
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+export function skip(why) { console.log(`SKIPPED: ${why}`); process.exit(77); }
+
+export function sharedModel(name) {
+  const dir = process.env.KW_SHARED_DIR || path.resolve(process.env.KW_SOURCE_DIR || '.', '../shared');
+  const p = path.join(dir, 'conformance', 'models', name);
+  return fs.existsSync(p) ? p : null;
+}
+
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); });
+    s.on('error', reject);
+  });
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export async function startServer(args, { readyTimeoutMs = 60000 } = {}) {
+  const bin = process.env.KW_BIN;
+  if (!bin || !fs.existsSync(bin)) skip('KW_BIN not set');
+  const port = await freePort();
+  const proc = spawn(bin, ['serve', '--host', '127.0.0.1', '--port', String(port), ...args],
+                     { stdio: ['ignore', 'pipe', 'pipe'] });
+  const log = [];
+  let exited = null;
+  const onData = (d) => { for (const l of d.toString().split('\n')) if (l) log.push(l); };
+  proc.stdout.on('data', onData);
+  proc.stderr.on('data', onData);
+  proc.on('exit', (code, sig) => { exited = { code, sig }; });
+  const base = `http://127.0.0.1:${port}`;
+  const t0 = Date.now();
+  for (;;) {
+    if (exited) throw new Error(`server exited early (${JSON.stringify(exited)}):\n${log.join('\n')}`);
+    try {
+      const r = await fetch(`${base}/health`, { signal: AbortSignal.timeout(2000) });
+      if (r.status === 200) break;
+    } catch { /* not listening yet */ }
+    if (Date.now() - t0 > readyTimeoutMs) { proc.kill('SIGKILL'); throw new Error(`server not ready:\n${log.join('\n')}`); }
+    await sleep(100);
+  }
+  return {
+    proc, base, log, port,
+    alive: () => exited === null,
+    async stop() {
+      if (exited) return exited;
+      proc.kill('SIGTERM');
+      for (let i = 0; i < 200 && !exited; i++) await sleep(50);
+      if (!exited) { proc.kill('SIGKILL'); await sleep(100); return { code: null, sig: 'SIGKILL(forced)' }; }
+      return exited;
+    },
+  };
+}
+
+export async function getJSON(base, p, timeoutMs = 10000) {
+  const r = await fetch(base + p, { signal: AbortSignal.timeout(timeoutMs) });
+  return { status: r.status, body: await r.json() };
+}
+
+// POST JSON; returns {status, headers, body(json or null), text, ms}.
+export async function post(base, p, body, timeoutMs = 60000) {
+  const t0 = Date.now();
+  try {
+    const r = await fetch(base + p, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs),
+    });
+    const text = await r.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch { /* not JSON */ }
+    return { status: r.status, headers: r.headers, body: json, text, ms: Date.now() - t0 };
+  } catch (e) {
+    return { status: 0, error: String(e), ms: Date.now() - t0 };
+  }
+}
+
+// Streams a chat completion; returns {status, ttftMs, usage, text}.
+export async function streamChat(base, body, timeoutMs = 60000) {
+  const t0 = Date.now();
+  const r = await fetch(base + '/v1/chat/completions', {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  if (r.status !== 200) return { status: r.status, text: await r.text() };
+  let ttftMs = null, usage = null, text = '', buf = '';
+  const dec = new TextDecoder();
+  for await (const chunk of r.body) {
+    buf += dec.decode(chunk, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (!line.startsWith('data:')) continue;
+      const data = line.slice(5).trim();
+      if (data === '[DONE]') continue;
+      const j = JSON.parse(data);
+      if (j.usage) usage = j.usage;
+      const d = j.choices && j.choices[0] && j.choices[0].delta;
+      if (d && d.content) { if (ttftMs === null) ttftMs = Date.now() - t0; text += d.content; }
+    }
+  }
+  return { status: 200, ttftMs, usage, text };
+}
+
+// A deterministic word generator: distinct long prompts without randomness.
+export function words(seed, n) {
+  const vocab = ['alpha', 'river', 'stone', 'cloud', 'maple', 'ember', 'north', 'quiet', 'lumen', 'harbor',
+                 'cedar', 'violet', 'copper', 'meadow', 'signal', 'tundra', 'orbit', 'willow', 'prism', 'falcon'];
+  let x = seed * 2654435761 >>> 0, out = [];
+  for (let i = 0; i < n; i++) { x = (x ^ (x << 13)) >>> 0; x = (x ^ (x >>> 17)) >>> 0; x = (x ^ (x << 5)) >>> 0; out.push(vocab[x % vocab.length]); }
+  return out.join(' ');
+}

@@ -1,0 +1,140 @@
+// load.mjs - the memory wall under load (issue 5 acceptance): hundreds of
+// requests (distinct long prompts, multi-turn conversations, a few that can
+// never fit) against a server with a small --memory-limit and small cache
+// caps. Asserts, sampling GET /v1/memory throughout: cache bytes never above
+// --prompt-cache-bytes, cached sequences never above --prompt-cache-size, the
+// kernel's peak (VmHWM) never above --memory-limit; every request answered
+// 200, 503 + Retry-After, or a typed 400, none hanging; the process alive at
+// the end; RSS after the run within 2% of RSS after warm-up; clean exit.
+// Bounded: ~340 requests, each with a 60 s client timeout; the whole test
+// takes well under a minute on 2 cores.
+import { check, finish, startServer, getJSON, post, words, sleep, sharedModel, skip } from './lib.mjs';
+
+const model = sharedModel('llama-q4_0.gguf');
+if (!model) skip('../shared/conformance/models/llama-q4_0.gguf not found');
+const CACHE_SEQS = 2;
+const CACHE_BYTES = '96KiB';
+const LIMIT = process.env.KW_E2E_LIMIT || '48MiB';
+const srv = await startServer(['-m', model, '--memory-limit', LIMIT,
+  '--prompt-cache-size', String(CACHE_SEQS), '--prompt-cache-bytes', CACHE_BYTES,
+  '--ctx-size', '512', '--decode-concurrency', '4', '--prompt-concurrency', '2',
+  '--prefill-step-size', '128', '--max-queue', '8', '--queue-timeout', '2']);
+
+const mem0 = (await getJSON(srv.base, '/v1/memory')).body;
+const limit = mem0.budget.limit;
+const maxBytes = mem0.prompt_cache.max_bytes, maxSeqs = mem0.prompt_cache.max_sequences;
+check(maxSeqs === CACHE_SEQS, `/v1/memory reports max_sequences ${maxSeqs} (flag ${CACHE_SEQS})`);
+check(maxBytes === 96 * 1024, `/v1/memory reports max_bytes ${maxBytes} (flag ${CACHE_BYTES})`);
+check(limit > 0, `budget limit ${limit} > 0`);
+
+// Sampler: /v1/memory every 50 ms for the whole run.
+let sampling = true, samples = 0, capViolations = [], hwmMax = 0;
+const sampler = (async () => {
+  while (sampling) {
+    try {
+      const m = (await getJSON(srv.base, '/v1/memory', 5000)).body;
+      samples++;
+      if (m.prompt_cache.bytes > maxBytes) capViolations.push(`bytes ${m.prompt_cache.bytes} > ${maxBytes}`);
+      if (m.prompt_cache.sequences > maxSeqs) capViolations.push(`seqs ${m.prompt_cache.sequences} > ${maxSeqs}`);
+      hwmMax = Math.max(hwmMax, m.measured.vm_hwm);
+    } catch (e) { capViolations.push(`sample failed: ${e}`); }
+    await sleep(50);
+  }
+})();
+
+const outcomes = { 200: 0, 503: 0, 400: 0, other: [] };
+function classify(r, what) {
+  if (r.status === 200) { outcomes[200]++; return; }
+  if (r.status === 503) {
+    outcomes[503]++;
+    const ra = r.headers.get('retry-after');
+    check(ra && /^\d+$/.test(ra), `${what}: 503 has Retry-After (got ${ra})`);
+    check(r.body && r.body.error && r.body.error.message, `${what}: 503 has an OpenAI error body`);
+    return;
+  }
+  if (r.status === 400) {
+    outcomes[400]++;
+    check(r.body && r.body.error && r.body.error.type && r.body.error.code, `${what}: 400 is typed (${r.text})`);
+    return;
+  }
+  outcomes.other.push(`${what}: status ${r.status} ${r.error || r.text || ''}`.slice(0, 300));
+}
+
+// Runs jobs with at most `width` in flight.
+async function pool(jobs, width) {
+  let i = 0;
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (i < jobs.length) await jobs[i++]();
+  }));
+}
+
+function promptJob(k) {
+  return async () => {
+    const r = await post(srv.base, '/v1/completions',
+      { prompt: `${k}: ${words(k, 120 + (k % 5) * 40)}`, max_tokens: 8 + (k % 8), temperature: 0 });
+    classify(r, `prompt ${k}`);
+  };
+}
+
+function conversationJob(c, turns) {
+  return async () => {
+    const msgs = [{ role: 'system', content: `You are helper ${c % 2}. ${words(1000 + (c % 2), 60)}` }];
+    for (let t = 0; t < turns; t++) {
+      msgs.push({ role: 'user', content: `turn ${t}: ${words(c * 100 + t, 30)}` });
+      const r = await post(srv.base, '/v1/chat/completions', { messages: msgs, max_tokens: 12, temperature: 0 });
+      classify(r, `conversation ${c} turn ${t}`);
+      if (r.status !== 200) break;
+      msgs.push({ role: 'assistant', content: r.body.choices[0].message.content });
+    }
+  };
+}
+
+// Warm-up: the same mix, smaller; then the RSS baseline.
+await pool([...Array.from({ length: 40 }, (_, k) => promptJob(10000 + k)),
+            ...Array.from({ length: 4 }, (_, c) => conversationJob(900 + c, 4))], 16);
+await sleep(300);
+const rssWarm = (await getJSON(srv.base, '/v1/memory')).body.measured.rss;
+
+// The run: 240 distinct prompts, 12 conversations x 6 turns, 4 that can never fit.
+const jobs = [];
+for (let k = 0; k < 240; k++) jobs.push(promptJob(k));
+for (let c = 0; c < 12; c++) jobs.splice(c * 20, 0, conversationJob(c, 6));
+const never = [];
+for (let k = 0; k < 4; k++) {
+  jobs.push(async () => {   // longer than the context: a typed 400 at once, never a 503
+    const r = await post(srv.base, '/v1/completions', { prompt: words(5000 + k, 900), max_tokens: 4 });
+    never.push(r.status);
+    classify(r, `never-fits ${k}`);
+  });
+}
+const t0 = Date.now();
+await pool(jobs, 24);
+const runMs = Date.now() - t0;
+sampling = false;
+await sampler;
+
+const memEnd = (await getJSON(srv.base, '/v1/memory')).body;
+const rssEnd = memEnd.measured.rss;
+const total = outcomes[200] + outcomes[503] + outcomes[400] + outcomes.other.length;
+console.log(`run: ${total} requests in ${runMs} ms: ${outcomes[200]} x 200, ${outcomes[503]} x 503, ` +
+            `${outcomes[400]} x 400, ${outcomes.other.length} other; ${samples} samples of /v1/memory; ` +
+            `VmHWM ${hwmMax} of limit ${limit}; RSS warm ${rssWarm} end ${rssEnd}; ` +
+            `cache ${memEnd.prompt_cache.sequences} seq ${memEnd.prompt_cache.bytes} B, hit rate ${memEnd.prompt_cache.hit_rate.toFixed(2)}`);
+check(total >= 300, `at least 300 requests answered (${total})`);
+check(outcomes.other.length === 0, `every answer is 200/503/400: ${outcomes.other.slice(0, 5).join(' | ')}`);
+check(outcomes[200] >= total / 2, `most requests served (${outcomes[200]} of ${total})`);
+check(never.every((s) => s === 400), `never-fitting requests got 400 (${never})`);
+check(samples >= 20, `sampled /v1/memory during the run (${samples})`);
+check(capViolations.length === 0, `caps held in every sample: ${capViolations.slice(0, 5).join(' | ')}`);
+check(memEnd.measured.vm_hwm <= limit, `VmHWM ${memEnd.measured.vm_hwm} <= --memory-limit ${limit}`);
+// 2%: issue 5's acceptance bound for "no growth with uptime".
+check(Math.abs(rssEnd - rssWarm) <= 0.02 * rssWarm, `RSS after the run ${rssEnd} within 2% of after warm-up ${rssWarm}`);
+check(srv.alive(), 'server still running');
+const metrics = await (await fetch(srv.base + '/metrics')).text();
+check(/kvwise_requests_rejected_total\{reason="never_fits"\} [1-9]|kvwise_requests_rejected_total\{reason="context_length"\} [1-9]/.test(metrics),
+      '/metrics counts the 400 rejections by reason');
+check(/\nkvwise_prompt_cache_bytes \d+/.test(metrics), '/metrics has kvwise_prompt_cache_bytes');
+check(srv.log.some((l) => /^Prompt cache: \d+ seq, .*, latest \d+ tokens, hit rate \d+%/.test(l)), 'periodic "Prompt cache:" log line');
+const ex = await srv.stop();
+check(ex.code === 0, `clean exit on SIGTERM (${JSON.stringify(ex)})`);
+finish();
