@@ -1,0 +1,28 @@
+/* plan_internal.h - shared by the src/plan/ files: defaults and the two
+ * figures that other modules own (KV bytes per token: kv.h; workspace:
+ * model.h), reached through one name each so there is one source of truth. */
+#ifndef KW_PLAN_INTERNAL_H
+#define KW_PLAN_INTERNAL_H
+#include "kvwise/plan.h"
+#include "kvwise/kv.h"
+
+#define KW_PLAN_DEFAULT_STEP 512
+#define KW_PLAN_DEFAULT_BLOCK 32
+#define KW_PLAN_DEFAULT_CTX 8192
+#define KW_PLAN_MAX_CTX (1 << 24)
+/* Fixed process overhead when nothing was measured: binary, libc,
+ * libmicrohttpd, PCRE2, cJSON, thread stacks actually touched, HTTP
+ * buffers. `kvwise plan` measures its own baseline instead (same binary). */
+#define KW_PLAN_DEFAULT_OVERHEAD (48ULL << 20)
+/* Added to the measured baseline for the HTTP server's connections and buffers. */
+#define KW_PLAN_SERVER_ALLOWANCE (16ULL << 20)
+/* Tokenizer heap per vocab entry when the vocab itself is not at hand (HF
+ * config): the string, its score/type, hash-table and trie slots. */
+#define KW_PLAN_TOKENIZER_BYTES_PER_TOKEN 64
+
+/* KV bytes per token: the pool's own figure (kv.h) */
+#define plan_kv_bytes_per_token kw_kv_bytes_per_token
+size_t plan_ctx_workspace_bytes(const kw_hparams *hp, int32_t max_tokens, int32_t max_ctx, int n_threads);
+const char *kw_plan_type_name(uint32_t type);
+
+#endif
