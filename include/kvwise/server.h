@@ -1,0 +1,47 @@
+/* kvwise/server.h - the OpenAI-compatible HTTP server.
+ *
+ * libmicrohttpd (epoll, a small pool of internal threads) parses HTTP;
+ * handlers check auth/CORS/limits, parse the JSON body (cJSON), render the
+ * chat template, tokenize and submit to the scheduler (sched.h). Streaming
+ * responses are SSE produced by callback responses: the connection is
+ * suspended while it waits for tokens and resumed by the engine thread.
+ * The server starts listening before the model is loaded (GET /health is
+ * 503 "loading" until kw_server_set_engine). kw_server_wait() returns on
+ * SIGTERM/SIGINT; kw_server_stop() then cancels in-flight requests (their
+ * streams end cleanly), waits for connections to drain and closes. */
+#ifndef KVWISE_SERVER_H
+#define KVWISE_SERVER_H
+#include "kvwise/common.h"
+#include "kvwise/sched.h"
+
+typedef struct kw_server_opts {
+    const char *host;             /* default "127.0.0.1" */
+    int port;                     /* default 8080; 0 = any free port (see kw_server_port) */
+    const char *api_key;          /* NULL = no auth */
+    const char *allowed_origins;  /* comma-separated, "*" = any; NULL = no CORS headers */
+    uint64_t max_body_bytes;      /* 413 above this */
+    int timeout_s;                /* idle connection timeout */
+    int http_threads;
+    const char *chat_template;    /* --chat-template NAME|FILE or NULL */
+    const char *model_alias;      /* id in /v1/models (default: the engine's) */
+    const char *config_json;      /* GET /v1/config body (the effective settings) */
+} kw_server_opts;
+
+typedef struct kw_server kw_server;
+
+kw_server *kw_server_start(const kw_server_opts *o, kw_err *err);
+int kw_server_port(const kw_server *s);
+/* Attaches the loaded engine and its scheduler: /health turns 200.
+ * note (may be NULL) receives a startup note about the chat template. */
+int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note, size_t note_cap, kw_err *err);
+/* Replaces the GET /v1/config body (the effective settings as JSON). */
+void kw_server_set_config(kw_server *s, const char *json);
+/* The chat template family in use ("chatml", ...) and where it came from. */
+const char *kw_server_template_desc(const kw_server *s);
+/* Blocks until SIGTERM or SIGINT (installs the handlers). */
+void kw_server_wait(kw_server *s);
+/* Stops accepting, cancels in-flight work through the scheduler (which it
+ * stops and frees), waits for connections to drain, closes. */
+void kw_server_stop(kw_server *s);
+
+#endif

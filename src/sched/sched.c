@@ -1,0 +1,475 @@
+/* sched.c - the engine thread: continuous batching with chunked prefill.
+ *
+ * Each step builds one batch: one token for every decoding sequence plus a
+ * prefill chunk (<= prefill_step tokens) for up to prompt_concurrency
+ * prompts, runs it through the engine, samples, detokenizes, holds back
+ * possible stop strings and reports events to each request. Cancellation
+ * (kw_sched_cancel or a hung-up client socket, polled every step) ends a
+ * sequence within one step and releases its KV. Owns kw_sched_* (sched.h). */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "kvwise/memory.h"
+#include "kvwise/sched.h"
+
+typedef enum { SEQ_FREE = 0, SEQ_PREFILL, SEQ_DECODE } seq_state;
+
+typedef struct seq {
+    seq_state st;
+    kw_sched_req *r;
+    int32_t *toks; int32_t n_toks, cap_toks;   /* prompt then generated */
+    int32_t n_prompt, n_past, n_gen, max_gen, cached;
+    int32_t last_tok;
+    uint64_t rng, order;
+    kw_textout tx;
+    kw_tok_logprob *lps; int32_t n_lp, cap_lp;
+    int32_t row;                               /* logits row this step, -1 none */
+    int32_t chunk;                             /* prefill tokens in this step */
+} seq;
+
+struct kw_sched {
+    kw_engine *e;
+    kw_sched_opts o;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kw_sched_req *q_head, *q_tail;
+    int32_t n_waiting;
+    bool stopping, started;
+    uint64_t next_id, next_order;
+    seq *seqs;
+    int32_t n_slots;
+    int32_t *b_tok, *b_pos, *b_slot;
+    bool *b_want;
+    float *logits;
+    char *piece;
+    kw_sched_stats st;          /* engine thread's own counters */
+    kw_sched_stats pub;         /* a copy published under mu after every step */
+};
+
+const char *kw_finish_name(kw_finish f) {
+    switch (f) {
+    case KW_FINISH_STOP: return "stop";
+    case KW_FINISH_LENGTH: return "length";
+    case KW_FINISH_CANCELLED: return "cancelled";
+    case KW_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void emit(kw_sched_req *r, const kw_sched_event *ev) { if (r->on_event) r->on_event(r, ev); }
+
+static void finish_unadmitted(kw_sched_req *r, kw_finish why, const char *msg) {
+    kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg,
+                         .prompt_tokens = r->n_prompt};
+    emit(r, &ev);
+}
+
+/* ---- per-sequence helpers --------------------------------------------- */
+
+static int seq_push_tok(seq *q, int32_t id) {
+    if (q->n_toks == q->cap_toks) {
+        int32_t cap = q->cap_toks ? q->cap_toks * 2 : 64;
+        int32_t *nt = realloc(q->toks, sizeof(int32_t) * (size_t)cap);
+        if (!nt) return -1;
+        q->toks = nt; q->cap_toks = cap;
+    }
+    q->toks[q->n_toks++] = id;
+    return 0;
+}
+
+static kw_tok_logprob *seq_new_lp(seq *q) {
+    if (q->n_lp == q->cap_lp) {
+        int32_t cap = q->cap_lp ? q->cap_lp * 2 : 16;
+        kw_tok_logprob *n = realloc(q->lps, sizeof(kw_tok_logprob) * (size_t)cap);
+        if (!n) return NULL;
+        q->lps = n; q->cap_lp = cap;
+    }
+    return &q->lps[q->n_lp++];
+}
+
+static void seq_emit_text(seq *q, const char *text, size_t len) {
+    if (!len && !q->n_lp) return;
+    kw_sched_event ev = {.type = KW_EV_DELTA, .text = text, .len = len,
+                         .lp = q->n_lp ? q->lps : NULL, .n_lp = q->n_lp};
+    emit(q->r, &ev);
+    q->n_lp = 0;
+}
+
+static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg) {
+    seq *q = &s->seqs[slot];
+    if (why != KW_FINISH_STOP || q->tx.len) {
+        /* Text left after a length/eog/cancel end is released as is (a stop match empties it first). */
+        size_t cap = q->tx.len * 3 + 4;
+        char *tmp = malloc(cap);
+        if (tmp) {
+            size_t n = kw_textout_flush(&q->tx, tmp, cap);
+            if (why != KW_FINISH_CANCELLED && why != KW_FINISH_ERROR) seq_emit_text(q, tmp, n);
+            free(tmp);
+        }
+    }
+    s->e->seq_end(s->e, slot, q->toks, q->n_past, why == KW_FINISH_STOP || why == KW_FINISH_LENGTH);
+    kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg,
+                         .prompt_tokens = q->n_prompt, .completion_tokens = q->n_gen,
+                         .cached_tokens = q->cached};
+    kw_sched_req *r = q->r;
+    kw_textout_free(&q->tx);
+    free(q->toks);
+    free(q->lps);
+    memset(q, 0, sizeof *q);
+    q->st = SEQ_FREE;
+    s->st.requests_done++;
+    emit(r, &ev);
+}
+
+/* A sampled token: text out, stop strings, eog, limits. */
+static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
+    seq *q = &s->seqs[slot];
+    kw_engine *e = s->e;
+    q->n_gen++;
+    s->st.tokens_generated++;
+    if (seq_push_tok(q, id) < 0) { seq_finish(s, slot, KW_FINISH_ERROR, "out of memory"); return; }
+    q->last_tok = id;
+    if (e->is_eog(e, id)) { q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+    size_t n = e->piece(e, id, s->piece, 256, false);
+    if (n > 256) n = 256;
+    size_t rel = 0;
+    bool stopped = kw_textout_push(&q->tx, s->piece, n, &rel);
+    if (rel || q->n_lp) { seq_emit_text(q, q->tx.buf, rel); kw_textout_consume(&q->tx, rel); }
+    if (stopped) { q->tx.len = 0; q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+    if (q->n_gen >= q->max_gen) { seq_finish(s, slot, KW_FINISH_LENGTH, NULL); return; }
+    q->st = SEQ_DECODE;
+}
+
+static void seq_sample(kw_sched *s, int32_t slot, float *row) {
+    seq *q = &s->seqs[slot];
+    kw_sched_req *r = q->r;
+    kw_tok_logprob *lp = r->logprobs ? seq_new_lp(q) : NULL;
+    int32_t id = kw_sched_sample(row, s->e->n_vocab, &r->sp, q->toks + q->n_prompt, q->n_gen,
+                                 &q->rng, r->top_logprobs, lp);
+    seq_accept(s, slot, id);
+}
+
+/* ---- admission ---------------------------------------------------------- */
+
+static int32_t free_slot(kw_sched *s) {
+    for (int32_t i = 0; i < s->n_slots; i++) if (s->seqs[i].st == SEQ_FREE) return i;
+    return -1;
+}
+
+static int32_t n_active(kw_sched *s) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_slots; i++) n += s->seqs[i].st != SEQ_FREE;
+    return n;
+}
+
+static kw_sched_req *queue_pop(kw_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    kw_sched_req *r = s->q_head;
+    if (r) {
+        s->q_head = r->next;
+        if (!s->q_head) s->q_tail = NULL;
+        s->n_waiting--;
+        r->next = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+static void queue_push_front(kw_sched *s, kw_sched_req *r) {
+    pthread_mutex_lock(&s->mu);
+    r->next = s->q_head;
+    s->q_head = r;
+    if (!s->q_tail) s->q_tail = r;
+    s->n_waiting++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Removes cancelled requests that never got a slot and finishes them. */
+static void drop_cancelled_waiting(kw_sched *s) {
+    kw_sched_req *gone = NULL;
+    pthread_mutex_lock(&s->mu);
+    kw_sched_req **pp = &s->q_head, *last = NULL;
+    while (*pp) {
+        kw_sched_req *r = *pp;
+        if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) {
+            *pp = r->next;
+            s->n_waiting--;
+            r->next = gone; gone = r;
+        } else {
+            last = r;
+            pp = &r->next;
+        }
+    }
+    s->q_tail = last;
+    pthread_mutex_unlock(&s->mu);
+    while (gone) {
+        kw_sched_req *r = gone;
+        gone = r->next;
+        finish_unadmitted(r, KW_FINISH_CANCELLED, NULL);
+    }
+}
+
+static void admit_waiting(kw_sched *s) {
+    for (;;) {
+        int32_t slot = free_slot(s);
+        if (slot < 0) return;
+        kw_sched_req *r = queue_pop(s);
+        if (!r) return;
+        kw_engine *e = s->e;
+        if (r->n_prompt <= 0 || r->n_prompt >= e->n_ctx) {
+            finish_unadmitted(r, KW_FINISH_ERROR, "prompt does not fit the context");
+            continue;
+        }
+        int32_t room = e->n_ctx - r->n_prompt;
+        int32_t max_gen = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
+        int32_t cached = e->seq_begin(e, slot, r->prompt, r->n_prompt, r->n_prompt + max_gen);
+        if (cached < 0) {
+            if (n_active(s) == 0) {
+                finish_unadmitted(r, KW_FINISH_ERROR, "request does not fit in the KV pool");
+                continue;
+            }
+            queue_push_front(s, r);       /* wait for running sequences to free memory */
+            return;
+        }
+        seq *q = &s->seqs[slot];
+        memset(q, 0, sizeof *q);
+        q->r = r;
+        q->st = SEQ_PREFILL;
+        q->n_prompt = r->n_prompt;
+        q->max_gen = max_gen;
+        q->cached = cached;
+        q->n_past = cached;
+        q->order = s->next_order++;
+        q->rng = r->sp.has_seed ? r->sp.seed : (uint64_t)now_s() * 1000003u ^ r->id * 0x9E3779B97F4A7C15ull;
+        q->row = -1;
+        kw_textout_init(&q->tx, (const char *const *)r->stop, r->n_stop);
+        for (int32_t i = 0; i < r->n_prompt; i++) seq_push_tok(q, r->prompt[i]);
+        if (q->n_toks != r->n_prompt) { seq_finish(s, slot, KW_FINISH_ERROR, "out of memory"); continue; }
+        kw_sched_event ev = {.type = KW_EV_ADMITTED, .cached_tokens = cached, .prompt_tokens = r->n_prompt};
+        emit(r, &ev);
+    }
+}
+
+/* Polls the sockets of live requests for a hang-up; cancels those. */
+static void poll_hangups(kw_sched *s) {
+    struct pollfd pf[256];
+    int32_t who[256];
+    int n = 0;
+    for (int32_t i = 0; i < s->n_slots && n < 256; i++) {
+        seq *q = &s->seqs[i];
+        if (q->st == SEQ_FREE || q->r->client_fd < 0) continue;
+        pf[n].fd = q->r->client_fd;
+        pf[n].events = POLLRDHUP;
+        pf[n].revents = 0;
+        who[n++] = i;
+    }
+    if (!n || poll(pf, (nfds_t)n, 0) <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+            __atomic_store_n(&s->seqs[who[i]].r->cancel, 1, __ATOMIC_RELEASE);
+}
+
+/* ---- one step ----------------------------------------------------------- */
+
+static void log_progress(kw_sched *s, seq *q) {
+    if (s->o.log_progress && q->n_prompt > s->o.prefill_step)
+        fprintf(stderr, "Prompt processing progress: %d/%d\n", q->n_past, q->n_prompt);
+}
+
+static int run_step(kw_sched *s) {
+    kw_engine *e = s->e;
+    int32_t n = 0, rows = 0;
+    /* decode tokens first: running streams keep flowing */
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        seq *q = &s->seqs[i];
+        q->row = -1; q->chunk = 0;
+        if (q->st != SEQ_DECODE || n >= e->max_batch) continue;
+        if (e->seq_ensure(e, i, q->n_past + 1) < 0) { seq_finish(s, i, KW_FINISH_ERROR, "KV pool exhausted"); continue; }
+        s->b_tok[n] = q->last_tok; s->b_pos[n] = q->n_past; s->b_slot[n] = i; s->b_want[n] = true;
+        q->row = rows++; q->chunk = 1; n++;
+    }
+    /* then prefill chunks, oldest prompts first */
+    for (int32_t k = 0; k < s->o.prompt_concurrency; k++) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < s->n_slots; i++) {
+            seq *q = &s->seqs[i];
+            if (q->st == SEQ_PREFILL && q->chunk == 0 && (best < 0 || q->order < s->seqs[best].order)) best = i;
+        }
+        if (best < 0 || n >= e->max_batch) break;
+        seq *q = &s->seqs[best];
+        int32_t c = q->n_prompt - q->n_past;
+        if (c > s->o.prefill_step) c = s->o.prefill_step;
+        if (c > e->max_batch - n) c = e->max_batch - n;
+        if (e->seq_ensure(e, best, q->n_past + c) < 0) { seq_finish(s, best, KW_FINISH_ERROR, "KV pool exhausted"); k--; continue; }
+        for (int32_t j = 0; j < c; j++) {
+            s->b_tok[n] = q->toks[q->n_past + j]; s->b_pos[n] = q->n_past + j; s->b_slot[n] = best;
+            s->b_want[n] = false;
+            n++;
+        }
+        q->chunk = c;
+        if (q->n_past + c == q->n_prompt) { s->b_want[n - 1] = true; q->row = rows++; }
+    }
+    if (!n) return 0;
+    kw_err err = {{0}};
+    double t0 = now_s();
+    int rc = e->forward(e, n, s->b_tok, s->b_pos, s->b_slot, s->b_want, s->logits, &err);
+    s->st.forward_seconds += now_s() - t0;
+    s->st.steps++;
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        seq *q = &s->seqs[i];
+        if (q->st == SEQ_FREE || !q->chunk) continue;
+        if (rc < 0) { seq_finish(s, i, KW_FINISH_ERROR, err.msg[0] ? err.msg : "forward failed"); continue; }
+        q->n_past += q->chunk;
+        if (q->st == SEQ_PREFILL) {
+            s->st.tokens_prefilled += (uint64_t)q->chunk;
+            log_progress(s, q);
+            kw_sched_event ev = {.type = KW_EV_PROGRESS, .done = q->n_past, .total = q->n_prompt};
+            emit(q->r, &ev);
+            if (q->n_past < q->n_prompt) continue;
+        }
+        seq_sample(s, i, s->logits + (size_t)q->row * (size_t)e->n_vocab);
+    }
+    return 1;
+}
+
+static void cancel_flagged(kw_sched *s) {
+    poll_hangups(s);
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        seq *q = &s->seqs[i];
+        if (q->st != SEQ_FREE && __atomic_load_n(&q->r->cancel, __ATOMIC_ACQUIRE))
+            seq_finish(s, i, KW_FINISH_CANCELLED, NULL);
+    }
+}
+
+static void *engine_main(void *arg) {
+    kw_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && !s->q_head && n_active(s) == 0) pthread_cond_wait(&s->cv, &s->mu);
+        bool stop = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+        double t0 = now_s();
+        drop_cancelled_waiting(s);
+        cancel_flagged(s);
+        admit_waiting(s);
+        int did = run_step(s);
+        if (did) s->st.step_seconds += now_s() - t0;
+        pthread_mutex_lock(&s->mu);
+        s->pub = s->st;
+        s->pub.active = n_active(s);
+        pthread_mutex_unlock(&s->mu);
+        if (!did && n_active(s) == 0 && s->q_head) {
+            /* queued requests that cannot be admitted and nothing running: avoid spinning */
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (int32_t i = 0; i < s->n_slots; i++)
+        if (s->seqs[i].st != SEQ_FREE) seq_finish(s, i, KW_FINISH_CANCELLED, "server shutting down");
+    kw_sched_req *r;
+    while ((r = queue_pop(s))) finish_unadmitted(r, KW_FINISH_CANCELLED, "server shutting down");
+    return NULL;
+}
+
+/* ---- public API --------------------------------------------------------- */
+
+static void sched_free(kw_sched *s) {
+    if (!s) return;
+    free(s->seqs);
+    free(s->b_tok); free(s->b_pos); free(s->b_slot); free(s->b_want);
+    kw_mem_free(s->logits);
+    free(s->piece);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+kw_sched *kw_sched_start(kw_engine *e, const kw_sched_opts *o, kw_err *err) {
+    if (o->decode_concurrency < 1 || o->prompt_concurrency < 1 || o->prefill_step < 1) {
+        kw_err_set(err, "scheduler: concurrency and prefill step must be >= 1");
+        return NULL;
+    }
+    kw_sched *s = calloc(1, sizeof *s);
+    if (!s) { kw_err_set(err, "scheduler: out of memory"); return NULL; }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->e = e;
+    s->o = *o;
+    s->n_slots = o->decode_concurrency < e->n_slots ? o->decode_concurrency : e->n_slots;
+    int32_t rows = s->n_slots + o->prompt_concurrency;
+    size_t mb = (size_t)e->max_batch;
+    s->seqs = calloc((size_t)s->n_slots, sizeof(seq));
+    s->b_tok = malloc(sizeof(int32_t) * mb);
+    s->b_pos = malloc(sizeof(int32_t) * mb);
+    s->b_slot = malloc(sizeof(int32_t) * mb);
+    s->b_want = malloc(sizeof(bool) * mb);
+    s->piece = malloc(272);
+    s->logits = kw_mem_alloc(KW_MEM_WORKSPACE, sizeof(float) * (size_t)rows * (size_t)e->n_vocab);
+    if (!s->seqs || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_want || !s->piece || !s->logits) {
+        sched_free(s);
+        kw_err_set(err, "scheduler: out of memory for %d logits rows", rows);
+        return NULL;
+    }
+    if (pthread_create(&s->th, NULL, engine_main, s) != 0) {
+        sched_free(s);
+        kw_err_set(err, "scheduler: cannot start the engine thread");
+        return NULL;
+    }
+    s->started = true;
+    return s;
+}
+
+int kw_sched_submit(kw_sched *s, kw_sched_req *r, kw_err *err) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) { pthread_mutex_unlock(&s->mu); return kw_err_set(err, "server is shutting down"); }
+    if (s->o.max_queue > 0 && s->n_waiting >= s->o.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return kw_err_set(err, "queue full (%d waiting)", s->n_waiting);
+    }
+    r->next = NULL;
+    r->cancel = 0;
+    r->id = ++s->next_id;
+    if (s->q_tail) s->q_tail->next = r; else s->q_head = r;
+    s->q_tail = r;
+    s->n_waiting++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void kw_sched_cancel(kw_sched *s, kw_sched_req *r) {
+    __atomic_store_n(&r->cancel, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kw_sched_stop(kw_sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->started) pthread_join(s->th, NULL);
+    sched_free(s);
+}
+
+kw_sched_stats kw_sched_get_stats(kw_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    kw_sched_stats st = s->pub;
+    st.waiting = s->n_waiting;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}

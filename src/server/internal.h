@@ -1,0 +1,66 @@
+/* internal.h - what server.c (HTTP plumbing) and openai.c (the OpenAI
+ * request/response mapping) share: the job that travels between an HTTP
+ * connection and the scheduler. Server-internal. */
+#ifndef KW_SERVER_INTERNAL_H
+#define KW_SERVER_INTERNAL_H
+#include <pthread.h>
+#include <cjson/cJSON.h>
+#include "kvwise/sched.h"
+#include "kvwise/server.h"
+#include "chat_template.h"
+#include "sbuf.h"
+
+struct MHD_Connection;
+
+/* An HTTP-level error: status + OpenAI error fields. */
+typedef struct kw_http_error {
+    int status;
+    char message[512];
+    const char *type;       /* "invalid_request_error", "server_error", ... */
+    const char *param;      /* or NULL */
+    const char *code;       /* or NULL */
+    int32_t n_prompt, n_ctx;/* context_length_exceeded details */
+} kw_http_error;
+
+int kw_http_error_set(kw_http_error *e, int status, const char *param, const char *code,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* {"error":{...}} as a malloc'd string. */
+char *kw_http_error_json(const kw_http_error *e);
+
+typedef struct kw_job {
+    pthread_mutex_t mu;
+    int refs;                   /* HTTP side + scheduler side */
+    kw_sched_req req;
+    struct kw_server *srv;
+    struct MHD_Connection *mc;
+    bool chat, stream, include_usage;
+    bool logprobs;              /* any logprobs wanted */
+    int32_t top_logprobs;
+    bool suspended, admitted, finished, http_gone, sent_role;
+    kw_sbuf out;                /* SSE bytes not yet handed to MHD */
+    size_t out_off;
+    kw_sbuf text;               /* non-stream: the whole answer */
+    cJSON *lp;                  /* non-stream logprobs accumulator */
+    size_t text_offset;         /* completions logprobs text_offset */
+    kw_finish finish;
+    int32_t prompt_tokens, completion_tokens, cached_tokens;
+    char error[512];
+    char id[48];
+    long created;
+    char model[128];
+    char *stop_store[KW_SCHED_MAX_STOP];
+} kw_job;
+
+/* Parses the body of /v1/chat/completions (chat=true) or /v1/completions
+ * into a new job (tokenized, context-checked). NULL + e on failure. */
+kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_template *tpl,
+                        bool chat, const char *body, size_t len, const char *model_id, kw_http_error *e);
+void kw_job_free(kw_job *j);
+/* Scheduler callback: turns events into SSE bytes / accumulated text. Called with j->mu held. */
+void kw_openai_on_event(kw_job *j, const kw_sched_event *ev);
+/* The non-stream response body. */
+char *kw_openai_final_json(kw_job *j);
+/* GET /v1/models body. */
+char *kw_openai_models_json(const char *model_id, long created);
+
+#endif

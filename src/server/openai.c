@@ -1,0 +1,567 @@
+/* openai.c - the OpenAI API mapping: validates and parses chat/completion
+ * request bodies into scheduler requests (template, tokens, sampling,
+ * stop strings, context check with max_tokens clamping), and turns
+ * scheduler events into SSE chunks or the final JSON (choices, usage with
+ * cached_tokens, logprobs), plus the OpenAI error shape. Unknown fields are
+ * ignored; tools/tool_choice are accepted (tool calling: issue 8). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "internal.h"
+
+/* ---- errors ------------------------------------------------------------- */
+
+int kw_http_error_set(kw_http_error *e, int status, const char *param, const char *code,
+                      const char *fmt, ...) {
+    e->status = status;
+    e->param = param;
+    e->code = code;
+    e->type = status >= 500 ? "server_error" : "invalid_request_error";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+char *kw_http_error_json(const kw_http_error *e) {
+    cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(o, "message", e->message);
+    cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param) cJSON_AddStringToObject(o, "param", e->param); else cJSON_AddNullToObject(o, "param");
+    if (e->code) cJSON_AddStringToObject(o, "code", e->code); else cJSON_AddNullToObject(o, "code");
+    if (e->code && !strcmp(e->code, "context_length_exceeded")) {
+        cJSON_AddNumberToObject(o, "n_prompt_tokens", e->n_prompt);
+        cJSON_AddNumberToObject(o, "n_ctx", e->n_ctx);
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---- jobs --------------------------------------------------------------- */
+
+void kw_job_free(kw_job *j) {
+    if (!j) return;
+    free(j->req.prompt);
+    for (int i = 0; i < KW_SCHED_MAX_STOP; i++) free(j->stop_store[i]);
+    kw_sbuf_free(&j->out);
+    kw_sbuf_free(&j->text);
+    cJSON_Delete(j->lp);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static void make_id(char *buf, size_t cap, const char *prefix) {
+    static unsigned long counter;
+    unsigned long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(buf, cap, "%s-%lx%05lx", prefix, (unsigned long)ts.tv_sec, c & 0xfffff);
+}
+
+/* ---- request parsing ---------------------------------------------------- */
+
+/* Optional number field in [lo, hi]; returns -1 with e set on a bad type/range. */
+static int get_number(const cJSON *root, const char *key, double lo, double hi, double *out, kw_http_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v)) return kw_http_error_set(e, 400, key, "invalid_type", "'%s' must be a number", key);
+    if (v->valuedouble < lo || v->valuedouble > hi || isnan(v->valuedouble))
+        return kw_http_error_set(e, 400, key, "invalid_value", "'%s' must be between %g and %g", key, lo, hi);
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int get_int(const cJSON *root, const char *key, double lo, double hi, int64_t *out, kw_http_error *e) {
+    double d;
+    int rc = get_number(root, key, lo, hi, &d, e);
+    if (rc <= 0) return rc;
+    if (d != floor(d)) return kw_http_error_set(e, 400, key, "invalid_type", "'%s' must be an integer", key);
+    *out = (int64_t)d;
+    return 1;
+}
+
+static int get_bool(const cJSON *root, const char *key, bool *out, kw_http_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return kw_http_error_set(e, 400, key, "invalid_type", "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+static int parse_sampling(const cJSON *root, kw_job *j, kw_http_error *e) {
+    kw_sampling *sp = &j->req.sp;
+    double d;
+    int64_t i;
+    int rc;
+    sp->temperature = 1.0f;
+    sp->top_p = 1.0f;
+    if ((rc = get_number(root, "temperature", 0, 2, &d, e)) < 0) return -1;
+    if (rc) sp->temperature = (float)d;
+    if ((rc = get_number(root, "top_p", 0, 1, &d, e)) < 0) return -1;
+    if (rc) sp->top_p = (float)d;
+    if ((rc = get_number(root, "min_p", 0, 1, &d, e)) < 0) return -1;
+    if (rc) sp->min_p = (float)d;
+    if ((rc = get_int(root, "top_k", 0, 1e9, &i, e)) < 0) return -1;
+    if (rc) sp->top_k = (int32_t)i;
+    if ((rc = get_number(root, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (rc) sp->presence_penalty = (float)d;
+    if ((rc = get_number(root, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (rc) sp->frequency_penalty = (float)d;
+    if ((rc = get_int(root, "seed", -9.2e18, 9.2e18, &i, e)) < 0) return -1;
+    if (rc) { sp->seed = (uint64_t)i; sp->has_seed = true; }
+    if ((rc = get_int(root, "n", 1, 1e9, &i, e)) < 0) return -1;
+    if (rc && i != 1) return kw_http_error_set(e, 400, "n", "invalid_value", "only n = 1 is supported");
+    return 0;
+}
+
+static int parse_stop(const cJSON *root, kw_job *j, kw_http_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsString(v)) {
+        if (!*v->valuestring) return 0;
+        j->stop_store[0] = strdup(v->valuestring);
+        j->req.n_stop = 1;
+    } else if (cJSON_IsArray(v)) {
+        int n = cJSON_GetArraySize(v);
+        if (n > KW_SCHED_MAX_STOP)
+            return kw_http_error_set(e, 400, "stop", "invalid_value", "at most %d stop sequences", KW_SCHED_MAX_STOP);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+            if (!cJSON_IsString(it)) return kw_http_error_set(e, 400, "stop", "invalid_type", "'stop' must be a string or a list of strings");
+            if (!*it->valuestring) continue;
+            j->stop_store[j->req.n_stop++] = strdup(it->valuestring);
+        }
+    } else {
+        return kw_http_error_set(e, 400, "stop", "invalid_type", "'stop' must be a string or a list of strings");
+    }
+    for (int i = 0; i < j->req.n_stop; i++) {
+        if (!j->stop_store[i]) return kw_http_error_set(e, 500, NULL, NULL, "out of memory");
+        j->req.stop[i] = j->stop_store[i];
+    }
+    return 0;
+}
+
+/* A message's content: a string, null, or a list of {"type":"text","text":...} parts. */
+static int message_text(const cJSON *msg, int idx, kw_sbuf *out, kw_http_error *e) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    if (!c || cJSON_IsNull(c)) return 0;
+    if (cJSON_IsString(c)) return kw_sbuf_puts(out, c->valuestring);
+    if (!cJSON_IsArray(c))
+        return kw_http_error_set(e, 400, "messages", "invalid_type", "messages[%d].content must be a string or a list of parts", idx);
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type))
+            return kw_http_error_set(e, 400, "messages", "invalid_type", "messages[%d].content parts must be objects with a 'type'", idx);
+        if (strcmp(type->valuestring, "text") && strcmp(type->valuestring, "input_text"))
+            return kw_http_error_set(e, 400, "messages", "invalid_value", "messages[%d]: content part type '%s' is not supported (text only)", idx, type->valuestring);
+        if (!cJSON_IsString(text))
+            return kw_http_error_set(e, 400, "messages", "invalid_type", "messages[%d]: a text part needs a string 'text'", idx);
+        kw_sbuf_puts(out, text->valuestring);
+    }
+    return 0;
+}
+
+static char *render_chat(const cJSON *root, const kw_chat_template *tpl, kw_http_error *e) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!msgs) { kw_http_error_set(e, 400, "messages", "missing_required_parameter", "'messages' is required"); return NULL; }
+    if (!cJSON_IsArray(msgs)) { kw_http_error_set(e, 400, "messages", "invalid_type", "'messages' must be an array"); return NULL; }
+    int n = cJSON_GetArraySize(msgs);
+    if (n == 0) { kw_http_error_set(e, 400, "messages", "invalid_value", "'messages' must not be empty"); return NULL; }
+    kw_chat_msg *m = calloc((size_t)n, sizeof *m);
+    kw_sbuf *texts = calloc((size_t)n, sizeof *texts);
+    char *out = NULL;
+    if (!m || !texts) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto done; }
+    int i = 0;
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        if (!cJSON_IsObject(msg) || !cJSON_IsString(role)) {
+            kw_http_error_set(e, 400, "messages", "invalid_type", "messages[%d] must be an object with a string 'role'", i);
+            goto done;
+        }
+        if (!kw_chat_role_valid(role->valuestring)) {
+            kw_http_error_set(e, 400, "messages", "invalid_value", "messages[%d]: unknown role '%s'", i, role->valuestring);
+            goto done;
+        }
+        if (message_text(msg, i, &texts[i], e) < 0) goto done;
+        if (kw_sbuf_add(&texts[i], "", 0) < 0) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto done; }
+        m[i].role = role->valuestring;
+        m[i].content = texts[i].p;
+        i++;
+    }
+    kw_err err = {{0}};
+    out = kw_chat_apply(tpl, m, n, &err);
+    if (!out) kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg);
+done:
+    for (int k = 0; texts && k < n; k++) kw_sbuf_free(&texts[k]);
+    free(texts);
+    free(m);
+    return out;
+}
+
+/* Completions prompt: a string, [string], or [token ids]. */
+static int completion_prompt(const cJSON *root, kw_engine *eng, int32_t **ids, size_t *n, kw_http_error *e) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!p) return kw_http_error_set(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+        p = cJSON_GetArrayItem(p, 0);
+    if (cJSON_IsString(p)) {
+        kw_err err = {{0}};
+        if (eng->tokenize(eng, p->valuestring, strlen(p->valuestring), true, true, ids, n, &err) < 0)
+            return kw_http_error_set(e, 400, "prompt", NULL, "%s", err.msg);
+        return 0;
+    }
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
+        int cnt = cJSON_GetArraySize(p);
+        *ids = malloc(sizeof(int32_t) * (size_t)cnt);
+        if (!*ids) return kw_http_error_set(e, 500, NULL, NULL, "out of memory");
+        const cJSON *it;
+        size_t k = 0;
+        cJSON_ArrayForEach(it, p) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= eng->n_vocab || it->valuedouble != floor(it->valuedouble)) {
+                free(*ids); *ids = NULL;
+                return kw_http_error_set(e, 400, "prompt", "invalid_value", "prompt token ids must be integers in [0, %d)", eng->n_vocab);
+            }
+            (*ids)[k++] = (int32_t)it->valuedouble;
+        }
+        *n = k;
+        return 0;
+    }
+    if (cJSON_IsArray(p)) return kw_http_error_set(e, 400, "prompt", "invalid_value", "'prompt' must be one string or one list of token ids (batches are not supported)");
+    return kw_http_error_set(e, 400, "prompt", "invalid_type", "'prompt' must be a string or a list of token ids");
+}
+
+static int parse_logprobs(const cJSON *root, kw_job *j, kw_http_error *e) {
+    int64_t i;
+    int rc;
+    if (j->chat) {
+        bool lp = false;
+        if (get_bool(root, "logprobs", &lp, e) < 0) return -1;
+        if ((rc = get_int(root, "top_logprobs", 0, KW_SCHED_MAX_TOP_LOGPROBS, &i, e)) < 0) return -1;
+        if (rc) j->top_logprobs = (int32_t)i;
+        j->logprobs = lp;
+    } else {
+        if ((rc = get_int(root, "logprobs", 0, 5, &i, e)) < 0) return -1;
+        if (rc) { j->logprobs = true; j->top_logprobs = (int32_t)i; }
+    }
+    if (!j->logprobs) j->top_logprobs = 0;
+    j->req.logprobs = j->logprobs;
+    j->req.top_logprobs = j->top_logprobs;
+    return 0;
+}
+
+kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_template *tpl,
+                        bool chat, const char *body, size_t len, const char *model_id, kw_http_error *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid JSON"); return NULL; }
+    kw_job *j = NULL;
+    if (!cJSON_IsObject(root)) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object"); goto fail; }
+    j = calloc(1, sizeof *j);
+    if (!j) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto fail; }
+    pthread_mutex_init(&j->mu, NULL);
+    j->srv = srv;
+    j->chat = chat;
+    j->req.client_fd = -1;
+    j->req.user = eng;
+    j->created = (long)time(NULL);
+    make_id(j->id, sizeof j->id, chat ? "chatcmpl" : "cmpl");
+    snprintf(j->model, sizeof j->model, "%s", model_id);
+
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model)) { kw_http_error_set(e, 400, "model", "invalid_type", "'model' must be a string"); goto fail; }
+    if (get_bool(root, "stream", &j->stream, e) < 0) goto fail;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) { kw_http_error_set(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object"); goto fail; }
+        if (get_bool(so, "include_usage", &j->include_usage, e) < 0) goto fail;
+    }
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) { kw_http_error_set(e, 400, "tools", "invalid_type", "'tools' must be an array"); goto fail; }
+    if (parse_sampling(root, j, e) < 0 || parse_stop(root, j, e) < 0 || parse_logprobs(root, j, e) < 0) goto fail;
+    int64_t mt = 0, mct = 0;
+    int rc1 = get_int(root, "max_tokens", 1, 1e12, &mt, e);
+    if (rc1 < 0) goto fail;
+    int rc2 = get_int(root, "max_completion_tokens", 1, 1e12, &mct, e);
+    if (rc2 < 0) goto fail;
+    int64_t max_tokens = rc2 ? mct : rc1 ? mt : 0;
+    j->req.max_tokens = max_tokens > 0x7fffffff ? 0x7fffffff : (int32_t)max_tokens;
+    if (!chat && !rc1 && !rc2) j->req.max_tokens = 16;   /* the completions API default */
+
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (chat) {
+        char *text = render_chat(root, tpl, e);
+        if (!text) goto fail;
+        kw_err err = {{0}};
+        int rc = eng->tokenize(eng, text, strlen(text), tpl->bos[0] == 0, true, &ids, &n_ids, &err);
+        free(text);
+        if (rc < 0) { kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg); goto fail; }
+    } else if (completion_prompt(root, eng, &ids, &n_ids, e) < 0) {
+        goto fail;
+    }
+    j->req.prompt = ids;
+    j->req.n_prompt = (int32_t)n_ids;
+    if (n_ids == 0) { kw_http_error_set(e, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty"); goto fail; }
+    if ((int64_t)n_ids >= eng->n_ctx) {
+        kw_http_error_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
+                          "This model's maximum context length is %d tokens. However, your %s resulted in %zu tokens. "
+                          "Please reduce the length of the %s.", eng->n_ctx, chat ? "messages" : "prompt", n_ids,
+                          chat ? "messages" : "prompt");
+        e->n_prompt = (int32_t)n_ids;
+        e->n_ctx = eng->n_ctx;
+        goto fail;
+    }
+    if (!j->stream) {
+        j->lp = j->logprobs ? (chat ? cJSON_CreateArray() : cJSON_CreateObject()) : NULL;
+        if (j->lp && !chat) {
+            cJSON_AddArrayToObject(j->lp, "tokens");
+            cJSON_AddArrayToObject(j->lp, "token_logprobs");
+            cJSON_AddArrayToObject(j->lp, "top_logprobs");
+            cJSON_AddArrayToObject(j->lp, "text_offset");
+        }
+    }
+    cJSON_Delete(root);
+    return j;
+fail:
+    cJSON_Delete(root);
+    kw_job_free(j);
+    return NULL;
+}
+
+/* ---- responses ---------------------------------------------------------- */
+
+static cJSON *bytes_array(const char *s, size_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)s[i]));
+    return a;
+}
+
+/* A token's text as valid UTF-8 (invalid bytes become U+FFFD). */
+static void token_text(kw_job *j, int32_t id, char *raw, size_t *raw_n, char *txt, size_t txt_cap) {
+    kw_engine *eng = j->req.user;
+    size_t n = eng->piece(eng, id, raw, 64, true);
+    if (n > 64) n = 64;
+    *raw_n = n;
+    kw_textout t;
+    kw_textout_init(&t, NULL, 0);
+    size_t rel;
+    kw_textout_push(&t, raw, n, &rel);
+    size_t m = kw_textout_flush(&t, txt, txt_cap - 1);
+    txt[m] = 0;
+    kw_textout_free(&t);
+}
+
+static cJSON *chat_logprob_entry(kw_job *j, const kw_tok_logprob *lp) {
+    char raw[64], txt[200];
+    size_t rn;
+    cJSON *o = cJSON_CreateObject();
+    token_text(j, lp->id, raw, &rn, txt, sizeof txt);
+    cJSON_AddStringToObject(o, "token", txt);
+    cJSON_AddNumberToObject(o, "logprob", lp->logprob);
+    cJSON_AddItemToObject(o, "bytes", bytes_array(raw, rn));
+    cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+    for (int32_t k = 0; k < lp->n_top && k < j->top_logprobs; k++) {
+        cJSON *t = cJSON_CreateObject();
+        token_text(j, lp->top_id[k], raw, &rn, txt, sizeof txt);
+        cJSON_AddStringToObject(t, "token", txt);
+        cJSON_AddNumberToObject(t, "logprob", lp->top_logprob[k]);
+        cJSON_AddItemToObject(t, "bytes", bytes_array(raw, rn));
+        cJSON_AddItemToArray(top, t);
+    }
+    return o;
+}
+
+/* Completions (legacy) logprobs: appends to {tokens, token_logprobs, top_logprobs, text_offset}. */
+static void completion_logprobs_add(kw_job *j, cJSON *acc, const kw_tok_logprob *lp, int32_t n) {
+    char raw[64], txt[200];
+    size_t rn;
+    for (int32_t i = 0; i < n; i++) {
+        token_text(j, lp[i].id, raw, &rn, txt, sizeof txt);
+        cJSON_AddItemToArray(cJSON_GetObjectItem(acc, "tokens"), cJSON_CreateString(txt));
+        cJSON_AddItemToArray(cJSON_GetObjectItem(acc, "token_logprobs"), cJSON_CreateNumber(lp[i].logprob));
+        cJSON *top = cJSON_CreateObject();
+        for (int32_t k = 0; k < lp[i].n_top && k < j->top_logprobs; k++) {
+            token_text(j, lp[i].top_id[k], raw, &rn, txt, sizeof txt);
+            if (!cJSON_GetObjectItemCaseSensitive(top, txt)) cJSON_AddNumberToObject(top, txt, lp[i].top_logprob[k]);
+        }
+        cJSON_AddItemToArray(cJSON_GetObjectItem(acc, "top_logprobs"), top);
+        cJSON_AddItemToArray(cJSON_GetObjectItem(acc, "text_offset"), cJSON_CreateNumber((double)j->text_offset));
+        j->text_offset += rn;
+    }
+}
+
+static cJSON *usage_json(kw_job *j) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", j->completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", j->prompt_tokens + j->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", j->cached_tokens);
+    return u;
+}
+
+static cJSON *chunk_base(kw_job *j) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", j->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", j->model);
+    cJSON_AddStringToObject(o, "system_fingerprint", "kvwise-" KW_VERSION);
+    return o;
+}
+
+static void sse_emit(kw_job *j, cJSON *chunk) {
+    char *s = cJSON_PrintUnformatted(chunk);
+    cJSON_Delete(chunk);
+    if (!s) return;
+    kw_sbuf_puts(&j->out, "data: ");
+    kw_sbuf_puts(&j->out, s);
+    kw_sbuf_puts(&j->out, "\n\n");
+    free(s);
+}
+
+/* One streamed choice: text (may be empty), finish reason (NULL = none). */
+static void sse_choice(kw_job *j, const char *text, size_t len, const kw_tok_logprob *lp, int32_t n_lp,
+                       const char *finish) {
+    cJSON *o = chunk_base(j);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *tmp = NULL;
+    if (text) { tmp = malloc(len + 1); if (tmp) { memcpy(tmp, text, len); tmp[len] = 0; } }
+    if (j->chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (!j->sent_role) { cJSON_AddStringToObject(d, "role", "assistant"); j->sent_role = true; }
+        if (tmp) cJSON_AddStringToObject(d, "content", tmp);
+        if (n_lp) {
+            cJSON *l = cJSON_AddObjectToObject(c, "logprobs"), *arr = cJSON_AddArrayToObject(l, "content");
+            for (int32_t i = 0; i < n_lp; i++) cJSON_AddItemToArray(arr, chat_logprob_entry(j, &lp[i]));
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
+    } else {
+        cJSON_AddStringToObject(c, "text", tmp ? tmp : "");
+        if (n_lp) {
+            cJSON *acc = cJSON_AddObjectToObject(c, "logprobs");
+            cJSON_AddArrayToObject(acc, "tokens");
+            cJSON_AddArrayToObject(acc, "token_logprobs");
+            cJSON_AddArrayToObject(acc, "top_logprobs");
+            cJSON_AddArrayToObject(acc, "text_offset");
+            completion_logprobs_add(j, acc, lp, n_lp);
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
+    }
+    free(tmp);
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish); else cJSON_AddNullToObject(c, "finish_reason");
+    if (j->include_usage) cJSON_AddNullToObject(o, "usage");
+    sse_emit(j, o);
+}
+
+static void stream_finish(kw_job *j, const kw_sched_event *ev) {
+    if (ev->finish == KW_FINISH_ERROR || ev->finish == KW_FINISH_CANCELLED) {
+        kw_http_error he = {0};
+        kw_http_error_set(&he, ev->finish == KW_FINISH_ERROR ? 500 : 503, NULL,
+                          ev->finish == KW_FINISH_ERROR ? "internal_error" : "cancelled", "%s",
+                          ev->error ? ev->error : "request cancelled");
+        char *s = kw_http_error_json(&he);
+        if (s) { kw_sbuf_printf(&j->out, "data: %s\n\n", s); free(s); }
+    } else {
+        sse_choice(j, j->chat ? NULL : "", 0, NULL, 0, kw_finish_name(ev->finish));
+        if (j->include_usage) {
+            cJSON *o = chunk_base(j);
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", usage_json(j));
+            sse_emit(j, o);
+        }
+    }
+    kw_sbuf_puts(&j->out, "data: [DONE]\n\n");
+}
+
+void kw_openai_on_event(kw_job *j, const kw_sched_event *ev) {
+    switch (ev->type) {
+    case KW_EV_ADMITTED:
+        j->admitted = true;
+        j->cached_tokens = ev->cached_tokens;
+        j->prompt_tokens = ev->prompt_tokens;
+        if (j->stream && j->chat) sse_choice(j, "", 0, NULL, 0, NULL);   /* the role chunk */
+        break;
+    case KW_EV_PROGRESS:
+        if (j->stream && ev->done < ev->total) kw_sbuf_printf(&j->out, ": prompt_progress %d/%d\n\n", ev->done, ev->total);
+        break;
+    case KW_EV_DELTA:
+        if (j->stream) {
+            sse_choice(j, ev->text, ev->len, ev->lp, ev->n_lp, NULL);
+        } else {
+            kw_sbuf_add(&j->text, ev->text ? ev->text : "", ev->len);
+            if (j->lp && j->chat) for (int32_t i = 0; i < ev->n_lp; i++) cJSON_AddItemToArray(j->lp, chat_logprob_entry(j, &ev->lp[i]));
+            else if (j->lp) completion_logprobs_add(j, j->lp, ev->lp, ev->n_lp);
+        }
+        break;
+    case KW_EV_FINISH:
+        j->finish = ev->finish;
+        j->prompt_tokens = ev->prompt_tokens;
+        j->completion_tokens = ev->completion_tokens;
+        j->cached_tokens = ev->cached_tokens;
+        if (ev->error) snprintf(j->error, sizeof j->error, "%s", ev->error);
+        if (j->stream && j->admitted) stream_finish(j, ev);
+        j->finished = true;
+        break;
+    }
+}
+
+char *kw_openai_final_json(kw_job *j) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", j->chat ? "chat.completion" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", j->model);
+    cJSON_AddStringToObject(o, "system_fingerprint", "kvwise-" KW_VERSION);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    kw_sbuf_add(&j->text, "", 0);
+    if (j->chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", j->text.p);
+        if (j->lp) {
+            cJSON *l = cJSON_AddObjectToObject(c, "logprobs");
+            cJSON_AddItemToObject(l, "content", j->lp);
+            j->lp = NULL;
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
+    } else {
+        cJSON_AddStringToObject(c, "text", j->text.p);
+        if (j->lp) { cJSON_AddItemToObject(c, "logprobs", j->lp); j->lp = NULL; }
+        else cJSON_AddNullToObject(c, "logprobs");
+    }
+    cJSON_AddStringToObject(c, "finish_reason", kw_finish_name(j->finish));
+    cJSON_AddItemToObject(o, "usage", usage_json(j));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *kw_openai_models_json(const char *model_id, long created) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(data, m);
+    cJSON_AddStringToObject(m, "id", model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddStringToObject(m, "owned_by", "kvwise");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

@@ -1,0 +1,515 @@
+/* server.c - HTTP plumbing on libmicrohttpd: daemon lifecycle, routing,
+ * Bearer auth (constant-time), CORS, body limit (413), suspend/resume of
+ * connections waiting on the engine, SSE callback responses, health and
+ * graceful shutdown. The OpenAI mapping itself is in openai.c. Owns
+ * kw_server_* (server.h). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <microhttpd.h>
+#include "internal.h"
+
+struct kw_server {
+    kw_server_opts o;
+    char host[256];
+    char *api_key, *origins, *config_json, *alias;
+    struct MHD_Daemon *d;
+    int port;
+    pthread_rwlock_t lk;          /* guards engine/sched/stopping against shutdown */
+    kw_engine *engine;
+    kw_sched *sched;
+    bool stopping;
+    kw_chat_template tpl;
+    char tpl_desc[128];
+    int n_jobs;                   /* live jobs (atomic) */
+    long started;
+};
+
+typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_CHAT, R_COMPLETIONS } route;
+
+typedef struct conn {
+    route rt;
+    kw_sbuf body;
+    bool too_large;
+    int phase;                    /* 0 reading, 1 waiting for the engine, 2 answered */
+    kw_job *j;
+    double t0;
+} conn;
+
+static int sig_pipe[2] = {-1, -1};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void job_unref(kw_job *j) {
+    kw_server *srv = j->srv;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left == 0) {
+        kw_job_free(j);
+        __atomic_sub_fetch(&srv->n_jobs, 1, __ATOMIC_ACQ_REL);
+    }
+}
+
+static bool origin_allowed(const kw_server *s, const char *origin) {
+    if (!s->origins || !origin) return false;
+    if (!strcmp(s->origins, "*")) return true;
+    size_t ol = strlen(origin);
+    for (const char *p = s->origins; *p;) {
+        const char *c = strchr(p, ',');
+        size_t n = c ? (size_t)(c - p) : strlen(p);
+        while (n && *p == ' ') { p++; n--; }
+        while (n && p[n - 1] == ' ') n--;
+        if (n == ol && !strncmp(p, origin, n)) return true;
+        if (!c) break;
+        p = c + 1;
+    }
+    return false;
+}
+
+static void add_cors(kw_server *s, struct MHD_Connection *mc, struct MHD_Response *r) {
+    const char *origin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
+    if (!origin_allowed(s, origin)) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", !strcmp(s->origins, "*") ? "*" : origin);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
+static enum MHD_Result send_body(kw_server *s, struct MHD_Connection *mc, unsigned status,
+                                 const char *ctype, char *body) {
+    const char *b = body ? body : "";
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
+    free(body);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    add_cors(s, mc, r);
+    enum MHD_Result rc = MHD_queue_response(mc, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result send_error(kw_server *s, struct MHD_Connection *mc, const kw_http_error *e) {
+    struct MHD_Response *r;
+    char *body = kw_http_error_json(e);
+    const char *b = body ? body : "{}";
+    r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
+    free(body);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (e->status == 405) MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
+    if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    add_cors(s, mc, r);
+    enum MHD_Result rc = MHD_queue_response(mc, (unsigned)e->status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result send_err(kw_server *s, struct MHD_Connection *mc, int status, const char *code,
+                                const char *msg) {
+    kw_http_error e = {0};
+    kw_http_error_set(&e, status, NULL, code, "%s", msg);
+    return send_error(s, mc, &e);
+}
+
+/* Constant-time comparison of the Bearer token with the key. */
+static bool auth_ok(const kw_server *s, struct MHD_Connection *mc) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    const char *tok = h + 7;
+    size_t a = strlen(tok), b = strlen(s->api_key), n = a > b ? a : b;
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = i < a ? (unsigned char)tok[i] : 0, y = i < b ? (unsigned char)s->api_key[i] : 0;
+        diff |= (unsigned char)(x ^ y);
+    }
+    return diff == 0;
+}
+
+static route route_of(const char *url, bool *post) {
+    static const struct { const char *path; route r; bool post; } table[] = {
+        {"/health", R_HEALTH, false}, {"/v1/health", R_HEALTH, false},
+        {"/v1/models", R_MODELS, false}, {"/models", R_MODELS, false},
+        {"/v1/config", R_CONFIG, false},
+        {"/v1/chat/completions", R_CHAT, true}, {"/chat/completions", R_CHAT, true},
+        {"/v1/completions", R_COMPLETIONS, true}, {"/completions", R_COMPLETIONS, true},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!strcmp(url, table[i].path)) { *post = table[i].post; return table[i].r; }
+    return R_NONE;
+}
+
+/* ---- the engine side ---------------------------------------------------- */
+
+static void job_on_event(kw_sched_req *r, const kw_sched_event *ev) {
+    kw_job *j = (kw_job *)((char *)r - offsetof(kw_job, req));
+    pthread_mutex_lock(&j->mu);
+    kw_openai_on_event(j, ev);
+    bool wake = j->suspended && (ev->type == KW_EV_FINISH ||
+                                 (j->stream && (ev->type == KW_EV_ADMITTED || j->out.len > j->out_off)));
+    if (wake) j->suspended = false;
+    pthread_mutex_unlock(&j->mu);
+    if (wake) MHD_resume_connection(j->mc);
+    if (ev->type == KW_EV_FINISH) job_unref(j);      /* the scheduler's reference */
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    kw_job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    size_t avail = j->out.len - j->out_off;
+    if (avail) {
+        size_t n = avail < max ? avail : max;
+        memcpy(buf, j->out.p + j->out_off, n);
+        j->out_off += n;
+        if (j->out_off == j->out.len) j->out.len = j->out_off = 0;
+        pthread_mutex_unlock(&j->mu);
+        return (ssize_t)n;
+    }
+    if (j->finished) { pthread_mutex_unlock(&j->mu); return MHD_CONTENT_READER_END_OF_STREAM; }
+    j->suspended = true;
+    MHD_suspend_connection(j->mc);
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+/* ---- generation requests ------------------------------------------------ */
+
+static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc, conn *c) {
+    kw_http_error e = {0};
+    pthread_rwlock_rdlock(&s->lk);
+    if (s->stopping || !s->engine) {
+        pthread_rwlock_unlock(&s->lk);
+        return send_err(s, mc, 503, s->stopping ? "shutting_down" : "model_loading",
+                        s->stopping ? "the server is shutting down" : "the model is still loading");
+    }
+    kw_job *j = kw_openai_parse(s, s->engine, &s->tpl, c->rt == R_CHAT, c->body.p ? c->body.p : "",
+                                c->body.len, s->alias ? s->alias : s->engine->model_id, &e);
+    if (!j) { pthread_rwlock_unlock(&s->lk); return send_error(s, mc, &e); }
+    kw_sbuf_free(&c->body);
+    j->mc = mc;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->req.client_fd = ci ? ci->connect_fd : -1;
+    j->req.on_event = job_on_event;
+    j->refs = 2;
+    j->suspended = true;              /* suspended below, before the engine can wake it */
+    __atomic_add_fetch(&s->n_jobs, 1, __ATOMIC_ACQ_REL);
+    c->j = j;
+    c->phase = 1;
+    pthread_mutex_lock(&j->mu);
+    MHD_suspend_connection(mc);
+    kw_err err = {{0}};
+    int rc = kw_sched_submit(s->sched, &j->req, &err);
+    pthread_mutex_unlock(&j->mu);
+    pthread_rwlock_unlock(&s->lk);
+    if (rc < 0) {
+        /* never reached the scheduler: finish it here so the resume path answers 503 */
+        pthread_mutex_lock(&j->mu);
+        j->finished = true;
+        j->finish = KW_FINISH_CANCELLED;
+        snprintf(j->error, sizeof j->error, "%s", err.msg);
+        j->suspended = false;
+        pthread_mutex_unlock(&j->mu);
+        MHD_resume_connection(mc);
+        job_unref(j);
+    }
+    return MHD_YES;
+}
+
+/* Called again after the engine resumed the connection. */
+static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *mc, conn *c) {
+    kw_job *j = c->j;
+    pthread_mutex_lock(&j->mu);
+    if (j->stream && j->admitted) {
+        pthread_mutex_unlock(&j->mu);
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, NULL);
+        if (!r) return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        add_cors(s, mc, r);
+        enum MHD_Result rc = MHD_queue_response(mc, 200, r);
+        MHD_destroy_response(r);
+        c->phase = 2;
+        return rc;
+    }
+    if (!j->finished) {               /* spurious wake-up: wait again */
+        j->suspended = true;
+        MHD_suspend_connection(mc);
+        pthread_mutex_unlock(&j->mu);
+        return MHD_YES;
+    }
+    kw_finish f = j->finish;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", j->error[0] ? j->error : "request cancelled");
+    pthread_mutex_unlock(&j->mu);
+    c->phase = 2;
+    if (f == KW_FINISH_ERROR) return send_err(s, mc, 500, "internal_error", msg);
+    if (f == KW_FINISH_CANCELLED) return send_err(s, mc, 503, "unavailable", msg);
+    return send_body(s, mc, 200, "application/json", kw_openai_final_json(j));
+}
+
+/* ---- the access handler ------------------------------------------------- */
+
+static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route rt) {
+    pthread_rwlock_rdlock(&s->lk);
+    bool ready = s->engine && !s->stopping;
+    char *cfg = strdup(s->config_json ? s->config_json : "{}");
+    kw_sched_stats st = {0};
+    if (ready && s->sched) st = kw_sched_get_stats(s->sched);
+    char model[160];
+    snprintf(model, sizeof model, "%s", s->alias ? s->alias : s->engine ? s->engine->model_id : "loading");
+    pthread_rwlock_unlock(&s->lk);
+    if (rt != R_CONFIG) free(cfg);
+    switch (rt) {
+    case R_HEALTH: {
+        kw_sbuf b = {0};
+        if (ready)
+            kw_sbuf_printf(&b, "{\"status\":\"ok\",\"slots_active\":%d,\"queued\":%d,\"requests_done\":%llu}",
+                           st.active, st.waiting, (unsigned long long)st.requests_done);
+        else
+            kw_sbuf_puts(&b, s->stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"loading\"}");
+        return send_body(s, mc, ready ? 200 : 503, "application/json", kw_sbuf_take(&b));
+    }
+    case R_MODELS:
+        if (!ready) return send_err(s, mc, 503, "model_loading", "the model is still loading");
+        return send_body(s, mc, 200, "application/json", kw_openai_models_json(model, s->started));
+    case R_CONFIG:
+        return send_body(s, mc, 200, "application/json", cfg);
+    default:
+        return send_err(s, mc, 404, "not_found", "not found");
+    }
+}
+
+static enum MHD_Result preflight(kw_server *s, struct MHD_Connection *mc) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    add_cors(s, mc, r);
+    const char *origin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
+    if (origin_allowed(s, origin)) {
+        const char *want = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", want ? want : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
+    enum MHD_Result rc = MHD_queue_response(mc, 204, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    kw_server *s = cls;
+    conn *c = *con_cls;
+    if (!c) {                                        /* first call: headers only */
+        c = calloc(1, sizeof *c);
+        if (!c) return MHD_NO;
+        c->t0 = now_s();
+        *con_cls = c;
+        if (!strcmp(method, "OPTIONS")) { c->phase = 2; return preflight(s, mc); }
+        bool want_post = false;
+        c->rt = route_of(url, &want_post);
+        bool is_post = !strcmp(method, "POST");
+        if (c->rt != R_HEALTH && !auth_ok(s, mc)) { c->phase = 2; return send_err(s, mc, 401, "invalid_api_key", "invalid or missing API key (Authorization: Bearer ...)"); }
+        if (c->rt == R_NONE) { c->phase = 2; return send_err(s, mc, 404, "not_found", "no such endpoint"); }
+        if (is_post != want_post || (!is_post && strcmp(method, "GET") && strcmp(method, "HEAD"))) {
+            c->phase = 2;
+            return send_err(s, mc, 405, "method_not_allowed", "method not allowed on this endpoint");
+        }
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
+            c->phase = 2;
+            kw_http_error e = {0};
+            kw_http_error_set(&e, 413, NULL, "request_too_large", "request body of %s bytes exceeds the limit of %llu bytes",
+                              cl, (unsigned long long)s->o.max_body_bytes);
+            return send_error(s, mc, &e);
+        }
+        return MHD_YES;
+    }
+    if (c->phase == 2) { *upload_size = 0; return MHD_YES; }
+    if (*upload_size) {                              /* body bytes */
+        if (!c->too_large && c->body.len + *upload_size <= s->o.max_body_bytes) {
+            if (kw_sbuf_add(&c->body, upload, *upload_size) < 0) c->too_large = true;
+        } else {
+            c->too_large = true;
+            kw_sbuf_free(&c->body);
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->phase == 1) return continue_generation(s, mc, c);
+    if (c->too_large) {
+        c->phase = 2;
+        kw_http_error e = {0};
+        kw_http_error_set(&e, 413, NULL, "request_too_large", "request body exceeds the limit of %llu bytes",
+                          (unsigned long long)s->o.max_body_bytes);
+        return send_error(s, mc, &e);
+    }
+    if (c->rt == R_CHAT || c->rt == R_COMPLETIONS) return start_generation(s, mc, c);
+    c->phase = 2;
+    return handle_get(s, mc, c->rt);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)mc;
+    kw_server *s = cls;
+    conn *c = *con_cls;
+    if (!c) return;
+    if (c->j) {
+        kw_job *j = c->j;
+        pthread_mutex_lock(&j->mu);
+        j->http_gone = true;
+        bool cancel = !j->finished;
+        pthread_mutex_unlock(&j->mu);
+        if (cancel) {
+            pthread_rwlock_rdlock(&s->lk);
+            if (!s->stopping && s->sched) kw_sched_cancel(s->sched, &j->req);
+            pthread_rwlock_unlock(&s->lk);
+        }
+        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s %.0f ms\n",
+                c->rt == R_CHAT ? "chat" : "completion", j->stream ? "stream" : "json", j->prompt_tokens,
+                j->cached_tokens, j->completion_tokens, cancel ? "cancelled" : kw_finish_name(j->finish),
+                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
+        job_unref(j);
+    }
+    kw_sbuf_free(&c->body);
+    free(c);
+    *con_cls = NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static int resolve_host(const char *host, int port, struct sockaddr_storage *ss, kw_err *err) {
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc != 0 || !res) return kw_err_set(err, "--host '%s': %s", host, gai_strerror(rc));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
+
+kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
+    kw_server *s = calloc(1, sizeof *s);
+    if (!s) { kw_err_set(err, "server: out of memory"); return NULL; }
+    s->o = *o;
+    snprintf(s->host, sizeof s->host, "%s", o->host && *o->host ? o->host : "127.0.0.1");
+    s->api_key = dup_or_null(o->api_key);
+    s->origins = dup_or_null(o->allowed_origins);
+    s->config_json = dup_or_null(o->config_json);
+    s->alias = dup_or_null(o->model_alias);
+    if (!s->o.max_body_bytes) s->o.max_body_bytes = 16u << 20;
+    if (s->o.http_threads < 1) s->o.http_threads = 2;
+    s->started = (long)time(NULL);
+    pthread_rwlock_init(&s->lk, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct sockaddr_storage ss;
+    if (resolve_host(s->host, o->port, &ss, err) < 0) { kw_server_stop(s); return NULL; }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->timeout_s > 0 ? o->timeout_s : 600),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        kw_err_set(err, "cannot listen on %s:%d: %s", s->host, o->port, strerror(errno ? errno : EADDRINUSE));
+        kw_server_stop(s);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    return s;
+}
+
+int kw_server_port(const kw_server *s) { return s->port; }
+
+int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note, size_t note_cap, kw_err *err) {
+    kw_chat_template t;
+    char n[256];
+    if (kw_chat_template_choose(&t, s->o.chat_template, e->chat_template, e->bos_text, n, sizeof n, err) < 0) return -1;
+    if (note && note_cap) snprintf(note, note_cap, "%s", n);
+    pthread_rwlock_wrlock(&s->lk);
+    s->tpl = t;
+    snprintf(s->tpl_desc, sizeof s->tpl_desc, "%s (%s)", kw_tpl_family_name(t.family), t.source);
+    s->engine = e;
+    s->sched = sched;
+    pthread_rwlock_unlock(&s->lk);
+    return 0;
+}
+
+const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
+
+void kw_server_set_config(kw_server *s, const char *json) {
+    char *c = dup_or_null(json);
+    pthread_rwlock_wrlock(&s->lk);
+    free(s->config_json);
+    s->config_json = c;
+    pthread_rwlock_unlock(&s->lk);
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], "x", 1); (void)w; }
+}
+
+void kw_server_wait(kw_server *s) {
+    (void)s;
+    if (sig_pipe[0] < 0 && pipe(sig_pipe) < 0) return;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    char ch;
+    while (read(sig_pipe[0], &ch, 1) < 0 && errno == EINTR) {}
+}
+
+void kw_server_stop(kw_server *s) {
+    if (!s) return;
+    if (s->d) {
+        MHD_socket ls = MHD_quiesce_daemon(s->d);        /* no new connections */
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+    }
+    pthread_rwlock_wrlock(&s->lk);
+    s->stopping = true;
+    kw_sched *sched = s->sched;
+    s->sched = NULL;
+    pthread_rwlock_unlock(&s->lk);
+    kw_sched_stop(sched);                                /* every job gets its FINISH */
+    for (int i = 0; i < 500 && __atomic_load_n(&s->n_jobs, __ATOMIC_ACQUIRE) > 0; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);                            /* let streams send their last bytes */
+    }
+    if (s->d) MHD_stop_daemon(s->d);
+    pthread_rwlock_destroy(&s->lk);
+    free(s->api_key);
+    free(s->origins);
+    free(s->config_json);
+    free(s->alias);
+    free(s);
+}
