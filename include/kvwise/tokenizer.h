@@ -37,6 +37,9 @@ int32_t kw_token_lookup(const kw_tokenizer *t, const char *text, size_t len); /*
  * Special tokens give their text only if render_special. Returns the
  * length (may exceed cap: then only cap bytes were written). */
 size_t kw_token_to_piece(const kw_tokenizer *t, int32_t id, char *buf, size_t cap, bool render_special);
+/* The longest piece of any token, in bytes. A kw_detok_push output buffer of
+ * 3 * max_piece + 16 bytes always holds a push (each byte may become U+FFFD). */
+size_t kw_tokenizer_max_piece(const kw_tokenizer *t);
 
 /* Streaming detokenizer: emits only complete UTF-8; an incomplete sequence
  * is held back until the next token completes it (or flush). It also drops
@@ -44,6 +47,8 @@ size_t kw_token_to_piece(const kw_tokenizer *t, int32_t id, char *buf, size_t ca
  * says so. */
 typedef struct kw_detok { char pend[16]; int n_pend; bool started; } kw_detok;
 void kw_detok_init(kw_detok *d);
+/* Same, for a continuation (text after a prompt): no leading space is dropped. */
+void kw_detok_init_continuation(kw_detok *d);
 /* Appends the text of token id to out (cap bytes); returns bytes written. */
 size_t kw_detok_push(const kw_tokenizer *t, kw_detok *d, int32_t id, bool render_special, char *out, size_t cap);
 /* Emits what is held back (invalid bytes become U+FFFD). */

@@ -1,9 +1,131 @@
-/* cmd_tokenize.c - `kvwise tokenize` (placeholder until its issue lands). */
+/* cmd_tokenize.c - `kvwise tokenize`: prints the token ids a model sees for a
+ * text (one line, space-separated, or a JSON array), the way a user checks
+ * what the model gets. Loads only the GGUF metadata's tokenizer. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "cli.h"
+#include "kvwise/gguf.h"
+#include "kvwise/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvwise tokenize -m MODEL (-p TEXT | -f FILE) [--no-bos] [--special] [--json] [--pieces]\n\n"
+            "Prints the token ids of TEXT as the model's tokenizer produces them.\n\n"
+            "  -m, --model FILE   GGUF model (or vocab-only GGUF)\n"
+            "  -p, --prompt TEXT  the text (bytes as given, nothing stripped)\n"
+            "  -f, --file FILE    read the text from a file instead\n"
+            "      --no-bos       do not add the BOS token even if the vocab adds one\n"
+            "      --special      parse special-token text such as <|im_start|> into that token\n"
+            "      --json         print a JSON array instead of space-separated ids\n"
+            "      --pieces       print one line per token: id, then its text (escaped)\n"
+            "  -h, --help         this help\n");
+}
+
+static char *read_whole_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (buf && ferror(f)) { free(buf); buf = NULL; }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static void print_escaped(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c == '\r') fputs("\\r", stdout);
+        else if (c == '\\') fputs("\\\\", stdout);
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c);
+    }
+}
+
+static void print_ids(const kw_tokenizer *t, const int32_t *ids, size_t n, bool json, bool pieces) {
+    if (pieces) {
+        char buf[1024];
+        for (size_t i = 0; i < n; i++) {
+            size_t len = kw_token_to_piece(t, ids[i], buf, sizeof buf, true);
+            printf("%d\t'", ids[i]);
+            print_escaped(buf, len < sizeof buf ? len : sizeof buf);
+            printf("'\n");
+        }
+        return;
+    }
+    if (json) putchar('[');
+    for (size_t i = 0; i < n; i++) printf(i ? (json ? ", %d" : " %d") : "%d", ids[i]);
+    printf(json ? "]\n" : "\n");
+}
 
 int cmd_tokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "kvwise tokenize: not implemented yet\n");
-    return 2;
+    const char *model = NULL, *prompt = NULL, *file = NULL;
+    bool no_bos = false, special = false, json = false, pieces = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_next = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_next) model = argv[++i];
+        else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && has_next) prompt = argv[++i];
+        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has_next) file = argv[++i];
+        else if (!strcmp(a, "--no-bos")) no_bos = true;
+        else if (!strcmp(a, "--special")) special = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--pieces")) pieces = true;
+        else {
+            fprintf(stderr, "kvwise tokenize: unknown or incomplete option '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model || (!prompt && !file) || (prompt && file)) {
+        fprintf(stderr, "kvwise tokenize: need -m MODEL and one of -p TEXT / -f FILE\n\n");
+        usage(stderr);
+        return 2;
+    }
+    size_t len = 0;
+    char *owned = NULL;
+    if (file) {
+        owned = read_whole_file(file, &len);
+        if (!owned) { fprintf(stderr, "kvwise tokenize: cannot read %s\n", file); return 2; }
+    } else {
+        len = strlen(prompt);
+    }
+    const char *text = owned ? owned : prompt;
+
+    kw_err err = {{0}};
+    int rc = 0;
+    kw_gguf *g = kw_gguf_open(model, &err);
+    kw_tokenizer *t = g ? kw_tokenizer_load(g, &err) : NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!t) {
+        fprintf(stderr, "kvwise tokenize: %s: %s\n", model, err.msg);
+        rc = 2;
+    } else if (kw_tokenize(t, text, len, true, special, &ids, &n, &err) != 0) {
+        fprintf(stderr, "kvwise tokenize: %s\n", err.msg);
+        rc = 1;
+    } else {
+        size_t skip = (no_bos && n > 0 && kw_tokenizer_adds_bos(t) && ids[0] == kw_token_bos(t)) ? 1 : 0;
+        print_ids(t, ids + skip, n - skip, json, pieces);
+    }
+    free(ids);
+    kw_tokenizer_free(t);
+    kw_gguf_close(g);
+    free(owned);
+    return rc;
 }

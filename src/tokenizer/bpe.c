@@ -1,0 +1,137 @@
+/* bpe.c - byte-level BPE ("gpt2" vocabs): merges by rank.
+ *
+ * The pre-tokenizer (pretok.c) cuts the text into words. GPT-2 maps every
+ * byte to a printable character before merging; we work on the raw bytes
+ * instead, against tables whose keys were mapped back to raw bytes at load
+ * time (the map is a bijection, so this is the same computation). Each word
+ * starts as one symbol per byte; adjacent pairs found in the merge table go
+ * into a min-heap by rank (ties: leftmost first); popping a pair that is
+ * still intact merges it and offers the new neighbours. O(n log n) per word.
+ * With ignore_merges (llama3 and others) a word that is itself a token is
+ * emitted whole. */
+#include <string.h>
+#include "tok_internal.h"
+
+typedef struct bpe_sym { int32_t prev, next; uint32_t off, n; } bpe_sym;
+typedef struct bpe_pair { int32_t rank, left, right; uint32_t size; } bpe_pair;
+
+typedef struct bpe_work {
+    bpe_sym *sym; size_t sym_cap;
+    bpe_pair *heap; size_t heap_cap, heap_n;
+} bpe_work;
+
+static bool pair_before(const bpe_pair *a, const bpe_pair *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static int heap_push(bpe_work *w, bpe_pair p) {
+    if (w->heap_n == w->heap_cap) {
+        bpe_pair *nh = tk_scratch_grow(w->heap, &w->heap_cap, w->heap_n + 1, sizeof *nh);
+        if (!nh) return -1;
+        w->heap = nh;
+    }
+    size_t i = w->heap_n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!pair_before(&p, &w->heap[parent])) break;
+        w->heap[i] = w->heap[parent];
+        i = parent;
+    }
+    w->heap[i] = p;
+    return 0;
+}
+
+static bpe_pair heap_pop(bpe_work *w) {
+    bpe_pair top = w->heap[0];
+    bpe_pair last = w->heap[--w->heap_n];
+    size_t i = 0, n = w->heap_n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c])) c++;
+        if (!pair_before(&w->heap[c], &last)) break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (n) w->heap[i] = last;
+    return top;
+}
+
+static int try_add_pair(const kw_tokenizer *t, bpe_work *w, const char *word, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return 0;
+    const bpe_sym *l = &w->sym[left], *r = &w->sym[right];
+    int32_t rank = tk_map_get(&t->merge_map, word + l->off, l->n + r->n, l->n);
+    if (rank < 0) return 0;
+    bpe_pair p = {rank, left, right, l->n + r->n};
+    return heap_push(w, p);
+}
+
+/* A final symbol that is no token: llama.cpp then looks up each byte of its
+ * GPT-2-mapped text as a one-byte string, which only ever finds something
+ * for the bytes that map to themselves in one byte (33..126). */
+static int emit_symbol(const kw_tokenizer *t, const char *s, uint32_t n, tk_ids *out) {
+    int32_t id = tk_map_get(&t->raw_map, s, n, 0);
+    if (id >= 0) return tk_ids_push(out, id);
+    for (uint32_t j = 0; j < n; j++) {
+        unsigned char b = (unsigned char)s[j];
+        if (b < 33 || b > 126) continue;
+        int32_t bid = t->byte_tok[b];
+        if (bid >= 0 && tk_ids_push(out, bid) != 0) return -1;
+    }
+    return 0;
+}
+
+static int bpe_word(const kw_tokenizer *t, bpe_work *w, const char *word, size_t n, tk_ids *out) {
+    if (t->ignore_merges) {
+        int32_t id = tk_map_get(&t->raw_map, word, n, 0);
+        if (id >= 0) return tk_ids_push(out, id);
+    }
+    bpe_sym *ns = tk_scratch_grow(w->sym, &w->sym_cap, n, sizeof *ns);
+    if (!ns) return -1;
+    w->sym = ns;
+    for (size_t i = 0; i < n; i++) {
+        ns[i].off = (uint32_t)i;
+        ns[i].n = 1;
+        ns[i].prev = (int32_t)i - 1;
+        ns[i].next = i + 1 == n ? -1 : (int32_t)i + 1;
+    }
+    w->heap_n = 0;
+    for (size_t i = 1; i < n; i++)
+        if (try_add_pair(t, w, word, (int32_t)i - 1, (int32_t)i) != 0) return -1;
+    while (w->heap_n) {
+        bpe_pair p = heap_pop(w);
+        bpe_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) w->sym[r->next].prev = p.left;
+        if (try_add_pair(t, w, word, l->prev, p.left) != 0 || try_add_pair(t, w, word, p.left, l->next) != 0)
+            return -1;
+    }
+    for (int32_t i = 0; i != -1; i = w->sym[i].next)
+        if (emit_symbol(t, word + w->sym[i].off, w->sym[i].n, out) != 0) return -1;
+    return 0;
+}
+
+int tk_bpe_encode(const kw_tokenizer *t, const char *text, size_t n, tk_ids *out, kw_err *err) {
+    if (n == 0) return 0;
+    if (n > UINT32_MAX / 2) return kw_err_set(err, "tokenize: text of %zu bytes is too long", n);
+    tk_seglist segs = {0};
+    if (tk_pretok_split(&t->pretok, text, n, &segs, err) != 0) {
+        tk_seglist_free(&segs);
+        return -1;
+    }
+    bpe_work w = {0};
+    int rc = 0;
+    size_t pos = 0;
+    for (size_t i = 0; i < segs.n && rc == 0; i++) {
+        if (segs.len[i]) rc = bpe_word(t, &w, text + pos, segs.len[i], out);
+        pos += segs.len[i];
+    }
+    tk_scratch_free(w.sym);
+    tk_scratch_free(w.heap);
+    tk_seglist_free(&segs);
+    if (rc != 0) return kw_err_set(err, "tokenize: out of memory (text of %zu bytes)", n);
+    return 0;
+}

@@ -1,0 +1,113 @@
+/* detok.c - token -> bytes: kw_token_to_piece and the streaming detokenizer.
+ *
+ * Pieces are rendered once at load (load.c): SPM "▁" -> ' ', <0xNN> -> the
+ * byte, byte-level characters -> their bytes, control/unknown tokens -> their
+ * text (shown only when render_special). The streaming detokenizer keeps an
+ * incomplete UTF-8 sequence at the end of what it has seen until the next
+ * token completes it, so callers only ever receive whole characters; bytes
+ * that can never become valid UTF-8 come out as U+FFFD at once. */
+#include <string.h>
+#include "tok_internal.h"
+
+size_t kw_token_to_piece(const kw_tokenizer *t, int32_t id, char *buf, size_t cap, bool render_special) {
+    if (!t || id < 0 || id >= t->n_vocab) return 0;
+    const tk_token *k = &t->tok[id];
+    if (!render_special && (k->attr & (TK_ATTR_CONTROL | TK_ATTR_UNKNOWN))) return 0;
+    size_t n = k->piece_len;
+    if (buf && cap) memcpy(buf, t->piece_pool + k->piece_off, n < cap ? n : cap);
+    return n;
+}
+
+size_t kw_tokenizer_max_piece(const kw_tokenizer *t) { return t ? t->max_piece : 0; }
+
+void kw_detok_init(kw_detok *d) { memset(d, 0, sizeof *d); }
+
+void kw_detok_init_continuation(kw_detok *d) {
+    kw_detok_init(d);
+    d->started = true;
+}
+
+/* Length of the UTF-8 sequence that lead byte c starts; 0 if c cannot start one. */
+static int seq_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+
+/* Is s[1..k) a valid continuation so far for lead s[0]? (k <= seq_len) */
+static bool prefix_ok(const unsigned char *s, int k) {
+    for (int i = 1; i < k; i++) {
+        unsigned char c = s[i];
+        if ((c & 0xC0) != 0x80) return false;
+        if (i == 1) { /* the second byte's range depends on the lead (no overlongs, surrogates, > U+10FFFF) */
+            if (s[0] == 0xE0 && c < 0xA0) return false;
+            if (s[0] == 0xED && c > 0x9F) return false;
+            if (s[0] == 0xF0 && c < 0x90) return false;
+            if (s[0] == 0xF4 && c > 0x8F) return false;
+        }
+    }
+    return true;
+}
+
+typedef struct sink { char *out; size_t cap, n; } sink;
+
+static void put(sink *s, const void *p, size_t n) {
+    size_t room = s->cap > s->n ? s->cap - s->n : 0;
+    if (n > room) n = room;
+    if (n) memcpy(s->out + s->n, p, n);
+    s->n += n;
+}
+
+static void put_replacement(sink *s) { put(s, "\xEF\xBF\xBD", 3); }
+
+/* Feeds bytes through the pending buffer: emits complete characters, U+FFFD
+ * for impossible bytes, and keeps a trailing incomplete sequence. */
+static void feed(kw_detok *d, sink *s, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (d->n_pend == 0) {
+            int L = seq_len(c);
+            if (L == 1) { put(s, &c, 1); continue; }
+            if (L == 0) { put_replacement(s); continue; }
+            d->pend[d->n_pend++] = (char)c;
+            continue;
+        }
+        d->pend[d->n_pend++] = (char)c;
+        int L = seq_len((unsigned char)d->pend[0]);
+        if (!prefix_ok((const unsigned char *)d->pend, d->n_pend)) {
+            /* the held sequence is broken: replace it and reconsider this byte */
+            put_replacement(s);
+            d->n_pend = 0;
+            i--;
+            continue;
+        }
+        if (d->n_pend == L) {
+            put(s, d->pend, (size_t)L);
+            d->n_pend = 0;
+        }
+    }
+}
+
+size_t kw_detok_push(const kw_tokenizer *t, kw_detok *d, int32_t id, bool render_special, char *out, size_t cap) {
+    sink s = {out, cap, 0};
+    if (!t || id < 0 || id >= t->n_vocab) return 0;
+    const tk_token *k = &t->tok[id];
+    bool shown = render_special || !(k->attr & (TK_ATTR_CONTROL | TK_ATTR_UNKNOWN));
+    const unsigned char *p = (const unsigned char *)t->piece_pool + k->piece_off;
+    size_t n = shown ? k->piece_len : 0;
+    if (!d->started) { /* the SentencePiece space added in front of the text */
+        d->started = true;
+        if (t->add_space_prefix && n && p[0] == ' ') { p++; n--; }
+    }
+    feed(d, &s, p, n);
+    return s.n < cap ? s.n : cap;
+}
+
+size_t kw_detok_flush(kw_detok *d, char *out, size_t cap) {
+    sink s = {out, cap, 0};
+    if (d->n_pend) put_replacement(&s);
+    d->n_pend = 0;
+    return s.n < cap ? s.n : cap;
+}

@@ -1,0 +1,147 @@
+/* spm.c - SentencePiece-style BPE ("llama" vocabs): merges by token score.
+ *
+ * The text (with an optional leading space) has every ' ' replaced by U+2581
+ * and is cut into UTF-8 characters (lengths from the lead byte only, as
+ * llama.cpp does, so invalid input is still cut somewhere). Every adjacent
+ * pair whose concatenation is a vocab token goes into a max-heap keyed by
+ * that token's score (ties: the leftmost pair first). Popping a pair that is
+ * still intact merges it and offers the new neighbours. Symbols that end up
+ * not being tokens are emitted as byte tokens <0xNN>. O(n log n). */
+#include <string.h>
+#include "tok_internal.h"
+
+typedef struct spm_sym { int32_t prev, next; uint32_t off, n; } spm_sym;
+typedef struct spm_pair { float score; int32_t left, right; uint32_t size; } spm_pair;
+
+typedef struct spm_work {
+    char *text; size_t text_cap;
+    spm_sym *sym; size_t sym_cap;
+    spm_pair *heap; size_t heap_cap; size_t heap_n;
+} spm_work;
+
+/* a is popped before b */
+static bool pair_before(const spm_pair *a, const spm_pair *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static int heap_push(spm_work *w, spm_pair p) {
+    if (w->heap_n == w->heap_cap) {
+        spm_pair *nh = tk_scratch_grow(w->heap, &w->heap_cap, w->heap_n + 1, sizeof *nh);
+        if (!nh) return -1;
+        w->heap = nh;
+    }
+    size_t i = w->heap_n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!pair_before(&p, &w->heap[parent])) break;
+        w->heap[i] = w->heap[parent];
+        i = parent;
+    }
+    w->heap[i] = p;
+    return 0;
+}
+
+static spm_pair heap_pop(spm_work *w) {
+    spm_pair top = w->heap[0];
+    spm_pair last = w->heap[--w->heap_n];
+    size_t i = 0, n = w->heap_n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c])) c++;
+        if (!pair_before(&w->heap[c], &last)) break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (n) w->heap[i] = last;
+    return top;
+}
+
+static int try_add_pair(const kw_tokenizer *t, spm_work *w, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return 0;
+    const spm_sym *l = &w->sym[left], *r = &w->sym[right];
+    uint32_t size = l->n + r->n;
+    int32_t id = tk_map_get(&t->text_map, w->text + l->off, size, 0);
+    if (id < 0) return 0;
+    spm_pair p = {t->tok[id].score, left, right, size};
+    return heap_push(w, p);
+}
+
+/* " " -> U+2581 (E2 96 81), with an optional leading one. */
+static int escape_text(spm_work *w, const char *text, size_t n, bool space_prefix, size_t *out_n) {
+    size_t spaces = space_prefix ? 1 : 0;
+    for (size_t i = 0; i < n; i++) spaces += text[i] == ' ';
+    size_t need = n + 2 * spaces + (space_prefix ? 1 : 0) + 1;
+    char *nt = tk_scratch_grow(w->text, &w->text_cap, need, 1);
+    if (!nt) return -1;
+    w->text = nt;
+    size_t o = 0;
+    if (space_prefix) { memcpy(nt + o, "\xE2\x96\x81", 3); o += 3; }
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == ' ') { memcpy(nt + o, "\xE2\x96\x81", 3); o += 3; }
+        else nt[o++] = text[i];
+    }
+    *out_n = o;
+    return 0;
+}
+
+static int split_chars(spm_work *w, size_t n, size_t *n_sym) {
+    spm_sym *ns = tk_scratch_grow(w->sym, &w->sym_cap, n + 1, sizeof *ns);
+    if (!ns) return -1;
+    w->sym = ns;
+    size_t k = 0;
+    for (size_t off = 0; off < n; k++) {
+        size_t len = tk_utf8_len_lead((unsigned char)w->text[off]);
+        if (len > n - off) len = n - off;
+        ns[k].off = (uint32_t)off;
+        ns[k].n = (uint32_t)len;
+        ns[k].prev = (int32_t)k - 1;
+        off += len;
+        ns[k].next = off == n ? -1 : (int32_t)k + 1;
+    }
+    *n_sym = k;
+    return 0;
+}
+
+static int emit_symbol(const kw_tokenizer *t, const spm_work *w, const spm_sym *s, tk_ids *out) {
+    int32_t id = tk_map_get(&t->text_map, w->text + s->off, s->n, 0);
+    if (id >= 0) return tk_ids_push(out, id);
+    for (uint32_t j = 0; j < s->n; j++) { /* byte fallback */
+        int32_t b = t->byte_tok[(unsigned char)w->text[s->off + j]];
+        if (b < 0) b = t->unk;
+        if (b >= 0 && tk_ids_push(out, b) != 0) return -1;
+    }
+    return 0;
+}
+
+static int spm_run(const kw_tokenizer *t, spm_work *w, const char *text, size_t n, bool space_prefix, tk_ids *out) {
+    size_t tn = 0, n_sym = 0;
+    if (escape_text(w, text, n, space_prefix, &tn) != 0) return -1;
+    if (tn > UINT32_MAX / 2) return -1;
+    if (split_chars(w, tn, &n_sym) != 0) return -1;
+    for (size_t i = 1; i < n_sym; i++)
+        if (try_add_pair(t, w, (int32_t)i - 1, (int32_t)i) != 0) return -1;
+    while (w->heap_n) {
+        spm_pair p = heap_pop(w);
+        spm_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) w->sym[r->next].prev = p.left;
+        if (try_add_pair(t, w, l->prev, p.left) != 0 || try_add_pair(t, w, p.left, l->next) != 0) return -1;
+    }
+    for (int32_t i = n_sym ? 0 : -1; i != -1; i = w->sym[i].next)
+        if (emit_symbol(t, w, &w->sym[i], out) != 0) return -1;
+    return 0;
+}
+
+int tk_spm_encode(const kw_tokenizer *t, const char *text, size_t n, bool space_prefix, tk_ids *out, kw_err *err) {
+    spm_work w = {0};
+    int rc = spm_run(t, &w, text, n, space_prefix, out);
+    tk_scratch_free(w.text);
+    tk_scratch_free(w.sym);
+    tk_scratch_free(w.heap);
+    if (rc != 0) return kw_err_set(err, "tokenize: out of memory (text of %zu bytes)", n);
+    return 0;
+}

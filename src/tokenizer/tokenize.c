@@ -1,0 +1,159 @@
+/* tokenize.c - kw_tokenize: special-token partition, BOS/EOS, dispatch to
+ * the SPM or byte-level BPE encoder.
+ *
+ * Partition (as llama.cpp's tokenizer_st_partition): the text starts as one
+ * raw fragment. Special tokens are taken longest text first; each one splits
+ * every raw fragment at each of its occurrences into left text, the token,
+ * and right text. User-defined tokens are always split out; control and
+ * unknown ones only with parse_special. Tokens flagged lstrip/rstrip eat the
+ * ASCII whitespace beside them. A bitmap of the byte pairs present in the
+ * text skips the many special tokens that cannot occur in it.
+ *
+ * SPM puts a space in front of a text fragment that starts the text or
+ * follows a special token (when add_space_prefix). */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tok_internal.h"
+#include "kvwise/memory.h"
+
+typedef struct frag { int32_t token; size_t off, len; } frag; /* token -1: raw text */
+
+typedef struct frag_list { frag *v; size_t n, cap; } frag_list;
+
+static int frag_push(frag_list *l, int32_t token, size_t off, size_t len) {
+    if (l->n == l->cap) {
+        frag *nv = tk_scratch_grow(l->v, &l->cap, l->n + 1, sizeof *nv);
+        if (!nv) return -1;
+        l->v = nv;
+    }
+    l->v[l->n++] = (frag){token, off, len};
+    return 0;
+}
+
+/* 65536-bit set of the adjacent byte pairs in the text */
+static uint64_t *pair_bitmap(const char *text, size_t n) {
+    uint64_t *bm = kw_mem_calloc(KW_MEM_TOKENIZER, 65536 / 8);
+    if (!bm) return NULL;
+    for (size_t i = 0; i + 1 < n; i++) {
+        unsigned p = ((unsigned)(unsigned char)text[i] << 8) | (unsigned char)text[i + 1];
+        bm[p >> 6] |= 1ull << (p & 63);
+    }
+    return bm;
+}
+
+static bool may_occur(const uint64_t *bm, const char *text, size_t n, const char *s, size_t len) {
+    if (len > n) return false;
+    if (len == 1) return memchr(text, s[0], n) != NULL;
+    for (size_t i = 0; i + 1 < len; i++) {
+        unsigned p = ((unsigned)(unsigned char)s[i] << 8) | (unsigned char)s[i + 1];
+        if (!(bm[p >> 6] & (1ull << (p & 63)))) return false;
+    }
+    return true;
+}
+
+/* Splits every raw fragment of `in` on token id; result in `out`. */
+static int split_on_token(const kw_tokenizer *t, const char *text, int32_t id, const frag_list *in, frag_list *out) {
+    const tk_token *k = &t->tok[id];
+    const char *s = t->text_pool + k->text_off;
+    size_t len = k->text_len;
+    out->n = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        frag f = in->v[i];
+        if (f.token >= 0) {
+            if (frag_push(out, f.token, 0, 0) != 0) return -1;
+            continue;
+        }
+        size_t off = f.off, rem = f.len;
+        for (;;) {
+            const char *m = rem >= len ? memmem(text + off, rem, s, len) : NULL;
+            if (!m) {
+                if (rem && frag_push(out, -1, off, rem) != 0) return -1;
+                break;
+            }
+            size_t mo = (size_t)(m - text), left = mo - off;
+            if (k->attr & TK_ATTR_LSTRIP)
+                while (left > 0 && isspace((unsigned char)text[off + left - 1])) left--;
+            if (left && frag_push(out, -1, off, left) != 0) return -1;
+            if (frag_push(out, id, 0, 0) != 0) return -1;
+            size_t end = mo + len;
+            rem = f.off + f.len - end;
+            off = end;
+            if (k->attr & TK_ATTR_RSTRIP)
+                while (rem > 0 && isspace((unsigned char)text[off])) { off++; rem--; }
+            if (rem == 0) break;
+        }
+    }
+    return 0;
+}
+
+static int partition(const kw_tokenizer *t, const char *text, size_t n, bool parse_special, frag_list *frags) {
+    frags->n = 0;
+    if (n == 0) return 0;
+    if (frag_push(frags, -1, 0, n) != 0) return -1;
+    uint64_t *bm = pair_bitmap(text, n);
+    if (!bm) return -1;
+    frag_list tmp = {0};
+    int rc = 0;
+    for (int32_t i = 0; i < t->n_special && rc == 0; i++) {
+        int32_t id = t->special[i];
+        const tk_token *k = &t->tok[id];
+        if (!parse_special && (k->attr & (TK_ATTR_CONTROL | TK_ATTR_UNKNOWN))) continue;
+        if (k->text_len == 0 || !may_occur(bm, text, n, t->text_pool + k->text_off, k->text_len)) continue;
+        if (!memmem(text, n, t->text_pool + k->text_off, k->text_len)) continue;
+        rc = split_on_token(t, text, id, frags, &tmp);
+        frag_list sw = *frags;
+        *frags = tmp;
+        tmp = sw;
+    }
+    tk_scratch_free(tmp.v);
+    kw_mem_free(bm);
+    return rc;
+}
+
+static int encode_fragments(const kw_tokenizer *t, const char *text, const frag_list *frags, bool add_special,
+                            tk_ids *out, kw_err *err) {
+    if (add_special && t->add_bos && t->bos >= 0 && tk_ids_push(out, t->bos) != 0) goto oom;
+    bool prev_special = true; /* SPM: a space goes in front of the first text */
+    for (size_t i = 0; i < frags->n; i++) {
+        const frag *f = &frags->v[i];
+        if (f->token >= 0) {
+            if (tk_ids_push(out, f->token) != 0) goto oom;
+            prev_special = true;
+            continue;
+        }
+        int rc = t->type == TK_SPM
+                     ? tk_spm_encode(t, text + f->off, f->len, t->add_space_prefix && prev_special, out, err)
+                     : tk_bpe_encode(t, text + f->off, f->len, out, err);
+        if (rc != 0) return -1;
+        prev_special = false;
+    }
+    if (add_special && t->add_eos && t->eos >= 0 && tk_ids_push(out, t->eos) != 0) goto oom;
+    return 0;
+oom:
+    return kw_err_set(err, "tokenize: out of memory");
+}
+
+int kw_tokenize(const kw_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                int32_t **ids, size_t *n_ids, kw_err *err) {
+    if (ids) *ids = NULL;
+    if (n_ids) *n_ids = 0;
+    if (!t || !ids || !n_ids || (!text && len)) return kw_err_set(err, "tokenize: bad arguments");
+    frag_list frags = {0};
+    tk_ids out = {0};
+    if (partition(t, text, len, parse_special, &frags) != 0) {
+        tk_scratch_free(frags.v);
+        return kw_err_set(err, "tokenize: out of memory (text of %zu bytes)", len);
+    }
+    int rc = encode_fragments(t, text, &frags, add_special, &out, err);
+    tk_scratch_free(frags.v);
+    if (rc != 0) {
+        free(out.v);
+        return -1;
+    }
+    if (!out.v) out.v = malloc(sizeof(int32_t)); /* a valid pointer even for zero ids */
+    if (!out.v) return kw_err_set(err, "tokenize: out of memory");
+    *ids = out.v;
+    *n_ids = out.n;
+    return 0;
+}
