@@ -10,7 +10,8 @@
  * prefill workspace (kw_ctx_workspace_bytes, model.h), the budget lines,
  * what remains for the prompt cache (-> --prompt-cache-bytes/-size), the
  * largest context that fits, warnings with what to change, the decode
- * ceiling = bandwidth / bytes read per token, and a `kvwise serve` line.
+ * ceiling = bandwidth / bytes read per token (bandwidth given, or measured
+ * by kw_measure_read_bandwidth, tensor.h), and a `kvwise serve` line.
  * kw_plan_fill_ledger() puts the same figures into a ledger (ledger.h), so
  * the planner and the server's startup table are one computation.
  * The formulas are documented in docs/PLAN.md. */
@@ -133,8 +134,5 @@ int kw_plan_fill_ledger(const kw_plan *p, kw_ledger *l, kw_err *err);
  * RSS minus accounted allocations) plus an allowance for the HTTP server's
  * connections and buffers. */
 uint64_t kw_plan_measured_overhead(void);
-
-/* Read bandwidth of this machine in bytes/s from a short probe (~0.2 s). */
-double kw_plan_probe_bandwidth(int n_threads);
 
 #endif

@@ -14,6 +14,10 @@
 #include "kvwise/plan.h"
 #include "kvwise/tensor.h"
 
+/* How long the bandwidth probe runs: long enough for a stable best pass
+ * over a buffer far beyond the caches, short enough to feel instant. */
+#define KW_PLAN_PROBE_SECONDS 0.25
+
 static void usage(FILE *f) {
     fprintf(f,
         "usage: kvwise plan -m MODEL.gguf [options]\n"
@@ -182,7 +186,9 @@ int cmd_plan(int argc, char **argv) {
         }
     }
     if (a.o.bandwidth <= 0 && !a.no_probe) {
-        a.o.bandwidth = kw_plan_probe_bandwidth(a.o.n_threads);
+        kw_pool *pool = kw_pool_create(a.o.n_threads);
+        a.o.bandwidth = kw_measure_read_bandwidth(pool, KW_PLAN_PROBE_SECONDS);
+        kw_pool_destroy(pool);
         a.o.bandwidth_measured = a.o.bandwidth > 0;
     }
     kw_plan p;

