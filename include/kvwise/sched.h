@@ -26,6 +26,9 @@
 
 /* ---- the engine vtable -------------------------------------------------- */
 
+#define KW_ENGINE_WAIT (-1)
+#define KW_ENGINE_NEVER (-2)
+
 typedef struct kw_engine kw_engine;
 struct kw_engine {
     void *impl;
@@ -45,8 +48,9 @@ struct kw_engine {
     bool (*is_eog)(kw_engine *e, int32_t id);
     /* Admission of a sequence into slot: may map a cached prefix (returns
      * the number of prompt tokens already in the KV, 0..n-1) and must
-     * reserve what the sequence can need (n_reserve positions). Returns -1
-     * when it cannot fit now (the scheduler keeps it queued). */
+     * reserve what the sequence can need (n_reserve positions). Returns
+     * KW_ENGINE_WAIT (-1) when it cannot fit now (the scheduler keeps it
+     * queued) or KW_ENGINE_NEVER (-2) when it never can (rejected). */
     int32_t (*seq_begin)(kw_engine *e, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve);
     /* Makes slot's KV cover n_positions. -1 if memory ran out. */
     int (*seq_ensure)(kw_engine *e, int32_t slot, int32_t n_positions);
@@ -70,6 +74,8 @@ typedef struct kw_engine_model_opts {
     int32_t kv_block_tokens;    /* 0 = 32 */
     uint32_t kv_type;           /* KW_TYPE_F16 or KW_TYPE_Q8_0 */
     bool mlock;
+    int32_t cache_max_seqs;     /* prompt cache caps (kvmem.h); 0 = no prompt cache */
+    uint64_t cache_max_bytes;
 } kw_engine_model_opts;
 
 /* The real model engine. NULL + err on failure. */
@@ -113,9 +119,10 @@ typedef enum kw_sched_ev_type {
 } kw_sched_ev_type;
 
 typedef enum kw_finish {
-    KW_FINISH_NONE = 0, KW_FINISH_STOP, KW_FINISH_LENGTH, KW_FINISH_CANCELLED, KW_FINISH_ERROR
+    KW_FINISH_NONE = 0, KW_FINISH_STOP, KW_FINISH_LENGTH, KW_FINISH_CANCELLED, KW_FINISH_ERROR,
+    KW_FINISH_REJECTED          /* never admitted: can never fit in memory (the server answers 400) */
 } kw_finish;
-const char *kw_finish_name(kw_finish f);   /* "stop", "length", "cancelled", "error" */
+const char *kw_finish_name(kw_finish f);   /* "stop", "length", "cancelled", "error", "rejected" */
 
 typedef struct kw_sched_event {
     kw_sched_ev_type type;

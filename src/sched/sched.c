@@ -57,6 +57,7 @@ const char *kw_finish_name(kw_finish f) {
     case KW_FINISH_LENGTH: return "length";
     case KW_FINISH_CANCELLED: return "cancelled";
     case KW_FINISH_ERROR: return "error";
+    case KW_FINISH_REJECTED: return "rejected";
     default: return "none";
     }
 }
@@ -234,6 +235,11 @@ static void admit_waiting(kw_sched *s) {
         int32_t room = e->n_ctx - r->n_prompt;
         int32_t max_gen = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
         int32_t cached = e->seq_begin(e, slot, r->prompt, r->n_prompt, r->n_prompt + max_gen);
+        if (cached == KW_ENGINE_NEVER) {
+            finish_unadmitted(r, KW_FINISH_REJECTED, "the request needs more KV memory than the pool can ever hold "
+                              "(prompt + max_tokens); shorten it or lower max_tokens");
+            continue;
+        }
         if (cached < 0) {
             if (n_active(s) == 0) {
                 finish_unadmitted(r, KW_FINISH_ERROR, "request does not fit in the KV pool");
