@@ -74,6 +74,7 @@ typedef struct kw_engine_model_opts {
     int32_t kv_block_tokens;    /* 0 = 32 */
     uint32_t kv_type;           /* KW_TYPE_F16 or KW_TYPE_Q8_0 */
     bool mlock;
+    int n_threads;              /* 0 = physical cores */
     int32_t cache_max_seqs;     /* prompt cache caps (kvmem.h); 0 = no prompt cache */
     uint64_t cache_max_bytes;
 } kw_engine_model_opts;

@@ -15,7 +15,7 @@
 typedef struct serve_opts {
     const char *model, *host, *api_key, *origins, *chat_template, *alias, *kv_type;
     int port, ctx_size, decode_conc, prompt_conc, prefill_step, kv_blocks, kv_block_tokens;
-    int timeout_s, http_threads, max_queue, stub_step_us;
+    int timeout_s, http_threads, max_queue, stub_step_us, threads;
     uint64_t max_body;
     bool mlock, stub, quiet_progress;
 } serve_opts;
@@ -39,6 +39,7 @@ static void usage(FILE *f) {
         "  --ctx-size N             positions per sequence: prompt + answer (default: the model's, at most 4096)\n"
         "  --chat-template NAME|FILE  chatml|llama3|llama2|mistral|gemma|phi3, or a file with template text\n"
         "  --mlock                  lock the weights in RAM\n"
+        "  -t, --threads N          compute threads (default: physical cores)\n"
         "scheduling (continuous batching):\n"
         "  --decode-concurrency N   sequences decoding together in one batched step (default 8)\n"
         "  --prompt-concurrency N   prompts prefilled in the same step (default 1)\n"
@@ -90,6 +91,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--kv-blocks")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 24, &o->kv_blocks); }
         else if (!strcmp(a, "--kv-block-size")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 4096, &o->kv_block_tokens); }
         else if (!strcmp(a, "--timeout")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 86400, &o->timeout_s); }
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1024, &o->threads); }
         else if (!strcmp(a, "--http-threads")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 64, &o->http_threads); }
         else if (!strcmp(a, "--max-body")) {
             TAKES_VALUE();
@@ -134,6 +136,7 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddStringToObject(c, "kv_pool", kv);
     cJSON_AddStringToObject(c, "chat_template", tpl_desc);
     cJSON_AddBoolToObject(c, "mlock", o->mlock);
+    cJSON_AddNumberToObject(c, "threads", o->threads);
     return c;
 }
 
@@ -152,7 +155,8 @@ static kw_engine *make_engine(const serve_opts *o, kw_err *err) {
     if (o->stub) return kw_engine_stub_create(o->ctx_size ? o->ctx_size : 4096, o->decode_conc, max_batch, o->stub_step_us);
     kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = o->ctx_size, .n_slots = o->decode_conc,
                                .max_batch = max_batch, .kv_blocks = o->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
-                               .kv_type = !strcmp(o->kv_type, "q8_0") ? KW_TYPE_Q8_0 : KW_TYPE_F16, .mlock = o->mlock};
+                               .kv_type = !strcmp(o->kv_type, "q8_0") ? KW_TYPE_Q8_0 : KW_TYPE_F16, .mlock = o->mlock,
+                               .n_threads = o->threads};
     return kw_engine_model_create(&mo, err);
 }
 

@@ -19,6 +19,7 @@ typedef struct model_engine {
     kw_kv_pool *pool;
     kw_kvmem *kvm;
     kw_ctx *ctx;
+    kw_pool *threads;
     kw_block_table **tables;    /* [n_slots], refreshed every forward */
     char bos[64], eos[64];
     uint32_t kv_type;
@@ -82,6 +83,7 @@ static void me_destroy(kw_engine *e) {
     model_engine *me = e->impl;
     if (me) {
         kw_ctx_free(me->ctx);
+        if (me->threads) kw_pool_destroy(me->threads);
         kw_kvmem_destroy(me->kvm);
         kw_kv_pool_destroy(me->pool);
         kw_model_free(me->m);
@@ -121,7 +123,10 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     me->kvm = kw_kvmem_create(me->pool, &ko, err);
     if (!me->kvm) { me_destroy(e); return NULL; }
     int32_t max_batch = o->max_batch > 0 ? o->max_batch : 512;
-    me->ctx = kw_ctx_create(me->m, me->pool, max_batch, n_ctx, err);
+    int n_threads = o->n_threads > 0 ? o->n_threads : kw_cpu_physical_cores();
+    me->threads = kw_pool_create(n_threads > 0 ? n_threads : 1);
+    if (!me->threads) { kw_err_set(err, "engine: cannot start %d threads", n_threads); me_destroy(e); return NULL; }
+    me->ctx = kw_ctx_create(me->m, me->threads, max_batch, n_ctx, err);
     if (!me->ctx) { me_destroy(e); return NULL; }
     me->tables = calloc((size_t)n_slots, sizeof *me->tables);
     if (!me->tables) { kw_err_set(err, "engine: out of memory"); me_destroy(e); return NULL; }
