@@ -16,6 +16,7 @@
 typedef struct model_engine {
     kw_model *m;
     const kw_tokenizer *tok;
+    kw_tokenizer *own_tok;      /* loaded here when the model does not carry one */
     kw_kv_pool *pool;
     kw_kvmem *kvm;
     kw_ctx *ctx;
@@ -86,6 +87,7 @@ static void me_destroy(kw_engine *e) {
         if (me->threads) kw_pool_destroy(me->threads);
         kw_kvmem_destroy(me->kvm);
         kw_kv_pool_destroy(me->pool);
+        kw_tokenizer_free(me->own_tok);
         kw_model_free(me->m);
         free(me->tables);
         free(me);
@@ -109,6 +111,10 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     if (!me->m) { me_destroy(e); return NULL; }
     const kw_hparams *hp = kw_model_hparams(me->m);
     me->tok = kw_model_tokenizer(me->m);
+    if (!me->tok) {
+        me->tok = me->own_tok = kw_tokenizer_load(kw_model_gguf(me->m), err);
+        if (!me->tok) { me_destroy(e); return NULL; }
+    }
     int32_t n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     int32_t bt = o->kv_block_tokens > 0 ? o->kv_block_tokens : 32;
     me->kv_type = o->kv_type == KW_TYPE_Q8_0 ? KW_TYPE_Q8_0 : KW_TYPE_F16;
