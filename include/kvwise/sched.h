@@ -148,6 +148,7 @@ struct kw_sched_req {
     int32_t n_stop;
     bool logprobs;
     int32_t top_logprobs;       /* 0..KW_SCHED_MAX_TOP_LOGPROBS */
+    bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     int client_fd;              /* polled for hang-up each step (-1 = none) */
     kw_sched_cb on_event;
     void *user;

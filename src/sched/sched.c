@@ -141,7 +141,7 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
     s->st.tokens_generated++;
     if (seq_push_tok(q, id) < 0) { seq_finish(s, slot, KW_FINISH_ERROR, "out of memory"); return; }
     q->last_tok = id;
-    if (e->is_eog(e, id)) { q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+    if (!q->r->ignore_eos && e->is_eog(e, id)) { q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     size_t n = e->piece(e, id, s->piece, 256, false);
     if (n > 256) n = 256;
     size_t rel = 0;

@@ -284,6 +284,7 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
     }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) { kw_http_error_set(e, 400, "tools", "invalid_type", "'tools' must be an array"); goto fail; }
+    if (get_bool(root, "ignore_eos", &j->req.ignore_eos, e) < 0) goto fail;
     if (parse_sampling(root, j, e) < 0 || parse_stop(root, j, e) < 0 || parse_logprobs(root, j, e) < 0) goto fail;
     int64_t mt = 0, mct = 0;
     int rc1 = get_int(root, "max_tokens", 1, 1e12, &mt, e);
