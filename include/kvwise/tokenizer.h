@@ -11,6 +11,8 @@
 
 typedef struct kw_tokenizer kw_tokenizer;
 
+/* Copies what it needs: the kw_gguf may be closed afterwards. Unsupported
+ * models (bert, t5, ...) and malformed metadata give a one-line error. */
 kw_tokenizer *kw_tokenizer_load(const kw_gguf *g, kw_err *err);
 void kw_tokenizer_free(kw_tokenizer *t);
 

@@ -4,13 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "cli.h"
 #include "kvwise/gguf.h"
 #include "kvwise/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: kvwise tokenize -m MODEL (-p TEXT | -f FILE) [--no-bos] [--special] [--json] [--pieces]\n\n"
+            "usage: kvwise tokenize -m MODEL (-p TEXT | -f FILE) [--no-bos] [--special] [--json] [--pieces] [--timing]\n\n"
             "Prints the token ids of TEXT as the model's tokenizer produces them.\n\n"
             "  -m, --model FILE   GGUF model (or vocab-only GGUF)\n"
             "  -p, --prompt TEXT  the text (bytes as given, nothing stripped)\n"
@@ -19,7 +20,14 @@ static void usage(FILE *f) {
             "      --special      parse special-token text such as <|im_start|> into that token\n"
             "      --json         print a JSON array instead of space-separated ids\n"
             "      --pieces       print one line per token: id, then its text (escaped)\n"
+            "      --timing       print load and tokenize times to stderr\n"
             "  -h, --help         this help\n");
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static char *read_whole_file(const char *path, size_t *len) {
@@ -74,7 +82,7 @@ static void print_ids(const kw_tokenizer *t, const int32_t *ids, size_t n, bool 
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL;
-    bool no_bos = false, special = false, json = false, pieces = false;
+    bool no_bos = false, special = false, json = false, pieces = false, timing = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_next = i + 1 < argc;
@@ -86,6 +94,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--special")) special = true;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--pieces")) pieces = true;
+        else if (!strcmp(a, "--timing")) timing = true;
         else {
             fprintf(stderr, "kvwise tokenize: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
@@ -109,8 +118,10 @@ int cmd_tokenize(int argc, char **argv) {
 
     kw_err err = {{0}};
     int rc = 0;
+    double t0 = now_ms();
     kw_gguf *g = kw_gguf_open(model, &err);
     kw_tokenizer *t = g ? kw_tokenizer_load(g, &err) : NULL;
+    double t1 = now_ms();
     int32_t *ids = NULL;
     size_t n = 0;
     if (!t) {
@@ -120,6 +131,8 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "kvwise tokenize: %s\n", err.msg);
         rc = 1;
     } else {
+        if (timing)
+            fprintf(stderr, "load %.2f ms, tokenize %.2f ms (%zu bytes -> %zu tokens)\n", t1 - t0, now_ms() - t1, len, n);
         size_t skip = (no_bos && n > 0 && kw_tokenizer_adds_bos(t) && ids[0] == kw_token_bos(t)) ? 1 : 0;
         print_ids(t, ids + skip, n - skip, json, pieces);
     }
