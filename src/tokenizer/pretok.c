@@ -5,12 +5,15 @@
  * in turn transcribes each model's tokenizer.json). They run here with PCRE2
  * in UTF + UCP mode (Unicode classes), $ meaning end of the piece only, and
  * PCRE2_MATCH_INVALID_UTF so that invalid UTF-8 never matches but is kept
- * (as a gap) instead of failing. A list of several regexes works like
+ * (as a gap) instead of failing. \s and \S are rewritten to Unicode's
+ * White_Space set (what llama.cpp and Hugging Face use): PCRE2's own \s
+ * also matches U+180E. A list of several regexes works like
  * Hugging Face's Sequence of Split(behavior=Isolated): each regex splits
  * every piece left by the previous one into its matches and the gaps. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <string.h>
+#include <stdlib.h>
 #include <strings.h>
 #include "tok_internal.h"
 #include "kvwise/memory.h"
@@ -114,15 +117,61 @@ const tk_pre_info *tk_pre_lookup(const char *pre) {
 
 /* ---- compile / split ---- */
 
+/* Unicode White_Space, as the contents of a character class */
+#define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+/* Copies pattern re with \s / \S replaced by the White_Space class (inside
+ * a [...] only \s occurs in our patterns and is spliced in). Returns a
+ * malloc'd string or NULL. */
+static char *rewrite_whitespace(const char *re) {
+    size_t n = strlen(re), cap = n * (sizeof WS_CLASS + 4) + 1, o = 0; /* each escape grows at most that much */
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    bool in_class = false;
+    for (size_t i = 0; i < n; i++) {
+        const char *ins = NULL;
+        char c = re[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = re[i + 1];
+            if (e == 's') ins = in_class ? WS_CLASS : "[" WS_CLASS "]";
+            else if (e == 'S' && !in_class) ins = "[^" WS_CLASS "]";
+            if (ins) {
+                size_t l = strlen(ins);
+                memcpy(out + o, ins, l);
+                o += l;
+            } else {
+                out[o++] = c;
+                out[o++] = e;
+            }
+            i++;
+            continue;
+        }
+        if (c == '[' && !in_class) {
+            in_class = true;
+            out[o++] = c;
+            if (i + 1 < n && re[i + 1] == '^') out[o++] = re[++i];
+            if (i + 1 < n && re[i + 1] == ']') out[o++] = re[++i]; /* a literal ] first */
+            continue;
+        }
+        if (c == ']' && in_class) in_class = false;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return out;
+}
+
 int tk_pretok_compile(tk_pretok *p, const tk_pre_info *info, kw_err *err) {
     memset(p, 0, sizeof *p);
     for (int i = 0; info->regex[i]; i++) {
         if (i >= TK_MAX_REGEX) return kw_err_set(err, "pre-tokenizer %s: too many regexes", info->name);
         int ec = 0;
         PCRE2_SIZE eo = 0;
-        pcre2_code *c = pcre2_compile((PCRE2_SPTR)info->regex[i], PCRE2_ZERO_TERMINATED,
+        char *re = rewrite_whitespace(info->regex[i]);
+        if (!re) { tk_pretok_free(p); return kw_err_set(err, "pre-tokenizer: out of memory"); }
+        pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED,
                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY,
                                       &ec, &eo, NULL);
+        free(re);
         if (!c) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(ec, msg, sizeof msg);
