@@ -8,6 +8,7 @@
 #include "kvwise/memory.h"
 #include "kvwise/tokenizer.h"
 #include "tok_fixture.h"
+#include "tokenizer/tok_internal.h"
 
 static kw_tokenizer *load_fixture(kw_gguf_writer *w, const char *name, kw_gguf **g, kw_err *err) {
     *g = fx_open(w, kw_test_path(kw_test_tmpdir(), name), err);
@@ -355,7 +356,54 @@ static void test_memory_accounting(void) {
     KW_CHECK_EQ_INT(kw_mem_current(KW_MEM_TOKENIZER), before);
 }
 
+/* pre-tokenizer splits (pretok.c) against Hugging Face's regex semantics */
+static bool splits_to(const char *pre, const char *text, const char *const *want) {
+    const tk_pre_info *info = tk_pre_lookup(pre);
+    tk_pretok p;
+    kw_err err = {{0}};
+    if (!info || tk_pretok_compile(&p, info, &err) != 0) {
+        fprintf(stderr, "pre %s: %s\n", pre, err.msg);
+        return false;
+    }
+    tk_seglist segs = {0};
+    bool ok = tk_pretok_split(&p, text, strlen(text), &segs, &err) == 0;
+    size_t pos = 0, k = 0;
+    for (; ok && k < segs.n; k++) {
+        ok = want[k] && strlen(want[k]) == segs.len[k] && memcmp(text + pos, want[k], segs.len[k]) == 0;
+        pos += segs.len[k];
+    }
+    ok = ok && !want[k];
+    if (!ok) {
+        fprintf(stderr, "pre %s split '%s' into:", pre, text);
+        for (size_t i = 0, q = 0; i < segs.n; q += segs.len[i++]) fprintf(stderr, " [%.*s]", (int)segs.len[i], text + q);
+        fputc('\n', stderr);
+    }
+    tk_seglist_free(&segs);
+    tk_pretok_free(&p);
+    return ok;
+}
+
+static void test_pretokenizers(void) {
+    KW_CHECK(splits_to("gpt-2", "Hello world's  12345 ok!!\n\n  x",
+                       (const char *const[]){"Hello", " world", "'s", " ", " 12345", " ok", "!!", "\n\n ", " x", NULL}));
+    KW_CHECK(splits_to("llama-bpe", "Hello world's 12345 ok\n\n  x",
+                       (const char *const[]){"Hello", " world", "'s", " ", "123", "45", " ok", "\n\n", " ", " x", NULL}));
+    KW_CHECK(splits_to("qwen2", "It'S 2024", (const char *const[]){"It", "'S", " ", "2", "0", "2", "4", NULL}));
+    /* several regexes in sequence: each splits the pieces of the previous one */
+    KW_CHECK(splits_to("deepseek-coder", "ab12\ncd", (const char *const[]){"ab", "1", "2", "\n", "cd", NULL}));
+    /* White_Space: U+3000 is, U+180E (a format character) is not */
+    KW_CHECK(splits_to("gpt-2", "a\xE3\x80\x80\xE3\x80\x80" "b",
+                       (const char *const[]){"a", "\xE3\x80\x80", "\xE3\x80\x80", "b", NULL}));
+    KW_CHECK(splits_to("gpt-2", "a\xE1\xA0\x8E\xE1\xA0\x8E" "b",
+                       (const char *const[]){"a", "\xE1\xA0\x8E\xE1\xA0\x8E", "b", NULL}));
+    /* invalid UTF-8 never matches but is kept as a gap */
+    KW_CHECK(splits_to("gpt-2", "a\xFF" "b", (const char *const[]){"a", "\xFF", "b", NULL}));
+    KW_CHECK(tk_pre_lookup(NULL) && tk_pre_lookup("") == tk_pre_lookup("default"));
+    KW_CHECK(tk_pre_lookup("no-such-pre") == NULL);
+}
+
 int main(void) {
+    test_pretokenizers();
     test_spm();
     test_bpe();
     test_detok();
