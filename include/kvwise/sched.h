@@ -23,11 +23,15 @@
 #ifndef KVWISE_SCHED_H
 #define KVWISE_SCHED_H
 #include "kvwise/common.h"
+#include "kvwise/kv.h"
 
 /* ---- the engine vtable -------------------------------------------------- */
 
 #define KW_ENGINE_WAIT (-1)
 #define KW_ENGINE_NEVER (-2)
+
+struct kw_kvmem;
+struct kw_ledger;
 
 typedef struct kw_engine kw_engine;
 struct kw_engine {
@@ -63,6 +67,10 @@ struct kw_engine {
     /* One line describing the KV pool / memory (startup report). */
     void (*describe)(kw_engine *e, char *buf, size_t cap);
     void (*destroy)(kw_engine *e);
+    /* The KV pool + prompt cache behind seq_begin/ensure/end (kvmem.h), or
+     * NULL when the engine keeps no KV: the server reads its state for
+     * /v1/memory and /metrics and asks it whether a request could ever fit. */
+    struct kw_kvmem *kvmem;
 };
 
 typedef struct kw_engine_model_opts {
@@ -77,6 +85,8 @@ typedef struct kw_engine_model_opts {
     int n_threads;              /* 0 = physical cores */
     int32_t cache_max_seqs;     /* prompt cache caps (kvmem.h); 0 = no prompt cache */
     uint64_t cache_max_bytes;
+    struct kw_ledger *ledger;   /* the memory budget: KV reservations count against it (or NULL) */
+    double cache_log_interval_s;/* "Prompt cache: ..." log line at most this often (0 = never) */
 } kw_engine_model_opts;
 
 /* The real model engine. NULL + err on failure. */
@@ -87,6 +97,20 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err);
  * ChatML template, logits a hash of (previous token, position). step_us
  * simulates the cost of a forward call. */
 kw_engine *kw_engine_stub_create(int32_t n_ctx, int32_t n_slots, int32_t max_batch, int32_t step_us);
+
+/* Gives the stub real KV memory: a paged pool of a fixed toy layout
+ * (kw_engine_stub_kv_layout: 4 KiB per token) with a prompt cache and
+ * admission (kvmem.h), so the memory wall can be tested without a model. */
+typedef struct kw_engine_stub_kv_opts {
+    int32_t kv_blocks;          /* 0 = n_ctx x n_slots positions */
+    int32_t block_tokens;       /* 0 = 32 */
+    int32_t cache_max_seqs;
+    uint64_t cache_max_bytes;
+    struct kw_ledger *ledger;
+    double log_interval_s;
+} kw_engine_stub_kv_opts;
+int kw_engine_stub_enable_kv(kw_engine *e, const kw_engine_stub_kv_opts *o, kw_err *err);
+kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens);
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -121,7 +145,7 @@ typedef enum kw_sched_ev_type {
 
 typedef enum kw_finish {
     KW_FINISH_NONE = 0, KW_FINISH_STOP, KW_FINISH_LENGTH, KW_FINISH_CANCELLED, KW_FINISH_ERROR,
-    KW_FINISH_REJECTED          /* never admitted: can never fit in memory (the server answers 400) */
+    KW_FINISH_REJECTED          /* never admitted: the event's http_status/code say why (400 never fits, 503 busy) */
 } kw_finish;
 const char *kw_finish_name(kw_finish f);   /* "stop", "length", "cancelled", "error", "rejected" */
 
@@ -133,6 +157,8 @@ typedef struct kw_sched_event {
     kw_finish finish;                   /* FINISH */
     const char *error;                  /* FINISH with KW_FINISH_ERROR */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
+    int32_t http_status;                /* FINISH with KW_FINISH_REJECTED: 400 or 503 */
+    const char *code;                   /* ... and its error code ("request_exceeds_memory", "queue_timeout") */
 } kw_sched_event;
 
 typedef struct kw_sched_req kw_sched_req;
@@ -156,6 +182,7 @@ struct kw_sched_req {
     volatile int cancel;        /* set via kw_sched_cancel */
     kw_sched_req *next;         /* queue link */
     uint64_t id;
+    double t_submit;            /* monotonic seconds at submit (queue timeout) */
 };
 
 typedef struct kw_sched_opts {
@@ -164,6 +191,7 @@ typedef struct kw_sched_opts {
     int32_t prefill_step;       /* prompt tokens per prompt per step */
     int32_t max_queue;          /* waiting requests before submit refuses (0 = unbounded) */
     bool log_progress;          /* "Prompt processing progress: a/b" lines */
+    double queue_timeout_s;     /* a request waiting longer (for a slot or for memory) gets 503; 0 = no limit */
 } kw_sched_opts;
 
 typedef struct kw_sched kw_sched;
@@ -172,6 +200,8 @@ typedef struct kw_sched_stats {
     uint64_t steps, tokens_prefilled, tokens_generated, requests_done;
     int32_t active, waiting;
     double forward_seconds, step_seconds;   /* time inside forward, and whole steps */
+    uint64_t rejected_queue_full, rejected_queue_timeout, rejected_never;  /* refusals by reason */
+    uint64_t prompt_tokens, cached_tokens;  /* of admitted requests: all prompt tokens, and those from the cache */
 } kw_sched_stats;
 
 /* Starts the engine thread. The engine stays owned by the caller. */

@@ -14,6 +14,8 @@
 #include "kvwise/common.h"
 #include "kvwise/sched.h"
 
+struct kw_ledger;
+
 typedef struct kw_server_opts {
     const char *host;             /* default "127.0.0.1" */
     int port;                     /* default 8080; 0 = any free port (see kw_server_port) */
@@ -25,6 +27,7 @@ typedef struct kw_server_opts {
     const char *chat_template;    /* --chat-template NAME|FILE or NULL */
     const char *model_alias;      /* id in /v1/models (default: the engine's) */
     const char *config_json;      /* GET /v1/config body (the effective settings) */
+    struct kw_ledger *ledger;     /* the memory budget shown by /v1/memory and /metrics (or NULL) */
 } kw_server_opts;
 
 typedef struct kw_server kw_server;

@@ -8,6 +8,10 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
+#include "kvwise/footprint.h"
+#include "kvwise/kvmem.h"
+#include "kvwise/ledger.h"
+#include "kvwise/plan.h"
 #include "kvwise/sched.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
@@ -18,6 +22,12 @@ typedef struct serve_opts {
     int timeout_s, http_threads, max_queue, stub_step_us, threads;
     uint64_t max_body;
     bool mlock, stub, quiet_progress;
+    /* memory (docs/MEMORY.md) */
+    uint64_t memory_limit;      /* 0 = default: MemAvailable at start minus a reserve */
+    uint64_t cache_bytes;       /* UINT64_MAX = default: half the KV pool */
+    int cache_size;
+    double queue_timeout;
+    bool stub_kv;
 } serve_opts;
 
 static void usage(FILE *f) {
@@ -45,7 +55,23 @@ static void usage(FILE *f) {
         "  --prompt-concurrency N   prompts prefilled in the same step (default 1)\n"
         "  --prefill-step-size N    prompt tokens per prompt per step (default 512); long prompts are\n"
         "                           read in chunks interleaved with decode steps, with progress logged\n"
-        "  --max-queue N            requests waiting for a slot before 503 (default 64)\n"
+        "  --max-queue N            requests waiting for a slot or for memory; one more gets 503 (default 64)\n"
+        "  --queue-timeout S        a request waiting longer than S seconds gets 503 + Retry-After (default 30)\n"
+        "memory (one wall: docs/MEMORY.md):\n"
+        "  --memory-limit B         the whole server's budget: resident weights + live KV + prompt cache +\n"
+        "                           prefill workspace + scratch + fixed overhead (e.g. 24GiB, 512MB, bytes).\n"
+        "                           Default: MemAvailable at start minus a reserve for the OS (10%%, at\n"
+        "                           least 256 MiB). Requests are admitted only when their KV (prompt +\n"
+        "                           max_tokens) fits: evict the cache, then queue, then 503; a request\n"
+        "                           that can never fit gets 400 at once. The server refuses to start\n"
+        "                           when the weights and one full-context sequence do not fit.\n"
+        "  --prompt-cache-size N    COUNT cap: finished conversations kept for prefix reuse (default 4;\n"
+        "                           0 = no cache). 10 suits 10 people chatting; a batch pipeline with one\n"
+        "                           shared system prompt needs 1 or 2.\n"
+        "  --prompt-cache-bytes B   BYTES cap on the same cache (default: half the KV pool). Both caps\n"
+        "                           are enforced on every insert; eviction is LRU that keeps a shared\n"
+        "                           system prompt longest. Evicting costs recompute time, never quality.\n"
+        "                           Size it at about one longest reused conversation.\n"
         "KV cache:\n"
         "  --kv-type f16|q8_0       KV element type (q8_0 halves decode memory, not the prefill peak)\n"
         "  --kv-blocks N            KV pool size in blocks (default: ctx-size x decode-concurrency)\n"
@@ -66,7 +92,8 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) 
 static int parse_args(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .decode_conc = 8, .prompt_conc = 1,
                       .prefill_step = 512, .kv_type = "f16", .kv_block_tokens = 32, .timeout_s = 600,
-                      .http_threads = 2, .max_queue = 64, .max_body = 16u << 20};
+                      .http_threads = 2, .max_queue = 64, .max_body = 16u << 20,
+                      .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
@@ -99,6 +126,27 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
             if (kw_parse_bytes(v, &o->max_body, &err) < 0 || o->max_body == 0) { fprintf(stderr, "kvwise serve: --max-body: %s\n", err.msg[0] ? err.msg : "must be > 0"); return -1; }
         }
         else if (!strcmp(a, "--mlock")) o->mlock = true;
+        else if (!strcmp(a, "--memory-limit") || !strcmp(a, "--prompt-cache-bytes")) {
+            TAKES_VALUE();
+            kw_err err = {{0}};
+            uint64_t b = 0;
+            if (kw_parse_bytes(v, &b, &err) < 0) { fprintf(stderr, "kvwise serve: %s: %s\n", a, err.msg); return -1; }
+            if (!strcmp(a, "--memory-limit")) {
+                if (b == 0) { fprintf(stderr, "kvwise serve: --memory-limit must be > 0\n"); return -1; }
+                o->memory_limit = b;
+            } else {
+                o->cache_bytes = b;
+            }
+        }
+        else if (!strcmp(a, "--prompt-cache-size")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 20, &o->cache_size); }
+        else if (!strcmp(a, "--queue-timeout")) {
+            TAKES_VALUE();
+            char *end;
+            double t = strtod(v, &end);
+            if (*end || !(t >= 0 && t <= 86400)) { fprintf(stderr, "kvwise serve: --queue-timeout needs seconds in [0, 86400]\n"); return -1; }
+            o->queue_timeout = t;
+        }
+        else if (!strcmp(a, "--stub-kv")) o->stub_kv = true;     /* tests only: the stub keeps real KV memory */
         else if (!strcmp(a, "--stub-engine")) o->stub = true;   /* tests/benchmarks only: no model */
         else if (!strcmp(a, "--stub-step-us")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 10000000, &o->stub_step_us); }
         else { fprintf(stderr, "kvwise serve: unknown option '%s' (see --help)\n", a); return -1; }
@@ -137,6 +185,15 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddStringToObject(c, "chat_template", tpl_desc);
     cJSON_AddBoolToObject(c, "mlock", o->mlock);
     cJSON_AddNumberToObject(c, "threads", o->threads);
+    cJSON_AddNumberToObject(c, "memory_limit", (double)o->memory_limit);
+    cJSON_AddNumberToObject(c, "queue_timeout_s", o->queue_timeout);
+    if (e->kvmem) {     /* the caps in force, as the cache itself reports them */
+        kw_kvmem_stats ks = kw_kvmem_get_stats(e->kvmem);
+        cJSON_AddNumberToObject(c, "prompt_cache_size", ks.cache.max_seqs);
+        cJSON_AddNumberToObject(c, "prompt_cache_bytes", (double)ks.cache.max_bytes);
+    } else {
+        cJSON_AddStringToObject(c, "prompt_cache", "none (this engine keeps no KV)");
+    }
     return c;
 }
 
@@ -150,39 +207,99 @@ static void print_report(const cJSON *c) {
     }
 }
 
-static kw_engine *make_engine(const serve_opts *o, kw_err *err) {
+/* The stub with real KV: the pool gets what the budget leaves after the
+ * fixed lines (there are no weights), at most --kv-blocks; the server
+ * refuses to start when not even one full-context sequence fits. */
+static int stub_enable_kv(kw_engine *e, const serve_opts *o, kw_ledger *led, kw_err *err) {
+    kw_kv_layout lay = kw_engine_stub_kv_layout(o->kv_block_tokens);
+    uint64_t bb = kw_kv_block_bytes(&lay);
+    int64_t per_seq = (e->n_ctx + lay.block_tokens - 1) / lay.block_tokens;
+    int64_t want = o->kv_blocks > 0 ? o->kv_blocks : per_seq * e->n_slots;
+    int64_t fit = (int64_t)(kw_ledger_available(led) / bb);
+    int64_t blocks = want < fit ? want : fit;
+    if (blocks < per_seq) {
+        char a[32], b[32];
+        return kw_err_set(err, "--memory-limit %s is too small: the fixed lines take %s and one sequence of "
+                          "--ctx-size %d needs %lld KV blocks of %zu bytes; a limit of at least %s would work",
+                          kw_format_bytes(kw_ledger_limit(led), a, sizeof a),
+                          kw_format_bytes(kw_ledger_used(led), b, sizeof b), e->n_ctx, (long long)per_seq,
+                          (size_t)bb, kw_format_bytes(kw_ledger_used(led) + (uint64_t)per_seq * bb, (char[32]){0}, 32));
+    }
+    kw_engine_stub_kv_opts ko = {.kv_blocks = (int32_t)blocks, .block_tokens = lay.block_tokens,
+                                 .cache_max_seqs = o->cache_size, .cache_max_bytes = o->cache_bytes,
+                                 .ledger = led, .log_interval_s = 10};
+    return kw_engine_stub_enable_kv(e, &ko, err);
+}
+
+static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, kw_err *err) {
     int32_t max_batch = o->decode_conc + o->prompt_conc * o->prefill_step;
-    if (o->stub) return kw_engine_stub_create(o->ctx_size ? o->ctx_size : 4096, o->decode_conc, max_batch, o->stub_step_us);
+    if (o->stub) {
+        kw_engine *e = kw_engine_stub_create(o->ctx_size ? o->ctx_size : 4096, o->decode_conc, max_batch, o->stub_step_us);
+        if (!e) { kw_err_set(err, "stub engine: out of memory"); return NULL; }
+        if (o->stub_kv && stub_enable_kv(e, o, led, err) < 0) { e->destroy(e); return NULL; }
+        return e;
+    }
     kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = o->ctx_size, .n_slots = o->decode_conc,
                                .max_batch = max_batch, .kv_blocks = o->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
                                .kv_type = !strcmp(o->kv_type, "q8_0") ? KW_TYPE_Q8_0 : KW_TYPE_F16, .mlock = o->mlock,
-                               .n_threads = o->threads};
+                               .n_threads = o->threads,
+                               .cache_max_seqs = o->cache_size, .cache_max_bytes = o->cache_bytes,
+                               .ledger = led, .cache_log_interval_s = 10};
     return kw_engine_model_create(&mo, err);
+}
+
+/* The budget: --memory-limit or MemAvailable minus a reserve; the fixed
+ * overhead of this process (measured now) is its first line. */
+static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
+    if (!o->memory_limit) {
+        uint64_t total = 0, avail = 0, reserve = 0;
+        if (kw_meminfo_read(&total, &avail, err) < 0 || !avail) {
+            kw_err_set(err, "cannot read MemAvailable for the default --memory-limit; pass --memory-limit");
+            return NULL;
+        }
+        o->memory_limit = kw_plan_default_memory_limit(avail, true, UINT64_MAX, &reserve);
+    }
+    kw_ledger *led = kw_ledger_create(o->memory_limit);
+    if (!led) { kw_err_set(err, "out of memory"); return NULL; }
+    if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, kw_plan_measured_overhead(), err) < 0) {
+        kw_ledger_destroy(led);
+        return NULL;
+    }
+    return led;
 }
 
 int cmd_serve(int argc, char **argv) {
     serve_opts o;
     if (parse_args(argc, argv, &o) < 0) return 2;
     kw_err err = {{0}};
+    kw_ledger *led = make_ledger(&o, &err);
+    if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
-                         .chat_template = o.chat_template, .model_alias = o.alias};
+                         .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led};
     /* Listen first so /health answers 503 "loading" while the model loads. */
     kw_server *srv = kw_server_start(&so, &err);
-    if (!srv) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
+    if (!srv) { fprintf(stderr, "kvwise serve: %s\n", err.msg); kw_ledger_destroy(led); return 1; }
     o.port = kw_server_port(srv);
     fprintf(stderr, "kvwise serve: listening on http://%s:%d (loading model)\n", o.host, o.port);
-    kw_engine *e = make_engine(&o, &err);
-    if (!e) { fprintf(stderr, "kvwise serve: %s\n", err.msg[0] ? err.msg : "cannot create the engine"); kw_server_stop(srv); return 1; }
+    kw_engine *e = make_engine(&o, led, &err);
+    if (!e) {
+        fprintf(stderr, "kvwise serve: %s\n", err.msg[0] ? err.msg : "cannot create the engine");
+        kw_server_stop(srv);
+        kw_ledger_destroy(led);
+        return 1;
+    }
     kw_sched_opts sco = {.decode_concurrency = o.decode_conc, .prompt_concurrency = o.prompt_conc,
-                         .prefill_step = o.prefill_step, .max_queue = o.max_queue, .log_progress = true};
+                         .prefill_step = o.prefill_step, .max_queue = o.max_queue, .log_progress = true,
+                         .queue_timeout_s = o.queue_timeout};
     kw_sched *sched = kw_sched_start(e, &sco, &err);
-    if (!sched) { fprintf(stderr, "kvwise serve: %s\n", err.msg); e->destroy(e); kw_server_stop(srv); return 1; }
+    if (!sched) { fprintf(stderr, "kvwise serve: %s\n", err.msg); e->destroy(e); kw_server_stop(srv); kw_ledger_destroy(led); return 1; }
     char note[256];
     if (kw_server_set_engine(srv, e, sched, note, sizeof note, &err) < 0) {
         fprintf(stderr, "kvwise serve: %s\n", err.msg);
         kw_server_stop(srv);
         e->destroy(e);
+        kw_ledger_destroy(led);
         return 2;
     }
     cJSON *cfg = config_json(&o, e, kw_server_template_desc(srv));
@@ -190,6 +307,8 @@ int cmd_serve(int argc, char **argv) {
     print_report(cfg);
     cJSON_Delete(cfg);
     if (note[0]) fprintf(stderr, "kvwise serve: note: %s\n", note);
+    kw_footprint fp;
+    kw_ledger_print(led, kw_footprint_read(&fp, NULL) == 0 ? &fp : NULL, stderr);
     /* The config endpoint is answered from the server's copy. */
     kw_server_set_config(srv, cfg_s);
     free(cfg_s);
@@ -198,6 +317,7 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "kvwise serve: shutting down (finishing in-flight requests)\n");
     kw_server_stop(srv);
     e->destroy(e);
+    kw_ledger_destroy(led);
     fprintf(stderr, "kvwise serve: stopped\n");
     return 0;
 }

@@ -86,8 +86,15 @@ static bool room_for(const kw_kvmem *m, int32_t blocks) {
     return !m->ledger || kw_ledger_fits(m->ledger, (uint64_t)blocks * m->pool->block_bytes);
 }
 
-/* Evicts cache leaves until `blocks` fit or nothing more can go. */
+/* Evicts cache leaves until `blocks` fit or nothing more can go. Evicts
+ * nothing when even an empty cache would not make room (a request that
+ * must wait anyway does not cost the others their cache hits). */
 static bool make_room(kw_kvmem *m, int32_t blocks) {
+    if (room_for(m, blocks)) return true;
+    int32_t evictable = cached_only_blocks(m);
+    if (m->pool->n_free + evictable < blocks) return false;
+    if (m->ledger && blocks > evictable &&
+        !kw_ledger_fits(m->ledger, (uint64_t)(blocks - evictable) * m->pool->block_bytes)) return false;
     bool counted = false;
     while (!room_for(m, blocks)) {
         if (!counted) { m->evict_calls++; counted = true; }
@@ -116,7 +123,9 @@ kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err)
     m->last_log = -1e9;
     m->tables = calloc((size_t)o->n_slots, sizeof *m->tables);
     m->live = calloc((size_t)o->n_slots, sizeof *m->live);
-    m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, o->cache_max_bytes);
+    uint64_t cache_bytes = o->cache_max_bytes;
+    if (cache_bytes == UINT64_MAX) cache_bytes = (uint64_t)pool->n_blocks * pool->block_bytes / 2;
+    m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, cache_bytes);
     if (!m->tables || !m->live || !m->cache) {
         kw_err_set(err, "kvmem: out of memory");
         kw_kvmem_destroy(m);

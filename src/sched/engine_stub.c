@@ -2,13 +2,19 @@
  * Vocabulary: ids 0..255 are the bytes, then <|im_start|>, <|im_end|>,
  * <|endoftext|>. Logits are a hash of (token, position) favouring lower-
  * case letters and spaces, so greedy output is reproducible and looks like
- * words. No KV is kept. step_us simulates the cost of a forward call.
- * Owns kw_engine_stub_create (sched.h). */
+ * words. step_us simulates the cost of a forward call.
+ * With kw_engine_stub_enable_kv the stub also keeps real KV memory: a paged
+ * pool of a fixed toy layout (4 KiB per token) behind kvmem.h, so that the
+ * prompt cache, admission control and the memory budget run exactly as with
+ * a model (forward writes every K/V row it "computes", so the pages are
+ * really resident). Owns kw_engine_stub_create, kw_engine_stub_enable_kv. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "kvwise/kvmem.h"
 #include "kvwise/sched.h"
+#include "kvwise/tensor.h"
 
 #define STUB_IM_START 256
 #define STUB_IM_END 257
@@ -17,7 +23,11 @@
 
 static const char *const stub_special[3] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
 
-typedef struct stub { int32_t step_us; } stub;
+typedef struct stub {
+    int32_t step_us;
+    kw_kv_pool *pool;           /* NULL unless kw_engine_stub_enable_kv */
+    kw_kvmem *kvmem;
+} stub;
 
 static int stub_tokenize(kw_engine *e, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t **ids, size_t *n_ids, kw_err *err) {
@@ -53,11 +63,29 @@ static size_t stub_piece(kw_engine *e, int32_t id, char *buf, size_t cap, bool r
 
 static bool stub_is_eog(kw_engine *e, int32_t id) { (void)e; return id == STUB_IM_END || id == STUB_EOS; }
 static int32_t stub_seq_begin(kw_engine *e, int32_t slot, const int32_t *p, int32_t n, int32_t r) {
-    (void)e; (void)slot; (void)p; (void)n; (void)r; return 0;
+    stub *st = e->impl;
+    return st->kvmem ? kw_kvmem_begin(st->kvmem, slot, p, n, r) : 0;
 }
-static int stub_seq_ensure(kw_engine *e, int32_t slot, int32_t n) { (void)e; (void)slot; (void)n; return 0; }
+static int stub_seq_ensure(kw_engine *e, int32_t slot, int32_t n) {
+    stub *st = e->impl;
+    return st->kvmem ? kw_kvmem_ensure(st->kvmem, slot, n) : 0;
+}
 static void stub_seq_end(kw_engine *e, int32_t slot, const int32_t *t, int32_t n, bool keep) {
-    (void)e; (void)slot; (void)t; (void)n; (void)keep;
+    stub *st = e->impl;
+    if (st->kvmem) kw_kvmem_end(st->kvmem, slot, t, n, keep);
+}
+
+/* Writes K and V of every layer and head for one position (the pages become resident). */
+static void stub_write_kv(stub *st, int32_t slot, int32_t pos, int32_t token) {
+    kw_block_table *t = kw_kvmem_table(st->kvmem, slot);
+    int32_t bt = st->pool->lay.block_tokens;
+    if (!t || pos / bt >= t->n) return;
+    int32_t id = t->ids[pos / bt];
+    for (int32_t l = 0; l < st->pool->lay.n_layer; l++)
+        for (int32_t h = 0; h < st->pool->lay.n_head_kv; h++) {
+            memset(kw_kv_k(st->pool, id, l, h, pos % bt), token & 0xff, st->pool->k_row_bytes);
+            memset(kw_kv_v(st->pool, id, l, h, pos % bt), (token >> 8) & 0xff, st->pool->v_row_bytes);
+        }
 }
 
 static uint32_t mix(uint32_t x) {
@@ -67,9 +95,11 @@ static uint32_t mix(uint32_t x) {
 
 static int stub_forward(kw_engine *e, int32_t n, const int32_t *tokens, const int32_t *pos,
                         const int32_t *slot, const bool *want, float *logits, kw_err *err) {
-    (void)slot; (void)err;
+    (void)err;
     stub *st = e->impl;
     int32_t row = 0;
+    if (st->kvmem)
+        for (int32_t i = 0; i < n; i++) stub_write_kv(st, slot[i], pos[i], tokens[i]);
     for (int32_t i = 0; i < n; i++) {
         if (want ? !want[i] : i != n - 1) continue;
         float *l = logits + (size_t)row++ * STUB_VOCAB;
@@ -90,11 +120,23 @@ static int stub_forward(kw_engine *e, int32_t n, const int32_t *tokens, const in
 
 static void stub_describe(kw_engine *e, char *buf, size_t cap) {
     stub *st = e->impl;
-    snprintf(buf, cap, "stub engine (test only): byte vocabulary, no KV, step %d us", st->step_us);
+    if (!st->pool) {
+        snprintf(buf, cap, "stub engine (test only): byte vocabulary, no KV, step %d us", st->step_us);
+        return;
+    }
+    char b[32];
+    snprintf(buf, cap, "stub engine (test only): KV pool %d blocks x %d tokens = %s, step %d us",
+             st->pool->n_blocks, st->pool->lay.block_tokens,
+             kw_format_bytes((uint64_t)st->pool->n_blocks * st->pool->block_bytes, b, sizeof b), st->step_us);
 }
 
 static void stub_destroy(kw_engine *e) {
     if (!e) return;
+    stub *st = e->impl;
+    if (st) {
+        kw_kvmem_destroy(st->kvmem);
+        kw_kv_pool_destroy(st->pool);
+    }
     free(e->impl);
     free(e);
 }
@@ -124,4 +166,26 @@ kw_engine *kw_engine_stub_create(int32_t n_ctx, int32_t n_slots, int32_t max_bat
     e->describe = stub_describe;
     e->destroy = stub_destroy;
     return e;
+}
+
+kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens) {
+    kw_kv_layout lay = {.n_layer = 4, .n_head_kv = 2, .head_dim_k = 128, .head_dim_v = 128,
+                        .type = KW_TYPE_F16, .block_tokens = block_tokens > 0 ? block_tokens : 32};
+    return lay;
+}
+
+int kw_engine_stub_enable_kv(kw_engine *e, const kw_engine_stub_kv_opts *o, kw_err *err) {
+    stub *st = e->impl;
+    if (st->pool) return kw_err_set(err, "stub engine: KV already enabled");
+    kw_kv_layout lay = kw_engine_stub_kv_layout(o->block_tokens);
+    int32_t blocks = o->kv_blocks > 0 ? o->kv_blocks : (e->n_ctx * e->n_slots + lay.block_tokens - 1) / lay.block_tokens;
+    st->pool = kw_kv_pool_create(&lay, blocks, err);
+    if (!st->pool) return -1;
+    kw_kvmem_opts ko = {.n_slots = e->n_slots, .n_ctx = e->n_ctx, .cache_max_seqs = o->cache_max_seqs,
+                        .cache_max_bytes = o->cache_max_bytes, .ledger = o->ledger,
+                        .log_interval_s = o->log_interval_s};
+    st->kvmem = kw_kvmem_create(st->pool, &ko, err);
+    if (!st->kvmem) { kw_kv_pool_destroy(st->pool); st->pool = NULL; return -1; }
+    e->kvmem = st->kvmem;
+    return 0;
 }

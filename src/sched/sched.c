@@ -76,6 +76,13 @@ static void finish_unadmitted(kw_sched_req *r, kw_finish why, const char *msg) {
     emit(r, &ev);
 }
 
+/* Refuses a request that never got a slot: 400 (it can never fit) or 503 (busy: retry). */
+static void reject_unadmitted(kw_sched_req *r, int status, const char *code, const char *msg) {
+    kw_sched_event ev = {.type = KW_EV_FINISH, .finish = KW_FINISH_REJECTED, .error = msg,
+                         .prompt_tokens = r->n_prompt, .http_status = status, .code = code};
+    emit(r, &ev);
+}
+
 /* ---- per-sequence helpers --------------------------------------------- */
 
 static int seq_push_tok(seq *q, int32_t id) {
@@ -221,6 +228,37 @@ static void drop_cancelled_waiting(kw_sched *s) {
     }
 }
 
+/* Refuses (503) requests that waited longer than queue_timeout_s. */
+static void expire_waiting(kw_sched *s) {
+    if (s->o.queue_timeout_s <= 0) return;
+    double now = now_s();
+    kw_sched_req *gone = NULL;
+    pthread_mutex_lock(&s->mu);
+    kw_sched_req **pp = &s->q_head, *last = NULL;
+    while (*pp) {
+        kw_sched_req *r = *pp;
+        if (now - r->t_submit > s->o.queue_timeout_s) {
+            *pp = r->next;
+            s->n_waiting--;
+            s->st.rejected_queue_timeout++;
+            r->next = gone; gone = r;
+        } else {
+            last = r;
+            pp = &r->next;
+        }
+    }
+    s->q_tail = last;
+    pthread_mutex_unlock(&s->mu);
+    while (gone) {
+        kw_sched_req *r = gone;
+        gone = r->next;
+        char msg[200];
+        snprintf(msg, sizeof msg, "the server is busy: no memory or slot became free within %.0f s; retry later",
+                 s->o.queue_timeout_s);
+        reject_unadmitted(r, 503, "queue_timeout", msg);
+    }
+}
+
 static void admit_waiting(kw_sched *s) {
     for (;;) {
         int32_t slot = free_slot(s);
@@ -235,19 +273,22 @@ static void admit_waiting(kw_sched *s) {
         int32_t room = e->n_ctx - r->n_prompt;
         int32_t max_gen = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
         int32_t cached = e->seq_begin(e, slot, r->prompt, r->n_prompt, r->n_prompt + max_gen);
-        if (cached == KW_ENGINE_NEVER) {
-            finish_unadmitted(r, KW_FINISH_REJECTED, "the request needs more KV memory than the pool can ever hold "
-                              "(prompt + max_tokens); shorten it or lower max_tokens");
+        if (cached == KW_ENGINE_NEVER || (cached < 0 && n_active(s) == 0)) {
+            /* Nothing else holds memory (or the engine says so): it can never fit. */
+            char msg[256];
+            snprintf(msg, sizeof msg, "this request needs KV for %d positions (prompt %d + up to %d generated), "
+                     "more than the memory budget can ever hold; shorten the prompt or lower max_tokens",
+                     r->n_prompt + max_gen, r->n_prompt, max_gen);
+            s->st.rejected_never++;
+            reject_unadmitted(r, 400, "request_exceeds_memory", msg);
             continue;
         }
         if (cached < 0) {
-            if (n_active(s) == 0) {
-                finish_unadmitted(r, KW_FINISH_ERROR, "request does not fit in the KV pool");
-                continue;
-            }
             queue_push_front(s, r);       /* wait for running sequences to free memory */
             return;
         }
+        s->st.prompt_tokens += (uint64_t)r->n_prompt;
+        s->st.cached_tokens += (uint64_t)cached;
         seq *q = &s->seqs[slot];
         memset(q, 0, sizeof *q);
         q->r = r;
@@ -368,6 +409,7 @@ static void *engine_main(void *arg) {
         if (stop) break;
         double t0 = now_s();
         drop_cancelled_waiting(s);
+        expire_waiting(s);
         cancel_flagged(s);
         admit_waiting(s);
         int did = run_step(s);
@@ -441,12 +483,14 @@ int kw_sched_submit(kw_sched *s, kw_sched_req *r, kw_err *err) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping) { pthread_mutex_unlock(&s->mu); return kw_err_set(err, "server is shutting down"); }
     if (s->o.max_queue > 0 && s->n_waiting >= s->o.max_queue) {
+        s->st.rejected_queue_full++;
         pthread_mutex_unlock(&s->mu);
         return kw_err_set(err, "queue full (%d waiting)", s->n_waiting);
     }
     r->next = NULL;
     r->cancel = 0;
     r->id = ++s->next_id;
+    r->t_submit = now_s();
     if (s->q_tail) s->q_tail->next = r; else s->q_head = r;
     s->q_tail = r;
     s->n_waiting++;

@@ -43,6 +43,8 @@ typedef struct kw_job {
     cJSON *lp;                  /* non-stream logprobs accumulator */
     size_t text_offset;         /* completions logprobs text_offset */
     kw_finish finish;
+    int reject_status;          /* KW_FINISH_REJECTED: 400 or 503 */
+    const char *reject_code;    /* ... and the error code (a static string) */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
     char error[512];
     char id[48];

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include "internal.h"
+#include "kvwise/kvmem.h"
 
 /* ---- errors ------------------------------------------------------------- */
 
@@ -319,6 +320,22 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         e->n_ctx = eng->n_ctx;
         goto fail;
     }
+    if (eng->kvmem) {
+        /* The scheduler reserves KV for prompt + max_tokens (or up to the
+         * context); what could never be reserved is refused now with a 400,
+         * never queued and never answered with a 503 the client would retry. */
+        int32_t room = eng->n_ctx - (int32_t)n_ids;
+        int32_t gen = j->req.max_tokens > 0 && j->req.max_tokens < room ? j->req.max_tokens : room;
+        if (!kw_kvmem_could_ever_fit(eng->kvmem, (int32_t)n_ids + gen)) {
+            kw_http_error_set(e, 400, j->req.max_tokens > 0 ? "max_tokens" : chat ? "messages" : "prompt",
+                              "request_exceeds_memory",
+                              "This request needs KV memory for %d positions (prompt %zu + up to %d generated), "
+                              "more than the server's memory budget can ever hold (at most %d positions). "
+                              "Lower max_tokens or shorten the %s.", (int32_t)n_ids + gen, n_ids, gen,
+                              kw_kvmem_max_positions(eng->kvmem), chat ? "messages" : "prompt");
+            goto fail;
+        }
+    }
     if (!j->stream) {
         j->lp = j->logprobs ? (chat ? cJSON_CreateArray() : cJSON_CreateObject()) : NULL;
         if (j->lp && !chat) {
@@ -512,6 +529,8 @@ void kw_openai_on_event(kw_job *j, const kw_sched_event *ev) {
         j->prompt_tokens = ev->prompt_tokens;
         j->completion_tokens = ev->completion_tokens;
         j->cached_tokens = ev->cached_tokens;
+        j->reject_status = ev->http_status;
+        j->reject_code = ev->code;
         if (ev->error) snprintf(j->error, sizeof j->error, "%s", ev->error);
         if (j->stream && j->admitted) stream_finish(j, ev);
         j->finished = true;

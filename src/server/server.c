@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <microhttpd.h>
 #include "internal.h"
+#include "kvwise/footprint.h"
+#include "kvwise/memview.h"
 
 struct kw_server {
     kw_server_opts o;
@@ -29,10 +31,12 @@ struct kw_server {
     kw_chat_template tpl;
     char tpl_desc[128];
     int n_jobs;                   /* live jobs (atomic) */
+    uint64_t n_requests, n_ok;    /* generation requests received / answered 200 (atomic) */
+    uint64_t n_rej_ctx, n_rej_never;  /* 400s decided at parse time (atomic) */
     long started;
 };
 
-typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_CHAT, R_COMPLETIONS } route;
+typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_CHAT, R_COMPLETIONS, R_MEMORY, R_METRICS } route;
 
 typedef struct conn {
     route rt;
@@ -109,7 +113,7 @@ static enum MHD_Result send_error(kw_server *s, struct MHD_Connection *mc, const
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (e->status == 405) MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
-    if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");   /* seconds: a slot frees within a few steps */
     if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     add_cors(s, mc, r);
     enum MHD_Result rc = MHD_queue_response(mc, (unsigned)e->status, r);
@@ -144,6 +148,7 @@ static route route_of(const char *url, bool *post) {
         {"/health", R_HEALTH, false}, {"/v1/health", R_HEALTH, false},
         {"/v1/models", R_MODELS, false}, {"/models", R_MODELS, false},
         {"/v1/config", R_CONFIG, false},
+        {"/v1/memory", R_MEMORY, false}, {"/metrics", R_METRICS, false},
         {"/v1/chat/completions", R_CHAT, true}, {"/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true}, {"/completions", R_COMPLETIONS, true},
     };
@@ -196,9 +201,15 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
         return send_err(s, mc, 503, s->stopping ? "shutting_down" : "model_loading",
                         s->stopping ? "the server is shutting down" : "the model is still loading");
     }
+    __atomic_add_fetch(&s->n_requests, 1, __ATOMIC_RELAXED);
     kw_job *j = kw_openai_parse(s, s->engine, &s->tpl, c->rt == R_CHAT, c->body.p ? c->body.p : "",
                                 c->body.len, s->alias ? s->alias : s->engine->model_id, &e);
-    if (!j) { pthread_rwlock_unlock(&s->lk); return send_error(s, mc, &e); }
+    if (!j) {
+        pthread_rwlock_unlock(&s->lk);
+        if (e.code && !strcmp(e.code, "context_length_exceeded")) __atomic_add_fetch(&s->n_rej_ctx, 1, __ATOMIC_RELAXED);
+        if (e.code && !strcmp(e.code, "request_exceeds_memory")) __atomic_add_fetch(&s->n_rej_never, 1, __ATOMIC_RELAXED);
+        return send_error(s, mc, &e);
+    }
     kw_sbuf_free(&c->body);
     j->mc = mc;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -219,7 +230,9 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
         /* never reached the scheduler: finish it here so the resume path answers 503 */
         pthread_mutex_lock(&j->mu);
         j->finished = true;
-        j->finish = KW_FINISH_CANCELLED;
+        j->finish = KW_FINISH_REJECTED;
+        j->reject_status = 503;
+        j->reject_code = !strncmp(err.msg, "queue full", 10) ? "queue_full" : "shutting_down";
         snprintf(j->error, sizeof j->error, "%s", err.msg);
         j->suspended = false;
         pthread_mutex_unlock(&j->mu);
@@ -260,10 +273,38 @@ static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *
     if (f == KW_FINISH_REJECTED) return send_err(s, mc, 400, "kv_memory_exceeded", msg);
     if (f == KW_FINISH_ERROR) return send_err(s, mc, 500, "internal_error", msg);
     if (f == KW_FINISH_CANCELLED) return send_err(s, mc, 503, "unavailable", msg);
+    if (f == KW_FINISH_REJECTED)
+        return send_err(s, mc, j->reject_status ? j->reject_status : 503, j->reject_code ? j->reject_code : "busy", msg);
     return send_body(s, mc, 200, "application/json", kw_openai_final_json(j));
 }
 
 /* ---- the access handler ------------------------------------------------- */
+
+/* GET /v1/memory (JSON) and GET /metrics (Prometheus text): the budget, the
+ * kernel's figures, the KV pool and prompt cache, request counters. */
+static enum MHD_Result send_memory(kw_server *s, struct MHD_Connection *mc, route rt, const kw_sched_stats *st) {
+    kw_memview_counters c = {0};
+    c.requests_total = __atomic_load_n(&s->n_requests, __ATOMIC_RELAXED);
+    c.requests_ok = __atomic_load_n(&s->n_ok, __ATOMIC_RELAXED);
+    c.rejected[KW_REJECT_QUEUE_FULL] = st->rejected_queue_full;
+    c.rejected[KW_REJECT_QUEUE_TIMEOUT] = st->rejected_queue_timeout;
+    c.rejected[KW_REJECT_NEVER_FITS] = st->rejected_never + __atomic_load_n(&s->n_rej_never, __ATOMIC_RELAXED);
+    c.rejected[KW_REJECT_CONTEXT] = __atomic_load_n(&s->n_rej_ctx, __ATOMIC_RELAXED);
+    c.prompt_tokens = st->prompt_tokens;
+    c.cached_tokens = st->cached_tokens;
+    c.completion_tokens = st->tokens_generated;
+    c.queue_depth = st->waiting;
+    c.active = st->active;
+    kw_footprint f;
+    bool have_f = kw_footprint_read(&f, NULL) == 0;
+    pthread_rwlock_rdlock(&s->lk);
+    struct kw_kvmem *kv = s->engine && !s->stopping ? s->engine->kvmem : NULL;
+    char *body = rt == R_MEMORY ? kw_memview_json(kv, s->o.ledger, have_f ? &f : NULL, &c)
+                                : kw_memview_metrics(kv, s->o.ledger, have_f ? &f : NULL, &c);
+    pthread_rwlock_unlock(&s->lk);
+    if (!body) return send_err(s, mc, 500, "internal_error", "out of memory");
+    return send_body(s, mc, 200, rt == R_MEMORY ? "application/json" : "text/plain; version=0.0.4", body);
+}
 
 static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route rt) {
     pthread_rwlock_rdlock(&s->lk);
@@ -290,6 +331,9 @@ static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route
         return send_body(s, mc, 200, "application/json", kw_openai_models_json(model, s->started));
     case R_CONFIG:
         return send_body(s, mc, 200, "application/json", cfg);
+    case R_MEMORY:
+    case R_METRICS:
+        return send_memory(s, mc, rt, &st);
     default:
         return send_err(s, mc, 404, "not_found", "not found");
     }
@@ -382,6 +426,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
             if (!s->stopping && s->sched) kw_sched_cancel(s->sched, &j->req);
             pthread_rwlock_unlock(&s->lk);
         }
+        if (!cancel && (j->finish == KW_FINISH_STOP || j->finish == KW_FINISH_LENGTH))
+            __atomic_add_fetch(&s->n_ok, 1, __ATOMIC_RELAXED);
         fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s %.0f ms\n",
                 c->rt == R_CHAT ? "chat" : "completion", j->stream ? "stream" : "json", j->prompt_tokens,
                 j->cached_tokens, j->completion_tokens, cancel ? "cancelled" : kw_finish_name(j->finish),

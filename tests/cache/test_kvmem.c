@@ -92,8 +92,11 @@ static void test_pressure_wait_never(void) {
     KW_CHECK_EQ_INT(s.cache.n_seqs, 1);
     KW_CHECK(s.evicted_for_admission >= 5);
     /* a second one cannot fit beside it now: wait (not never) */
+    int32_t cached_before = kw_kvmem_get_stats(m).cache.n_blocks;
     KW_CHECK_EQ_INT(kw_kvmem_begin(m, 1, b, 20, 40), KW_KVMEM_WAIT);
     KW_CHECK_EQ_INT(kw_kvmem_table(m, 1)->n, 0);             /* nothing held while waiting */
+    /* evicting could not have made room: the cache was left alone */
+    KW_CHECK_EQ_INT(kw_kvmem_get_stats(m).cache.n_blocks, cached_before);
     kw_kvmem_end(m, 0, c, 30, false);                        /* cancelled: not cached */
     /* `a` went whole, `b` only lost its last block (LRU, one block at a time) */
     KW_CHECK_EQ_INT(kw_kvmem_begin(m, 1, b, 20, 40), 16);
