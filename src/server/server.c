@@ -270,7 +270,6 @@ static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *
     snprintf(msg, sizeof msg, "%s", j->error[0] ? j->error : "request cancelled");
     pthread_mutex_unlock(&j->mu);
     c->phase = 2;
-    if (f == KW_FINISH_REJECTED) return send_err(s, mc, 400, "kv_memory_exceeded", msg);
     if (f == KW_FINISH_ERROR) return send_err(s, mc, 500, "internal_error", msg);
     if (f == KW_FINISH_CANCELLED) return send_err(s, mc, 503, "unavailable", msg);
     if (f == KW_FINISH_REJECTED)
