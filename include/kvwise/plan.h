@@ -38,7 +38,8 @@ typedef struct kw_plan_model {
     uint64_t resident_bytes;        /* budget line: the mapped file (GGUF) or weight_bytes */
     uint64_t read_bytes_per_token;  /* weight bytes one decode step reads */
     uint32_t main_type;             /* tensor type holding the most bytes (GGUF), else KW_TYPE_COUNT */
-    uint64_t tokenizer_bytes;       /* heap estimate of the tokenizer tables */
+    uint64_t tokenizer_bytes;       /* heap of the tokenizer tables */
+    bool tokenizer_measured;        /* built and measured (GGUF), else an estimate */
 } kw_plan_model;
 
 /* From an opened GGUF (metadata + tensor descriptors only). */

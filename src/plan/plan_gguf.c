@@ -3,11 +3,15 @@
  * Owns: what the planner needs beyond the shape (kw_hparams_from_gguf,
  * model.h, is the one reader of shape keys): the exact weight bytes (sum of
  * tensor sizes), the resident size of the mapping (the file), the bytes one
- * decode step reads, the dominant tensor type, and an estimate of the
- * tokenizer's heap from the vocab/merges arrays. Only metadata and tensor
+ * decode step reads, the dominant tensor type, and the tokenizer's heap:
+ * measured by building the tokenizer (it lives in metadata) and reading the
+ * accounted allocator's tokenizer counter, or estimated from the vocab and
+ * merges arrays when it cannot be built. Only metadata and tensor
  * descriptors are read; no tensor data page is touched. */
 #include "plan_internal.h"
+#include "kvwise/memory.h"
 #include "kvwise/tensor.h"
+#include "kvwise/tokenizer.h"
 #include <string.h>
 
 /* Tokenizer heap per vocab entry beyond its text (score, type, hash slot,
@@ -21,6 +25,18 @@ static uint64_t string_array_bytes(const kw_gguf *g, const char *key, uint64_t p
     uint64_t sum = 0;
     for (uint64_t i = 0; i < kv->arr_n; i++) sum += kv->arr_str[i].len + 1 + per_entry;
     return sum;
+}
+
+/* The tokenizer's accounted heap, built from the metadata and freed again. */
+static uint64_t measure_tokenizer(const kw_gguf *g, bool *measured) {
+    uint64_t before = kw_mem_current(KW_MEM_TOKENIZER);
+    kw_tokenizer *t = kw_tokenizer_load(g, NULL);
+    uint64_t after = kw_mem_current(KW_MEM_TOKENIZER);
+    kw_tokenizer_free(t);
+    *measured = t != NULL && after > before;
+    if (*measured) return after - before;
+    return string_array_bytes(g, "tokenizer.ggml.tokens", KW_PLAN_TOK_ENTRY_BYTES) +
+           string_array_bytes(g, "tokenizer.ggml.merges", KW_PLAN_MERGE_ENTRY_BYTES);
 }
 
 /* Bytes of the tensor type that holds the most weight bytes. */
@@ -57,7 +73,6 @@ int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     m->resident_bytes = g->size > w ? g->size : w;
     m->read_bytes_per_token = read_bytes_per_token(g, w);
     m->main_type = dominant_type(g);
-    m->tokenizer_bytes = string_array_bytes(g, "tokenizer.ggml.tokens", KW_PLAN_TOK_ENTRY_BYTES) +
-                         string_array_bytes(g, "tokenizer.ggml.merges", KW_PLAN_MERGE_ENTRY_BYTES);
+    m->tokenizer_bytes = measure_tokenizer(g, &m->tokenizer_measured);
     return 0;
 }

@@ -137,7 +137,8 @@ static void print_budget(const kw_plan_model *m, const kw_plan *p, FILE *out) {
             kw_format_bytes(p->reserve, b, sizeof b), kw_format_bytes(p->memory_limit, c, sizeof c));
     struct { const char *what; uint64_t v; } rows[] = {
         {"weights (mapped file)", p->weights}, {"prefill workspace", p->workspace_bytes},
-        {"tokenizer", p->tokenizer}, {"fixed overhead (process, libraries, server)", p->overhead},
+        {m->tokenizer_measured ? "tokenizer (measured)" : "tokenizer (estimate)", p->tokenizer},
+        {"fixed overhead (process, libraries, server)", p->overhead},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         fprintf(out, "  %-46s %12s\n", rows[i].what, kw_format_bytes(rows[i].v, a, sizeof a));
@@ -227,6 +228,7 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     if (m->main_type < KW_TYPE_COUNT) cJSON_AddStringToObject(jm, "main_type", kw_plan_type_name(m->main_type));
     else cJSON_AddNullToObject(jm, "main_type");
     num(jm, "tokenizer_bytes", (double)m->tokenizer_bytes);
+    cJSON_AddBoolToObject(jm, "tokenizer_measured", m->tokenizer_measured);
     num(jm, "linear_state_bytes", (double)m->linear_state_bytes);
     cJSON_AddStringToObject(jm, "linear_state_formula", m->linear_formula);
 
