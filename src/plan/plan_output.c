@@ -171,8 +171,10 @@ static void print_speed(const kw_plan *p, FILE *out) {
         fprintf(out, "  bandwidth unknown (pass --bandwidth GB/s or drop --no-probe)\n");
         return;
     }
-    fprintf(out, "  %.1f GB/s (%s) / %.2f GB per token = %.2f tok/s\n", o->bandwidth / 1e9,
-            o->bandwidth_measured ? "measured here" : "given", (double)p->bytes_per_token / 1e9, p->decode_tok_s);
+    double bpt = (double)p->bytes_per_token;
+    fprintf(out, "  %.1f GB/s (%s) / %.2f %s per token = %.2f tok/s\n", o->bandwidth / 1e9,
+            o->bandwidth_measured ? "measured here" : "given", bpt >= 1e9 ? bpt / 1e9 : bpt / 1e6,
+            bpt >= 1e9 ? "GB" : "MB", p->decode_tok_s);
     fprintf(out, "  at ctx %d (its KV is read too): %.2f tok/s", o->ctx, p->decode_tok_s_full_ctx);
     if (o->concurrency > 1)
         fprintf(out, "; %d sequences together: %.2f tok/s in total", o->concurrency, p->decode_aggregate_tok_s);
