@@ -203,7 +203,9 @@ static void print_report(const cJSON *c) {
     cJSON_ArrayForEach(it, c) {
         if (cJSON_IsString(it)) fprintf(stderr, "  %-20s %s\n", it->string, it->valuestring);
         else if (cJSON_IsBool(it)) fprintf(stderr, "  %-20s %s\n", it->string, cJSON_IsTrue(it) ? "true" : "false");
-        else if (cJSON_IsNumber(it)) fprintf(stderr, "  %-20s %.0f\n", it->string, it->valuedouble);
+        else if (cJSON_IsNumber(it) && it->valuedouble == (double)(int64_t)it->valuedouble)
+            fprintf(stderr, "  %-20s %lld\n", it->string, (long long)it->valuedouble);
+        else if (cJSON_IsNumber(it)) fprintf(stderr, "  %-20s %g\n", it->string, it->valuedouble);
     }
 }
 

@@ -107,8 +107,8 @@ static int parse_sampling(const cJSON *root, kw_job *j, kw_http_error *e) {
     if (rc) sp->top_p = (float)d;
     if ((rc = get_number(root, "min_p", 0, 1, &d, e)) < 0) return -1;
     if (rc) sp->min_p = (float)d;
-    if ((rc = get_int(root, "top_k", 0, 1e9, &i, e)) < 0) return -1;
-    if (rc) sp->top_k = (int32_t)i;
+    if ((rc = get_int(root, "top_k", -1e9, 1e9, &i, e)) < 0) return -1;
+    if (rc) sp->top_k = i > 0 ? (int32_t)i : 0;          /* <= 0 (vLLM's -1): off */
     if ((rc = get_number(root, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
     if (rc) sp->presence_penalty = (float)d;
     if ((rc = get_number(root, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;

@@ -261,6 +261,34 @@ async function main() {
   check(code === 0, 'exit code 0 after SIGTERM', code);
   check(parseSSE(lastResp.text).done, 'in-flight stream ended with [DONE] on shutdown', lastResp.text.slice(-300));
 
+  // a full queue and a queue timeout answer 503 + Retry-After (one slot, slow stub engine)
+  {
+    const args = ['serve', '--stub-engine', '--stub-step-us', '2000', '--port', '0', '--decode-concurrency', '1',
+      '--max-queue', '1', '--queue-timeout', '0.3', '--ctx-size', '4096'];
+    const p2 = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log2 = '';
+    p2.stderr.on('data', (d) => { log2 += d; });
+    while (!/ready on http:\/\/[^:]+:(\d+)/.test(log2)) {
+      if (p2.exitCode !== null) throw new Error('second server exited: ' + log2);
+      await sleep(20);
+    }
+    const P2 = Number(/ready on http:\/\/[^:]+:(\d+)/.exec(log2)[1]);
+    const body = { prompt: 'busy', max_tokens: 400, ignore_eos: true };   // ~0.8 s on the slot
+    const first = request(P2, 'POST', '/v1/completions', { body, auth: false });
+    await sleep(100);
+    const second = request(P2, 'POST', '/v1/completions', { body, auth: false });   // queued, times out
+    await sleep(50);
+    const third = await request(P2, 'POST', '/v1/completions', { body, auth: false }); // queue full
+    checkErrorShape(third, 503, 'queue full', 'queue_full');
+    check(third.headers['retry-after'] !== undefined, 'queue full has Retry-After', third.headers);
+    const sec = await second;
+    checkErrorShape(sec, 503, 'queue timeout', 'queue_timeout');
+    check(sec.headers['retry-after'] !== undefined, 'queue timeout has Retry-After', sec.headers);
+    check((await first).status === 200, 'the running request completes', null);
+    p2.kill('SIGTERM');
+    check(await new Promise((res) => p2.on('exit', res)) === 0, 'second server exits 0');
+  }
+
   console.log(`${passed} passed, ${failed} failed`);
   fs.rmSync(tmp, { recursive: true, force: true });
   process.exit(failed ? 1 : 0);
