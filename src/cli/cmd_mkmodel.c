@@ -1,9 +1,112 @@
-/* cmd_mkmodel.c - `kvwise mkmodel` (placeholder until its issue lands). */
+/* cmd_mkmodel.c - `kvwise mkmodel`: writes a deterministic random-weight
+ * GGUF model of a named preset or custom shape, with a working byte-level
+ * BPE tokenizer and a ChatML template (src/mkmodel/). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include "cli.h"
+#include "kvwise/tensor.h"
+#include "mkmodel/mkmodel.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: kvwise mkmodel [--preset NAME] [options] -o FILE\n\n"
+        "Writes a RANDOM-WEIGHT GGUF model (the text it generates is noise) for tests and\n"
+        "benchmarks. Same options + same seed = byte-identical file. It carries a real\n"
+        "byte-level BPE tokenizer (gpt2 model, gpt-2 pre-tokenizer, <|endoftext|> as BOS/EOS,\n"
+        "ChatML <|im_start|>/<|im_end|>) and a ChatML chat template.\n\n"
+        "  --preset NAME    tiny (default; llama 4x256, 8 heads, 2 kv, ff 768, vocab 1024),\n"
+        "                   llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b\n"
+        "  --type T         weight matrices: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k\n"
+        "                   (default f16; norms and biases stay f32; a K-quant falls back to\n"
+        "                   q5_0/q5_1/q8_0 for rows that are not a multiple of 256)\n"
+        "  --seed N         random seed (default 1)\n"
+        "  --arch A         llama | qwen2 (q/k/v biases) | qwen3 (q/k norm)\n"
+        "  --layers N  --embd N  --ff N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ctx N\n"
+        "                   override the preset's shape (--embd/--heads also reset head_dim\n"
+        "                   to embd/heads unless --head-dim is given)\n"
+        "  --tied / --untied   output.weight absent (tied to token_embd) or present\n"
+        "  --name S         general.name\n"
+        "  -o, --output FILE   where to write (required)\n"
+        "  -q, --quiet      no summary line\n");
+}
+
+static int parse_int(const char *opt, const char *v, int32_t *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*v == 0 || *end != 0 || x < 1 || x > (1l << 30)) {
+        fprintf(stderr, "kvwise mkmodel: %s needs a positive integer, got '%s'\n", opt, v);
+        return -1;
+    }
+    *out = (int32_t)x;
+    return 0;
+}
 
 int cmd_mkmodel(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "kvwise mkmodel: not implemented yet\n");
-    return 2;
+    const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL;
+    unsigned long long seed = 1;
+    int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0;
+    int tied = -1;
+    bool quiet = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int32_t *ip = !strcmp(a, "--layers") ? &layers : !strcmp(a, "--embd") ? &embd : !strcmp(a, "--ff") ? &ff
+                    : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--kv-heads") ? &kv : !strcmp(a, "--head-dim") ? &hd
+                    : !strcmp(a, "--vocab") ? &vocab : !strcmp(a, "--ctx") ? &ctx : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--tied")) tied = 1;
+        else if (!strcmp(a, "--untied")) tied = 0;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
+        else if (!v) { fprintf(stderr, "kvwise mkmodel: unknown option or missing value: '%s'\n", a); usage(stderr); return 2; }
+        else if (ip) { if (parse_int(a, v, ip)) return 2; i++; }
+        else if (!strcmp(a, "--preset")) { preset = v; i++; }
+        else if (!strcmp(a, "--type")) { type_name = v; i++; }
+        else if (!strcmp(a, "--arch")) { arch = v; i++; }
+        else if (!strcmp(a, "--name")) { name = v; i++; }
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { out = v; i++; }
+        else if (!strcmp(a, "--seed")) {
+            char *end;
+            seed = strtoull(v, &end, 10);
+            if (!*v || *end) { fprintf(stderr, "kvwise mkmodel: --seed needs an integer, got '%s'\n", v); return 2; }
+            i++;
+        } else { fprintf(stderr, "kvwise mkmodel: unknown option '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (!out) { fprintf(stderr, "kvwise mkmodel: -o FILE is required\n"); usage(stderr); return 2; }
+    kw_err err = {{0}};
+    kw_mk_shape s;
+    if (kw_mk_preset(preset, &s, &err)) { fprintf(stderr, "kvwise mkmodel: %s\n", err.msg); return 2; }
+    int wtype = kw_type_from_name(type_name);
+    if (wtype < 0) { fprintf(stderr, "kvwise mkmodel: unknown type '%s'\n", type_name); return 2; }
+    if (arch) snprintf(s.arch, sizeof s.arch, "%s", arch);
+    if (layers) s.n_layer = layers;
+    if (embd) s.n_embd = embd;
+    if (heads) s.n_head = heads;
+    if ((embd || heads) && !hd) s.head_dim = s.n_embd / s.n_head;
+    if (hd) s.head_dim = hd;
+    if (kv) s.n_head_kv = kv;
+    if (ff) s.n_ff = ff;
+    if (vocab) s.n_vocab = vocab;
+    if (ctx) s.n_ctx = ctx;
+    if (tied >= 0) s.tied = tied;
+    if (name) snprintf(s.name, sizeof s.name, "%s", name);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (kw_mk_write(&s, (uint32_t)wtype, seed, out, &err)) {
+        fprintf(stderr, "kvwise mkmodel: %s\n", err.msg);
+        return 2;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!quiet) {
+        FILE *f = fopen(out, "rb");
+        long size = -1;
+        if (f) { fseek(f, 0, SEEK_END); size = ftell(f); fclose(f); }
+        char buf[32];
+        fprintf(stderr, "kvwise mkmodel: wrote %s (%s, %s, %d layers x %d embd, vocab %d, seed %llu): %s in %.2f s\n",
+                out, s.arch, kw_type_name((uint32_t)wtype), s.n_layer, s.n_embd, s.n_vocab, seed,
+                kw_format_bytes(size > 0 ? (uint64_t)size : 0, buf, sizeof buf),
+                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    }
+    return 0;
 }

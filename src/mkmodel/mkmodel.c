@@ -1,0 +1,310 @@
+/* mkmodel.c - random-weight GGUF models (mkmodel.h): presets, metadata,
+ * the tensor list of the llama / qwen2 / qwen3 layouts, and deterministic
+ * weights streamed to the GGUF writer.
+ *
+ * Weights: matrices N(0, 0.02^2), norm gains 1 + N(0, 0.05^2), biases
+ * N(0, 0.02^2), so activations stay finite at any depth. Every row has its
+ * own random stream (seeded from the model seed, the tensor's index and
+ * the row), so rows can be generated in any order or chunking and the file
+ * is byte-identical for the same seed. Rows are quantized with the
+ * reference quantizer (kw_quantize_row). */
+#include "mkmodel.h"
+#include "kvwise/gguf.h"
+#include "kvwise/memory.h"
+#include "kvwise/tensor.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STD_MATRIX 0.02f
+#define STD_BIAS 0.02f
+#define STD_NORM_GAIN 0.05f
+
+/* ---- presets ---- */
+
+typedef struct preset { const char *name; kw_mk_shape s; } preset;
+
+static const preset k_presets[] = {
+    {"tiny", {"llama", "kvwise-tiny-random", 4, 256, 8, 2, 32, 768, 1024, 2048, 10000.0f, 1e-5f, false, false, false}},
+    {"llama3.2-1b", {"llama", "kvwise-llama3.2-1b-random", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f,
+                     true, false, false}},
+    {"qwen2.5-0.5b", {"qwen2", "kvwise-qwen2.5-0.5b-random", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f,
+                      true, true, false}},
+    {"qwen3-0.6b", {"qwen3", "kvwise-qwen3-0.6b-random", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f,
+                    true, false, true}},
+};
+
+int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err) {
+    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
+        if (name && !strcmp(name, k_presets[i].name)) { *out = k_presets[i].s; return 0; }
+    return kw_err_set(err, "unknown preset '%s' (presets: tiny, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b)", name ? name : "");
+}
+
+int kw_mk_shape_check(kw_mk_shape *s, kw_err *err) {
+    if (!strcmp(s->arch, "qwen2")) { s->qkv_bias = true; s->qk_norm = false; }
+    else if (!strcmp(s->arch, "qwen3")) { s->qkv_bias = false; s->qk_norm = true; }
+    else if (!strcmp(s->arch, "llama")) { s->qkv_bias = false; s->qk_norm = false; }
+    else return kw_err_set(err, "unknown architecture '%s' (supported: llama, qwen2, qwen3)", s->arch);
+    if (s->n_layer < 1 || s->n_layer > 1024) return kw_err_set(err, "layers %d out of range (1..1024)", s->n_layer);
+    if (s->n_embd < 1 || s->n_ff < 1 || s->n_head < 1 || s->n_head_kv < 1 || s->head_dim < 1 || s->n_ctx < 1)
+        return kw_err_set(err, "embd, ff, heads, kv heads, head_dim and ctx must be positive");
+    if (s->n_head % s->n_head_kv) return kw_err_set(err, "heads (%d) must be a multiple of kv heads (%d)", s->n_head, s->n_head_kv);
+    if (s->head_dim % 2) return kw_err_set(err, "head_dim %d must be even (RoPE rotates pairs)", s->head_dim);
+    if ((int64_t)s->n_embd * s->n_vocab > (1ll << 34) || (int64_t)s->n_embd * s->n_ff > (1ll << 34) ||
+        (int64_t)s->n_head * s->head_dim > (1 << 20))
+        return kw_err_set(err, "shape too large");
+    if (s->n_vocab < 259 || s->n_vocab > (1 << 22)) return kw_err_set(err, "vocab %d out of range (259..4194304)", s->n_vocab);
+    return 0;
+}
+
+/* ---- types ---- */
+
+uint32_t kw_mk_matrix_type(uint32_t want, int64_t ncols) {
+    const kw_type_traits *t = kw_type_traits_get(want);
+    if (!t || ncols % t->block_size == 0) return want;
+    uint32_t fb = want == KW_TYPE_Q4_K ? KW_TYPE_Q5_0 : want == KW_TYPE_Q5_K ? KW_TYPE_Q5_1
+                : want == KW_TYPE_Q6_K ? KW_TYPE_Q8_0 : KW_TYPE_F16;
+    return ncols % kw_type_traits_get(fb)->block_size == 0 ? fb : KW_TYPE_F16;
+}
+
+/* llama.cpp's general.file_type for "mostly <type>" files. */
+static int file_type_of(uint32_t t) {
+    switch (t) {
+    case KW_TYPE_F32: return 0;
+    case KW_TYPE_F16: return 1;
+    case KW_TYPE_Q4_0: return 2;
+    case KW_TYPE_Q4_1: return 3;
+    case KW_TYPE_Q8_0: return 7;
+    case KW_TYPE_Q5_0: return 8;
+    case KW_TYPE_Q5_1: return 9;
+    case KW_TYPE_Q4_K: return 14;   /* Q4_K_S */
+    case KW_TYPE_Q5_K: return 16;   /* Q5_K_S */
+    case KW_TYPE_Q6_K: return 18;
+    case KW_TYPE_BF16: return 32;
+    default: return -1;
+    }
+}
+
+/* ---- random numbers ---- */
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* n approximately standard normal values: the sum of four 16-bit uniform
+ * integers from one 64-bit draw, centred and scaled to unit variance
+ * (Irwin-Hall, n = 4: bell-shaped, tails cut at 3.46 sigma). Integer math
+ * plus one float multiply, so the values are the same on every machine
+ * and compiler, and cheap enough for a 1B model in seconds (Box-Muller's
+ * log/sin/cos cost ~50 ns per value here). */
+static void gaussians(uint64_t *state, float *out, int64_t n) {
+    const float scale = 1.7320508075688772f / 65536.0f;   /* sqrt(3) / 2^16: variance 4/12 -> 1 */
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = splitmix64(state);
+        int32_t sum = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) + (int32_t)((r >> 32) & 0xffff) +
+                      (int32_t)(r >> 48);
+        out[i] = (float)(sum - 131070) * scale;
+    }
+}
+
+/* ---- tensor list ---- */
+
+#define MK_MAX_THREADS 16
+
+/* Shared by all tensors of one write: the thread pool and a scratch row
+ * (F32) per thread. */
+typedef struct mk_run { kw_pool *pool; int n_threads; float *rows[MK_MAX_THREADS]; } mk_run;
+
+typedef struct mk_tensor {
+    char name[64];
+    uint32_t type, n_dims;
+    int64_t ne[2];
+    float mean, std;
+    uint64_t seed;      /* stream of this tensor */
+    mk_run *run;
+} mk_tensor;
+
+typedef struct mk_list { mk_tensor *t; int n, cap; } mk_list;
+
+static int add(mk_list *l, const char *name, uint32_t type, int64_t ne0, int64_t ne1, float mean, float std) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 64;
+        mk_tensor *n = realloc(l->t, (size_t)cap * sizeof *n);
+        if (!n) return -1;
+        l->t = n;
+        l->cap = cap;
+    }
+    mk_tensor *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = ne1 > 1 ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->type = t->n_dims == 2 ? kw_mk_matrix_type(type, ne0) : KW_TYPE_F32;
+    t->mean = mean;
+    t->std = std;
+    return 0;
+}
+
+static int build_list(const kw_mk_shape *s, uint32_t wtype, mk_list *l) {
+    int64_t E = s->n_embd, Q = (int64_t)s->n_head * s->head_dim, KV = (int64_t)s->n_head_kv * s->head_dim;
+    int rc = add(l, "token_embd.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
+    rc |= add(l, "output_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
+    if (!s->tied) rc |= add(l, "output.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
+    for (int i = 0; i < s->n_layer && rc == 0; i++) {
+        char n[64];
+#define LAYER(suffix, ty, a, b, mean, std) (snprintf(n, sizeof n, "blk.%d." suffix, i), add(l, n, ty, a, b, mean, std))
+        rc |= LAYER("attn_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
+        rc |= LAYER("attn_q.weight", wtype, E, Q, 0, STD_MATRIX);
+        rc |= LAYER("attn_k.weight", wtype, E, KV, 0, STD_MATRIX);
+        rc |= LAYER("attn_v.weight", wtype, E, KV, 0, STD_MATRIX);
+        if (s->qkv_bias) {
+            rc |= LAYER("attn_q.bias", KW_TYPE_F32, Q, 1, 0, STD_BIAS);
+            rc |= LAYER("attn_k.bias", KW_TYPE_F32, KV, 1, 0, STD_BIAS);
+            rc |= LAYER("attn_v.bias", KW_TYPE_F32, KV, 1, 0, STD_BIAS);
+        }
+        if (s->qk_norm) {
+            rc |= LAYER("attn_q_norm.weight", KW_TYPE_F32, s->head_dim, 1, 1, STD_NORM_GAIN);
+            rc |= LAYER("attn_k_norm.weight", KW_TYPE_F32, s->head_dim, 1, 1, STD_NORM_GAIN);
+        }
+        rc |= LAYER("attn_output.weight", wtype, Q, E, 0, STD_MATRIX);
+        rc |= LAYER("ffn_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
+        rc |= LAYER("ffn_gate.weight", wtype, E, s->n_ff, 0, STD_MATRIX);
+        rc |= LAYER("ffn_up.weight", wtype, E, s->n_ff, 0, STD_MATRIX);
+        rc |= LAYER("ffn_down.weight", wtype, s->n_ff, E, 0, STD_MATRIX);
+#undef LAYER
+    }
+    return rc ? -1 : 0;
+}
+
+/* One row: its own stream, scaled, encoded. */
+static void random_row(const mk_tensor *t, int64_t r, float *row, void *dst) {
+    uint64_t st = t->seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
+    splitmix64(&st);
+    gaussians(&st, row, t->ne[0]);
+    for (int64_t k = 0; k < t->ne[0]; k++) row[k] = t->mean + t->std * row[k];
+    kw_quantize_row(t->type, row, dst, t->ne[0]);
+}
+
+typedef struct fill_job { const mk_tensor *t; int64_t first, n; uint8_t *dst; size_t rb; } fill_job;
+
+static void fill_task(void *arg, int ith, int nth) {
+    const fill_job *j = arg;
+    int64_t per = (j->n + nth - 1) / nth, lo = ith * per, hi = lo + per < j->n ? lo + per : j->n;
+    for (int64_t r = lo; r < hi; r++)
+        random_row(j->t, j->first + r, j->t->run->rows[ith], j->dst + (size_t)r * j->rb);
+}
+
+static int fill_random(void *ctx, int64_t first, int64_t n, void *dst, kw_err *err) {
+    mk_tensor *t = ctx;
+    fill_job j = {t, first, n, dst, kw_row_bytes(t->type, t->ne[0])};
+    if (t->run->pool && n > 1) kw_pool_run(t->run->pool, fill_task, &j);
+    else fill_task(&j, 0, 1);
+    return 0;
+}
+
+/* ---- metadata ---- */
+
+static void set_arch_u32(kw_gguf_writer *w, const char *arch, const char *key, uint32_t v) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    kw_gguf_writer_set_u32(w, k, v);
+}
+
+static void set_arch_f32(kw_gguf_writer *w, const char *arch, const char *key, float v) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    kw_gguf_writer_set_f32(w, k, v);
+}
+
+static void set_model_kvs(kw_gguf_writer *w, const kw_mk_shape *s, uint32_t wtype, uint64_t seed) {
+    const char *a = s->arch;
+    kw_gguf_writer_set_str(w, "general.architecture", a);
+    kw_gguf_writer_set_str(w, "general.name", s->name);
+    char desc[160];
+    snprintf(desc, sizeof desc, "random weights (seed %llu) written by kvwise mkmodel; the text it generates is noise",
+             (unsigned long long)seed);
+    kw_gguf_writer_set_str(w, "general.description", desc);
+    int ft = file_type_of(wtype);
+    if (ft >= 0) kw_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ft);
+    kw_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    set_arch_u32(w, a, "context_length", (uint32_t)s->n_ctx);
+    set_arch_u32(w, a, "embedding_length", (uint32_t)s->n_embd);
+    set_arch_u32(w, a, "block_count", (uint32_t)s->n_layer);
+    set_arch_u32(w, a, "feed_forward_length", (uint32_t)s->n_ff);
+    set_arch_u32(w, a, "attention.head_count", (uint32_t)s->n_head);
+    set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)s->n_head_kv);
+    set_arch_u32(w, a, "attention.key_length", (uint32_t)s->head_dim);
+    set_arch_u32(w, a, "attention.value_length", (uint32_t)s->head_dim);
+    set_arch_u32(w, a, "rope.dimension_count", (uint32_t)s->head_dim);
+    set_arch_u32(w, a, "vocab_size", (uint32_t)s->n_vocab);
+    set_arch_f32(w, a, "rope.freq_base", s->rope_base);
+    set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps);
+}
+
+static void set_tokenizer_kvs(kw_gguf_writer *w, const kw_mk_vocab *v) {
+    kw_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    kw_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    kw_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, (uint64_t)v->n_tokens);
+    kw_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KW_GGUF_INT32, v->types, (uint64_t)v->n_tokens);
+    kw_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, (uint64_t)v->n_merges);
+    kw_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->eos);
+    kw_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    kw_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->im_end);
+    kw_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->eos);
+    kw_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    kw_gguf_writer_set_str(w, "tokenizer.chat_template", kw_mk_chatml_template);
+}
+
+/* ---- writing ---- */
+
+int kw_mk_write(const kw_mk_shape *shape, uint32_t wtype, uint64_t seed, const char *path, kw_err *err) {
+    kw_mk_shape s = *shape;
+    if (kw_mk_shape_check(&s, err)) return -1;
+    const kw_type_traits *tr = kw_type_traits_get(wtype);
+    if (!tr || file_type_of(wtype) < 0)
+        return kw_err_set(err, "weight type %s is not one mkmodel writes (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k)",
+                          kw_type_name(wtype));
+    kw_mk_vocab v;
+    if (kw_mk_vocab_build(s.n_vocab, &v, err)) return -1;
+    mk_list l = {0};
+    kw_gguf_writer *w = kw_gguf_writer_create();
+    int rc = w ? 0 : kw_err_set(err, "out of memory");
+    if (!rc && build_list(&s, wtype, &l)) rc = kw_err_set(err, "out of memory");
+    if (!rc) {
+        set_model_kvs(w, &s, wtype, seed);
+        set_tokenizer_kvs(w, &v);
+    }
+    int64_t max_row = 0;
+    for (int i = 0; i < l.n; i++) if (l.t[i].ne[0] > max_row) max_row = l.t[i].ne[0];
+    mk_run run = {0};
+    run.n_threads = kw_cpu_physical_cores();
+    if (run.n_threads < 1) run.n_threads = 1;
+    if (run.n_threads > MK_MAX_THREADS) run.n_threads = MK_MAX_THREADS;
+    if (!rc && run.n_threads > 1) run.pool = kw_pool_create(run.n_threads);
+    if (!run.pool) run.n_threads = 1;
+    for (int k = 0; k < run.n_threads && !rc; k++) {
+        run.rows[k] = kw_mem_alloc(KW_MEM_WORKSPACE, (size_t)(max_row + 1) * sizeof(float));
+        if (!run.rows[k]) rc = kw_err_set(err, "out of memory");
+    }
+    uint64_t base = seed;
+    splitmix64(&base);
+    for (int i = 0; i < l.n && !rc; i++) {
+        mk_tensor *t = &l.t[i];
+        uint64_t st = base ^ ((uint64_t)(i + 1) * 0xA0761D6478BD642Full);
+        t->seed = splitmix64(&st);
+        t->run = &run;
+        int64_t ne[2] = {t->ne[0], t->ne[1]};
+        rc = kw_gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, ne, fill_random, t, err);
+    }
+    if (!rc) rc = kw_gguf_writer_write(w, path, err);
+    for (int k = 0; k < MK_MAX_THREADS; k++) kw_mem_free(run.rows[k]);
+    kw_pool_destroy(run.pool);
+    kw_gguf_writer_destroy(w);
+    free(l.t);
+    kw_mk_vocab_free(&v);
+    return rc;
+}

@@ -1,0 +1,61 @@
+/* mkmodel.h - random-weight GGUF models of a named or custom shape, with a
+ * working byte-level BPE tokenizer trained on an embedded text, and the
+ * re-encoding of a model's weights to another type (`kvwise mkmodel`,
+ * `kvwise quantize`; also used by tests and benchmarks).
+ *
+ * Everything is deterministic: the same shape, type and seed give a
+ * byte-identical file. Tensors are streamed to the writer row by row, so
+ * peak memory is a few MiB whatever the model size. */
+#ifndef KW_MKMODEL_H
+#define KW_MKMODEL_H
+#include "kvwise/common.h"
+#include <stddef.h>
+
+typedef struct kw_mk_shape {
+    char arch[16];          /* "llama", "qwen2", "qwen3" */
+    char name[64];          /* general.name */
+    int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    float rope_base, rms_eps;
+    bool tied;              /* no output.weight: token_embd is the LM head */
+    bool qkv_bias;          /* qwen2: attn_q/k/v biases */
+    bool qk_norm;           /* qwen3: per-head RMSNorm of q and k */
+} kw_mk_shape;
+
+/* Fills *out with a preset ("tiny", "llama3.2-1b", "qwen2.5-0.5b",
+ * "qwen3-0.6b"); returns -1 (err lists the names) if unknown. */
+int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err);
+/* Sets the per-architecture flags (qkv_bias for qwen2, qk_norm for qwen3)
+ * after --arch changed; checks the shape is consistent. */
+int kw_mk_shape_check(kw_mk_shape *s, kw_err *err);
+
+/* The byte-level BPE vocabulary (GPT-2 byte-to-unicode strings). */
+typedef struct kw_mk_vocab {
+    char **tokens;          /* n_tokens strings */
+    int32_t *types;         /* 1 normal, 3 control */
+    char **merges;          /* n_merges "A B" strings */
+    int32_t n_tokens, n_merges;
+    int32_t eos, im_start, im_end;   /* <|endoftext|> is BOS and EOS */
+} kw_mk_vocab;
+/* Trains merges on the embedded text and pads with <|reserved_N|> up to
+ * n_vocab (at least 259: 256 bytes + 3 specials). */
+int kw_mk_vocab_build(int32_t n_vocab, kw_mk_vocab *v, kw_err *err);
+void kw_mk_vocab_free(kw_mk_vocab *v);
+const char *kw_mk_corpus(size_t *len);
+extern const char kw_mk_chatml_template[];
+
+/* Writes the model. wtype: the type of 2-D weight matrices (a kw_type);
+ * 1-D tensors (norms, biases) are F32. A K-quant type falls back for
+ * matrices whose rows are not a multiple of 256 (Q4_K->Q5_0, Q5_K->Q5_1,
+ * Q6_K->Q8_0, as llama.cpp does), a 32-block type to F16 when rows are not
+ * a multiple of 32. */
+int kw_mk_write(const kw_mk_shape *s, uint32_t wtype, uint64_t seed, const char *path, kw_err *err);
+
+/* The type a matrix with rows of ncols values gets when `want` is asked. */
+uint32_t kw_mk_matrix_type(uint32_t want, int64_t ncols);
+
+/* Re-encodes every 2-D weight matrix of IN to `wtype` (1-D tensors and
+ * anything whose name does not end in ".weight" keep their type) and
+ * writes OUT with IN's metadata (general.file_type updated). */
+int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_err *err);
+
+#endif

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test_mkmodel_cli.sh - `kvwise mkmodel` and `kvwise quantize` from the
+# command line: files open with `kvwise info`, shapes/types as asked,
+# byte-identical for a seed, different for another, clear usage errors.
+set -u
+BIN=${KW_BIN:?KW_BIN not set}
+fail=0; pass=0
+check() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+j() { node -e "const j=JSON.parse(require('fs').readFileSync(0,'utf8')); process.stdout.write(String($1))"; }
+
+"$BIN" mkmodel -q --preset tiny --type q8_0 --seed 3 -o "$tmp/a.gguf"; rc=$?
+check "tiny exit 0" '[ $rc -eq 0 ]'
+"$BIN" mkmodel -q --preset tiny --type q8_0 --seed 3 -o "$tmp/b.gguf"
+"$BIN" mkmodel -q --preset tiny --type q8_0 --seed 4 -o "$tmp/c.gguf"
+check "same seed identical" 'cmp -s "$tmp/a.gguf" "$tmp/b.gguf"'
+check "other seed differs" '! cmp -s "$tmp/a.gguf" "$tmp/c.gguf"'
+info=$("$BIN" info -m "$tmp/a.gguf" --json)
+check "tiny shape" '[ "$(j "[j.arch,j.n_layer,j.n_embd,j.n_head,j.n_head_kv,j.n_ff,j.n_vocab,j.tied].join()" <<<"$info")" = "llama,4,256,8,2,768,1024,false" ]'
+check "tiny types" '[ "$(j "JSON.stringify(j.tensor_type_counts)" <<<"$info")" = "{\"F32\":9,\"Q8_0\":30}" ]'
+check "tiny tokenizer" '[ "$(j "[j.tokenizer,j.tokenizer_pre,j.chat_template].join()" <<<"$info")" = "gpt2,gpt-2,true" ]'
+
+"$BIN" mkmodel -q --preset qwen3-0.6b --layers 2 --embd 256 --heads 4 --kv-heads 2 --head-dim 128 --ff 512 --vocab 600 \
+  --type q4_k -o "$tmp/q3.gguf"; rc=$?
+check "custom qwen3 exit 0" '[ $rc -eq 0 ]'
+info=$("$BIN" info -m "$tmp/q3.gguf" --json)
+check "custom qwen3 shape" '[ "$(j "[j.arch,j.n_layer,j.n_embd,j.n_head,j.head_dim,j.n_ff,j.n_vocab,j.tied].join()" <<<"$info")" = "qwen3,2,256,4,128,512,600,true" ]'
+check "custom qwen3 types" '[ "$(j "JSON.stringify(j.tensor_type_counts)" <<<"$info")" = "{\"F32\":9,\"Q4_K\":15}" ]'
+
+"$BIN" quantize "$tmp/a.gguf" "$tmp/a4.gguf" q4_0 2>/dev/null; rc=$?
+check "quantize exit 0" '[ $rc -eq 0 ]'
+info=$("$BIN" info -m "$tmp/a4.gguf" --json)
+check "quantize types" '[ "$(j "JSON.stringify(j.tensor_type_counts)" <<<"$info")" = "{\"F32\":9,\"Q4_0\":30}" ]'
+check "quantize keeps tokenizer" '[ "$(j "[j.n_vocab,j.chat_template,j.file_type].join()" <<<"$info")" = "1024,true,2" ]'
+
+"$BIN" mkmodel -o "$tmp/x.gguf" --preset huge 2>"$tmp/err"; rc=$?
+check "bad preset exit 2" '[ $rc -eq 2 ] && grep -q "unknown preset" "$tmp/err"'
+"$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9 2>"$tmp/err"; rc=$?
+check "bad type exit 2" '[ $rc -eq 2 ] && grep -q "unknown type" "$tmp/err"'
+"$BIN" mkmodel --preset tiny 2>/dev/null; rc=$?
+check "no -o exit 2" '[ $rc -eq 2 ]'
+"$BIN" mkmodel -o "$tmp/x.gguf" --layers 0 2>/dev/null; rc=$?
+check "bad layers exit 2" '[ $rc -eq 2 ]'
+"$BIN" quantize "$tmp/a.gguf" "$tmp/z.gguf" 2>/dev/null; rc=$?
+check "quantize usage exit 2" '[ $rc -eq 2 ]'
+"$BIN" quantize "$tmp/nope.gguf" "$tmp/z.gguf" q8_0 2>"$tmp/err"; rc=$?
+check "quantize missing input" '[ $rc -eq 2 ] && grep -q "nope.gguf" "$tmp/err"'
+check "mkmodel help" '"$BIN" mkmodel --help | grep -q "llama3.2-1b"'
+check "quantize help" '"$BIN" quantize --help | grep -q "TYPE"'
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
