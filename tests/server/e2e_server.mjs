@@ -28,7 +28,9 @@ const modelPath = path.join(tmp, 'tiny.gguf');
 let useModel = false;
 {
   const r = spawnSync(BIN, ['mkmodel', '--preset', 'tiny', '--seed', '7', '-o', modelPath], { encoding: 'utf8' });
-  useModel = r.status === 0 && fs.existsSync(modelPath);
+  // The model is used only when this build can also run it (the engine has landed).
+  useModel = r.status === 0 && fs.existsSync(modelPath) &&
+    spawnSync(BIN, ['generate', '-m', modelPath, '-p', 'hi', '-n', '1'], { encoding: 'utf8' }).status === 0;
 }
 
 // ---- server ------------------------------------------------------------------
