@@ -43,6 +43,14 @@ size_t kw_token_to_piece(const kw_tokenizer *t, int32_t id, char *buf, size_t ca
  * 3 * max_piece + 16 bytes always holds a push (each byte may become U+FFFD). */
 size_t kw_tokenizer_max_piece(const kw_tokenizer *t);
 
+/* A whole sequence as llama.cpp's llama_detokenize(remove_special = false,
+ * unparse_special = render_special): the pieces joined, the first one's
+ * SentencePiece space dropped (add_space_prefix vocabs), and for byte-level
+ * vocabs that ask for it " ," " ." " 's" ... cleaned up. The bytes are raw
+ * (possibly invalid UTF-8). *out is malloc'd and NUL-terminated. */
+int kw_detokenize(const kw_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
+                  size_t *len, kw_err *err);
+
 /* Streaming detokenizer: emits only complete UTF-8; an incomplete sequence
  * is held back until the next token completes it (or flush). It also drops
  * the SentencePiece leading space of the very first piece when the vocab

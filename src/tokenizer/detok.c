@@ -5,7 +5,9 @@
  * text (shown only when render_special). The streaming detokenizer keeps an
  * incomplete UTF-8 sequence at the end of what it has seen until the next
  * token completes it, so callers only ever receive whole characters; bytes
- * that can never become valid UTF-8 come out as U+FFFD at once. */
+ * that can never become valid UTF-8 come out as U+FFFD at once.
+ * kw_detokenize does a whole sequence the way llama_detokenize does. */
+#include <stdlib.h>
 #include <string.h>
 #include "tok_internal.h"
 
@@ -110,4 +112,65 @@ size_t kw_detok_flush(kw_detok *d, char *out, size_t cap) {
     if (d->n_pend) put_replacement(&s);
     d->n_pend = 0;
     return s.n < cap ? s.n : cap;
+}
+
+/* ---- whole sequences ---- */
+
+/* llama.cpp's clean_up_tokenization_spaces, three passes in place:
+ * " ?" " !" " ." " ," lose the space; " ' " loses both spaces; " 's" " 'm"
+ * " 're" " 've" lose the space. Returns the new length. */
+static size_t clean_spaces(char *s, size_t n) {
+    size_t o = n ? 1 : 0;
+    for (size_t i = 1; i < n; i++) {
+        char x = s[i];
+        if (s[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) o--;
+        s[o++] = x;
+    }
+    n = o;
+    o = n ? 1 : 0;
+    for (size_t i = 1; i < n; i++) {
+        char x = s[i];
+        if (x == '\'' && i + 1 < n && s[i - 1] == ' ' && s[i + 1] == ' ') {
+            o--;
+            s[++i] = '\0'; /* the space after is dropped (its slot is skipped) */
+        }
+        s[o++] = x;
+    }
+    n = o;
+    o = n ? 1 : 0;
+    for (size_t i = 1; i < n; i++) {
+        char x = s[i];
+        if (s[i - 1] == ' ' && x == '\'' && i + 1 < n) {
+            char x1 = s[i + 1];
+            if (x1 == 's' || x1 == 'm') o--;
+            else if (i + 2 < n && ((x1 == 'r' && s[i + 2] == 'e') || (x1 == 'v' && s[i + 2] == 'e'))) o--;
+        }
+        s[o++] = x;
+    }
+    return o;
+}
+
+int kw_detokenize(const kw_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out, size_t *len,
+                  kw_err *err) {
+    if (out) *out = NULL;
+    if (len) *len = 0;
+    if (!t || !out || !len || (!ids && n)) return kw_err_set(err, "detokenize: bad arguments");
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += kw_token_to_piece(t, ids[i], NULL, 0, render_special);
+    char *buf = malloc(total + 1);
+    if (!buf) return kw_err_set(err, "detokenize: out of memory for %zu bytes", total);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = kw_token_to_piece(t, ids[i], buf + o, total - o, render_special);
+        if (i == 0 && t->add_space_prefix && k && buf[o] == ' ') { /* the SentencePiece prefix space */
+            memmove(buf + o, buf + o + 1, k - 1);
+            k--;
+        }
+        o += k;
+    }
+    if (t->clean_spaces) o = clean_spaces(buf, o);
+    buf[o] = '\0';
+    *out = buf;
+    *len = o;
+    return 0;
 }

@@ -378,6 +378,7 @@ static int read_model_type(kw_tokenizer *t, const kw_gguf *g, kw_err *err) {
         t->eos = 11;
         t->add_bos = t->pre_info->add_bos_default;
         t->ignore_merges = t->pre_info->ignore_merges;
+        t->clean_spaces = !t->pre_info->keep_spaces;
     } else {
         return kw_err_set(err, "unsupported tokenizer model '%s' (supported: llama, gpt2)", model);
     }

@@ -72,28 +72,33 @@ static const char *const re_bailing[] = {
     "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+",
     NULL};
 
-/* name -> set. Fields: name, regexes, ignore_merges, add_bos default, bos_null. */
+/* name -> set. Fields: name, regexes, ignore_merges, add_bos default,
+ * bos_null, keep_spaces (llama.cpp turns clean_spaces off for these). */
 static const struct { const char *names; tk_pre_info info; } pre_table[] = {
-    {"default", {"default", re_default, false, false, false}},
-    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral", {"llama3", re_llama3, true, true, false}},
-    {"dbrx smaug-bpe", {"llama3", re_llama3, false, false, false}},
-    {"deepseek-llm", {"deepseek-llm", re_deepseek_llm, false, false, false}},
-    {"deepseek-coder", {"deepseek-coder", re_deepseek_coder, false, false, false}},
-    {"deepseek-v3", {"deepseek-v3", re_deepseek_v3, false, false, false}},
-    {"falcon", {"falcon", re_falcon, false, false, false}},
+    {"default", {"default", re_default, false, false, false, false}},
+    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral", {"llama3", re_llama3, true, true, false, false}},
+    {"dbrx smaug-bpe", {"llama3", re_llama3, false, false, false, false}},
+    {"deepseek-llm", {"deepseek-llm", re_deepseek_llm, false, false, false, true}},
+    {"deepseek-coder", {"deepseek-coder", re_deepseek_coder, false, false, false, true}},
+    {"deepseek-v3", {"deepseek-v3", re_deepseek_v3, false, false, false, true}},
+    {"falcon", {"falcon", re_falcon, false, false, false, false}},
     {"mpt olmo jais gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de jina-v1-en jina-v2-code "
-     "roberta-bpe exaone4 trillion granite-docling",
-     {"gpt2", re_gpt2, false, false, false}},
-    {"starcoder refact command-r smollm codeshell exaone minerva-7b", {"starcoder", re_starcoder, false, false, false}},
-    {"qwen2 deepseek-r1-qwen megrez stablelm2 hunyuan", {"qwen2", re_qwen2, false, false, false}},
-    {"poro-chat bloom gpt3-finnish", {"poro", re_poro, false, false, false}},
-    {"chatglm-bpe glm4", {"chatglm4", re_llama3, false, false, true}},
-    {"viking", {"viking", re_viking, false, false, false}},
-    {"tekken", {"tekken", re_tekken, true, true, false}},
-    {"gpt-4o llama4", {"gpt-4o", re_gpt4o, false, false, false}},
-    {"chameleon", {"chameleon", re_chameleon, false, true, false}},
-    {"seed-coder", {"seed-coder", re_seed_coder, false, false, false}},
-    {"bailingmoe", {"bailingmoe", re_bailing, false, false, false}},
+     "roberta-bpe exaone4",
+     {"gpt2", re_gpt2, false, false, false, false}},
+    {"trillion granite-docling", {"gpt2", re_gpt2, false, false, false, true}},
+    {"starcoder refact codeshell exaone minerva-7b", {"starcoder", re_starcoder, false, false, false, false}},
+    {"command-r smollm", {"starcoder", re_starcoder, false, false, false, true}},
+    {"qwen2 deepseek-r1-qwen hunyuan", {"qwen2", re_qwen2, false, false, false, true}},
+    {"megrez stablelm2", {"qwen2", re_qwen2, false, false, false, false}},
+    {"poro-chat", {"poro", re_poro, false, false, false, true}},
+    {"bloom gpt3-finnish", {"poro", re_poro, false, false, false, false}},
+    {"chatglm-bpe glm4", {"chatglm4", re_llama3, false, false, true, false}},
+    {"viking", {"viking", re_viking, false, false, false, true}},
+    {"tekken", {"tekken", re_tekken, true, true, false, true}},
+    {"gpt-4o llama4", {"gpt-4o", re_gpt4o, false, false, false, true}},
+    {"chameleon", {"chameleon", re_chameleon, false, true, false, true}},
+    {"seed-coder", {"seed-coder", re_seed_coder, false, false, false, true}},
+    {"bailingmoe", {"bailingmoe", re_bailing, false, false, false, true}},
 };
 
 static bool name_in_list(const char *list, const char *name) {

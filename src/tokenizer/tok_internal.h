@@ -70,6 +70,7 @@ typedef struct tk_pre_info {
     const char *const *regex;   /* NULL-terminated */
     bool ignore_merges, add_bos_default;
     bool bos_null;              /* chatglm: no BOS unless the file names one */
+    bool keep_spaces;           /* detokenize without clean_up_tokenization_spaces */
 } tk_pre_info;
 
 /* Finds the regex set of a tokenizer.ggml.pre value (NULL or "" = default).
@@ -116,6 +117,7 @@ struct kw_tokenizer {
     int32_t bos, eos, eot, eom, unk, pad, sep, nl;
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool clean_spaces;  /* kw_detokenize: " ," -> "," etc. (byte-level vocabs by default) */
 
     int32_t *special;   /* control / user-defined / unknown ids, longest text first */
     int32_t n_special;

@@ -1,7 +1,11 @@
 /* test_tok_oracle.c - prompt token ids against llama.cpp's oracle records
  * (shared/conformance/oracle/NAME.jsonl): for every record, tokenizing
  * "prompt" with add_special=true, parse_special=false must give exactly
- * "prompt_tokens" (README, "Oracle files", step 1). */
+ * "prompt_tokens" (README, "Oracle files", step 1). And detokenizing
+ * "gen_tokens" must give "gen_text" (llama_detokenize with
+ * remove_special=false, unparse_special=false) once every byte that is not
+ * part of valid UTF-8 is replaced by U+FFFD, as the oracle did (their count
+ * must equal gen_text_invalid_utf8_bytes). */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +14,58 @@
 #include "kvwise/gguf.h"
 #include "kvwise/tokenizer.h"
 
-static int n_records;
+static int n_records, n_gen_checked;
+
+/* Replaces each byte that does not start a valid UTF-8 sequence by U+FFFD. */
+static char *replace_invalid(const char *s, size_t n, size_t *out_n, int *n_bad) {
+    char *o = malloc(3 * n + 1);
+    size_t k = 0;
+    *n_bad = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t L = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        bool ok = L && i + L <= n;
+        for (size_t j = 1; ok && j < L; j++) ok = ((unsigned char)s[i + j] & 0xC0) == 0x80;
+        if (ok && L > 1) {
+            unsigned char c1 = (unsigned char)s[i + 1];
+            ok = !((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F));
+        }
+        if (ok) { memcpy(o + k, s + i, L); k += L; i += L; }
+        else { memcpy(o + k, "\xEF\xBF\xBD", 3); k += 3; i++; (*n_bad)++; }
+    }
+    o[k] = '\0';
+    *out_n = k;
+    return o;
+}
+
+static void check_gen_text(const kw_tokenizer *t, const cJSON *rec, const char *file, int line) {
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(rec, "gen_tokens");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(rec, "gen_text");
+    const cJSON *bad = cJSON_GetObjectItemCaseSensitive(rec, "gen_text_invalid_utf8_bytes");
+    if (!cJSON_IsArray(gen) || !cJSON_IsString(text) || !cJSON_IsNumber(bad)) return;
+    size_t n = (size_t)cJSON_GetArraySize(gen);
+    int32_t *ids = malloc((n + 1) * sizeof *ids);
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)cJSON_GetArrayItem(gen, (int)i)->valuedouble;
+    char *out = NULL;
+    size_t len = 0;
+    kw_err err = {{0}};
+    int rc = kw_detokenize(t, ids, n, false, &out, &len, &err);
+    KW_CHECK_MSG(rc == 0, "%s:%d: %s", file, line, err.msg);
+    int n_bad = 0;
+    size_t clean_n = 0;
+    char *clean = rc == 0 ? replace_invalid(out, len, &clean_n, &n_bad) : NULL;
+    /* cJSON ends valuestring at an embedded NUL (a <0x00> token): compare up to it */
+    size_t want_n = strlen(text->valuestring);
+    bool same = clean && clean_n >= want_n && memcmp(clean, text->valuestring, want_n) == 0 &&
+                (clean_n == want_n || clean[want_n] == '\0');
+    KW_CHECK_MSG(same && n_bad == (int)bad->valuedouble,
+                 "%s:%d: gen_text differs (%d invalid bytes):\n  got  '%s'\n  want '%s'", file, line, n_bad,
+                 clean ? clean : "", text->valuestring);
+    free(clean);
+    n_gen_checked++;
+    free(out);
+    free(ids);
+}
 
 static void check_record(const kw_tokenizer *t, const cJSON *rec, const char *file, int line) {
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(rec, "prompt");
@@ -64,6 +119,7 @@ static void check_file(const char *dir, const char *models, const char *name) {
             snprintf(loaded, sizeof loaded, "%s", mf->valuestring);
         }
         if (t) check_record(t, rec, name, line);
+        if (t) check_gen_text(t, rec, name, line);
         cJSON_Delete(rec);
     }
     kw_tokenizer_free(t);
@@ -87,7 +143,7 @@ int main(void) {
         files++;
     }
     if (d) closedir(d);
-    printf("%d oracle files, %d records\n", files, n_records);
+    printf("%d oracle files, %d records, %d gen_text checked\n", files, n_records, n_gen_checked);
     KW_CHECK_MSG(files >= 9 && n_records >= 50, "too little oracle data: %d files, %d records", files, n_records);
     return kw_test_finish();
 }

@@ -284,6 +284,21 @@ static void test_detok(void) {
     }
     KW_CHECK_MSG(bad == 0, "%d detok streams broke UTF-8", bad);
     KW_CHECK(kw_tokenizer_max_piece(bpe) >= 13 && kw_tokenizer_max_piece(spm) >= 12);
+
+    /* whole sequences: SPM drops the first piece's prefix space; byte-level
+     * vocabs clean " ," and " 's" the way llama_detokenize does */
+    char *txt = NULL;
+    size_t tl = 0;
+    int32_t seq1[] = {1, sp, id_of(spm, "\xE2\x96\x81world")};
+    KW_CHECK(kw_detokenize(spm, seq1 + 1, 2, false, &txt, &tl, &err) == 0 && strcmp(txt, "hello world") == 0);
+    free(txt);
+    KW_CHECK(kw_detokenize(spm, seq1, 3, true, &txt, &tl, &err) == 0 && strcmp(txt, "<s> hello world") == 0);
+    free(txt);
+    int32_t seq2[] = {hello, id_of(bpe, "\xC4\xA0"), id_of(bpe, ","), id_of(bpe, "\xC4\xA0"), id_of(bpe, "'"), id_of(bpe, "s")};
+    KW_CHECK(kw_detokenize(bpe, seq2, 6, false, &txt, &tl, &err) == 0 && strcmp(txt, "hello,'s") == 0 && tl == 8);
+    free(txt);
+    KW_CHECK(kw_detokenize(bpe, NULL, 0, false, &txt, &tl, &err) == 0 && tl == 0 && txt && !txt[0]);
+    free(txt);
 done:
     kw_tokenizer_free(bpe);
     kw_tokenizer_free(spm);
