@@ -12,6 +12,9 @@ import os from 'node:os';
 import path from 'node:path';
 
 const BIN = process.env.KW_BIN;
+// Every path ends in process.exit(); an event loop that drains first means a
+// promise never settled (e.g. a server that died early): that is a failure.
+process.on('beforeExit', () => { console.error('test ended without finishing'); process.exit(1); });
 if (!BIN) { console.error('KW_BIN not set'); process.exit(2); }
 let passed = 0, failed = 0;
 function check(cond, what, extra) {
