@@ -68,6 +68,16 @@ typedef struct kw_matrix {
     void *packed;           /* optional repacked copy made at load time (accounted) */
 } kw_matrix;
 
+/* Load-time repacking. kw_matrix_pack() makes W->packed, a copy of the
+ * weights laid out for the active kernel family (e.g. 16 rows interleaved
+ * for AVX-512 VNNI), allocated as KW_MEM_WEIGHTS; W->data stays valid and
+ * is still read for rows the packed form does not cover. Returns 0 when
+ * packed, 1 when this type/family has no packed form (W unchanged), -1 on
+ * allocation failure (err set). kw_matmul uses a packed copy only if it was
+ * made for the family running now. kw_matrix_unpack() frees it. */
+int kw_matrix_pack(kw_matrix *W, kw_err *err);
+void kw_matrix_unpack(kw_matrix *W);
+
 /* Scratch bytes kw_matmul needs for n activation rows against W. */
 size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n);
 /* Y[n][rows] = X[n][cols] . W^T. X and Y are row-major F32. scratch must

@@ -78,8 +78,8 @@ static void init_once(void) {
         kw_kernels_avx2_init(&g_sets[1]);
         g_set_ok[1] = g_sets[1].name != NULL;
     }
-    if (can_avx512() && g_set_ok[1]) {
-        g_sets[2] = g_sets[1];
+    if (can_avx512()) {
+        g_sets[2] = g_set_ok[1] ? g_sets[1] : g_sets[0];
         g_sets[2].name = NULL;
         kw_kernels_avx512_init(&g_sets[2]);
         g_set_ok[2] = g_sets[2].name != NULL;
@@ -92,6 +92,8 @@ static void init_once(void) {
     }
     atomic_store(&g_active, &g_sets[best]);
 }
+
+const kw_cpu_info *kw_cpu_info_raw(void) { return &g_info; }
 
 const kw_cpu_info *kw_cpu_info_get(void) {
     pthread_once(&g_once, init_once);

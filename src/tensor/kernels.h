@@ -21,11 +21,26 @@ typedef void (*kw_act_quant_fn)(const float *x, void *dst, int64_t n);
 typedef void (*kw_gemm_fn)(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
                            size_t x_stride, int64_t nx, float *Y, int64_t ldy);
 
+/* Makes W->packed for this family; returns 0, 1 (no packed form) or -1. */
+typedef int (*kw_pack_fn)(kw_matrix *W, kw_err *err);
+
 typedef struct kw_kernel_set {
     const char *name;
     kw_act_quant_fn quant[KW_TYPE_COUNT];
     kw_gemm_fn gemm[KW_TYPE_COUNT];
+    kw_pack_fn pack;
 } kw_kernel_set;
+
+/* Header at the start of every packed buffer: kernels use a packed copy
+ * only when format matches theirs. Packed data starts 64 bytes in. */
+typedef struct kw_pack_hdr {
+    uint32_t magic;          /* KW_PACK_MAGIC */
+    uint32_t format;         /* family-specific id */
+    int64_t packed_rows;     /* rows [0, packed_rows) are in the packed form */
+    int64_t nb;              /* blocks per row */
+} kw_pack_hdr;
+#define KW_PACK_MAGIC 0x6b77706bu
+#define KW_PACK_HDR_BYTES 64
 
 /* The activation type llama.cpp's CPU backend uses for a weight type. */
 uint32_t kw_dot_type(uint32_t wtype);
@@ -36,6 +51,10 @@ void kw_kernels_avx512_init(kw_kernel_set *k);
 
 /* The active set (chosen from CPU features, or forced). */
 const kw_kernel_set *kw_kernels_active(void);
+
+/* The detected features, without the one-time init (for family init code
+ * that runs inside it). */
+const kw_cpu_info *kw_cpu_info_raw(void);
 
 /* quant_ref.c */
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);

@@ -1,5 +1,386 @@
-/* kernels_avx512.c - the AVX-512 (F/BW/VL/DQ + VNNI, BF16 where present)
- * kernel family; only called when kw_cpu_info_get() reports them. */
+/* kernels_avx512.c - the AVX-512 kernel family (F/BW/VL/DQ + VNNI; BF16
+ * dot products where the CPU has AVX512_BF16). Only called when
+ * kw_cpu_info_get() reports these features.
+ *
+ * Integer path (Q4_0, Q5_0, Q8_0 weights x Q8_0 activations): weights are
+ * turned into unsigned bytes u = q + o (o = 8, 16, 128), so one vpdpbusd
+ * per pair of blocks gives sum(u*x); its accumulator starts at -o*sum(x),
+ * computed once per activation block, which makes the result exactly
+ * sum(q*x). Each 512-bit step covers two 32-value blocks; the int32 lanes
+ * are converted to float and accumulated with the product of the two
+ * blocks' scales. Tiles of up to 4 weight rows x 4 activation rows share
+ * loads (GEMV for decode is the 1-column case, GEMM for prefill the rest).
+ *
+ * Activations for Q8_0 use this family's own layout (kw_matmul leaves room
+ * for it): all 32*nb quants first, then nb float scales (the F16 value),
+ * then nb int32 sums of the quants; two blocks are one contiguous 64-byte
+ * load. The values are bit-identical to the scalar quantizer's.
+ *
+ * Packed Q4_0/Q8_0 (kw_matrix_pack): 16 rows interleaved per block so one
+ * vpdpbusd with 4 broadcast activation bytes advances 16 rows at once; the
+ * result lanes are the 16 outputs, so no horizontal sums are needed.
+ *
+ * Every output is produced by the same instruction sequence whatever tile
+ * it falls in, so results do not depend on the thread split. */
 #include "tensor/kernels.h"
+#include "tensor/quant_blocks.h"
+#include <immintrin.h>
+#include <string.h>
+#include "kvwise/memory.h"
 
-void kw_kernels_avx512_init(kw_kernel_set *k) { (void)k; }
+#define KW_INLINE static inline __attribute__((always_inline))
+
+/* ---------------- activations: Q8_0 in split layout ---------------- */
+
+static void act_q8_0_split(const float *x, void *dst, int64_t n) {
+    int64_t nb = n / KW_QK;
+    int8_t *qs = dst;
+    float *ds = (float *)(qs + 32 * nb);
+    int32_t *sums = (int32_t *)(ds + nb);
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t i = 0; i < nb; i++, x += KW_QK) {
+        __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        __m512 a = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+        float amax = _mm512_reduce_max_ps(a);
+        float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        ds[i] = _cvtsh_ss(_cvtss_sh(amax / 127.f, _MM_FROUND_TO_NEAREST_INT));
+        __m512 m = _mm512_set1_ps(id);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, m));   /* MXCSR: round half to even */
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, m));
+        sums[i] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        _mm_storeu_si128((__m128i *)(qs + 32 * i), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(qs + 32 * i + 16), _mm512_cvtsepi32_epi8(q1));
+    }
+}
+
+/* [d(a) x8, d(b) x8] as floats from two F16 scales. */
+KW_INLINE __m512 scales2(uint16_t a, uint16_t b) {
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)a | ((uint32_t)b << 16))));
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
+}
+
+/* Unsigned weight bytes of blocks b and b+1 (b+1 absent: zeros). */
+KW_INLINE __m512i wq_q8_0(const kw_block_q8_0 *w, int64_t b, int two) {
+    __m256i lo = _mm256_loadu_si256((const __m256i *)w[b].qs);
+    __m256i hi = two ? _mm256_loadu_si256((const __m256i *)w[b + 1].qs) : _mm256_set1_epi8(-128);
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_xor_si512(v, _mm512_set1_epi8(-128));
+}
+
+KW_INLINE __m512i nibbles2(const uint8_t *qa, const uint8_t *qb) {
+    __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qa)),
+                                        _mm_loadu_si128((const __m128i *)qb), 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i lo = _mm256_and_si256(y, m4), hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);   /* [loA loB hiA hiB] */
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));          /* [loA hiA loB hiB] */
+}
+
+static const uint8_t g_zero16[16];
+
+KW_INLINE __m512i wq_q4_0(const kw_block_q4_0 *w, int64_t b, int two) {
+    return nibbles2(w[b].qs, two ? w[b + 1].qs : g_zero16);
+}
+
+KW_INLINE __m512i wq_q5_0(const kw_block_q5_0 *w, int64_t b, int two) {
+    __m512i v = nibbles2(w[b].qs, two ? w[b + 1].qs : g_zero16);
+    uint32_t ha, hb = 0;
+    memcpy(&ha, w[b].qh, 4);
+    if (two) memcpy(&hb, w[b + 1].qh, 4);
+    __mmask64 hm = (__mmask64)ha | ((__mmask64)hb << 32);
+    return _mm512_or_si512(v, _mm512_maskz_mov_epi8(hm, _mm512_set1_epi8(0x10)));
+}
+
+/* One tile of R weight rows x C activation rows. */
+#define KW_QTILE(NAME, BLK, WQ, OFF)                                                                      \
+    KW_INLINE void NAME##_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t nb,  \
+                               float *y, int64_t ldy, const int R, const int C) {                        \
+        __m512 acc[4][4];                                                                                 \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                               \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();              \
+        const __m512i off = _mm512_set1_epi8(OFF);                                                        \
+        for (int64_t b = 0; b < nb; b += 2) {                                                             \
+            int two = b + 1 < nb;                                                                         \
+            __m512i xv[4], nc[4];                                                                         \
+            __m512 dx[4];                                                                                 \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                         \
+                const int8_t *xq = (const int8_t *)(x0 + (size_t)c * xs);                                 \
+                const float *xd = (const float *)(xq + 32 * nb);                                          \
+                xv[c] = two ? _mm512_loadu_si512(xq + 32 * b)                                             \
+                            : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xq + 32 * b))); \
+                if (!two) xv[c] = _mm512_inserti64x4(xv[c], _mm256_setzero_si256(), 1);                  \
+                nc[c] = _mm512_sub_epi32(_mm512_setzero_si512(),                                          \
+                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xv[c]));        \
+                dx[c] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(xd[b])),                 \
+                                           _mm256_set1_ps(two ? xd[b + 1] : 0.0f), 1);                    \
+            }                                                                                             \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                         \
+                const BLK *w = (const BLK *)(w0 + (size_t)r * wrb);                                       \
+                __m512i wv = WQ(w, b, two);                                                               \
+                __m512 dw = scales2(w[b].d, two ? w[b + 1].d : 0);                                        \
+                _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                     \
+                    __m512i dot = _mm512_dpbusd_epi32(nc[c], wv, xv[c]);                                  \
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx[c]),        \
+                                                acc[r][c]);                                               \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                               \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]); \
+    }
+
+KW_QTILE(q4_0, kw_block_q4_0, wq_q4_0, 8)
+KW_QTILE(q5_0, kw_block_q5_0, wq_q5_0, 16)
+KW_QTILE(q8_0, kw_block_q8_0, wq_q8_0, -128)
+
+/* Dispatches a tile with constant R, C so each shape is its own unrolled code. */
+#define KW_TILE_SWITCH(NAME, ...)                                                      \
+    switch (R * 8 + C) {                                                               \
+    case 8 * 1 + 1: NAME##_tile(__VA_ARGS__, 1, 1); break;                             \
+    case 8 * 1 + 2: NAME##_tile(__VA_ARGS__, 1, 2); break;                             \
+    case 8 * 1 + 3: NAME##_tile(__VA_ARGS__, 1, 3); break;                             \
+    case 8 * 1 + 4: NAME##_tile(__VA_ARGS__, 1, 4); break;                             \
+    case 8 * 2 + 1: NAME##_tile(__VA_ARGS__, 2, 1); break;                             \
+    case 8 * 2 + 2: NAME##_tile(__VA_ARGS__, 2, 2); break;                             \
+    case 8 * 2 + 3: NAME##_tile(__VA_ARGS__, 2, 3); break;                             \
+    case 8 * 2 + 4: NAME##_tile(__VA_ARGS__, 2, 4); break;                             \
+    case 8 * 3 + 1: NAME##_tile(__VA_ARGS__, 3, 1); break;                             \
+    case 8 * 3 + 2: NAME##_tile(__VA_ARGS__, 3, 2); break;                             \
+    case 8 * 3 + 3: NAME##_tile(__VA_ARGS__, 3, 3); break;                             \
+    case 8 * 3 + 4: NAME##_tile(__VA_ARGS__, 3, 4); break;                             \
+    case 8 * 4 + 1: NAME##_tile(__VA_ARGS__, 4, 1); break;                             \
+    case 8 * 4 + 2: NAME##_tile(__VA_ARGS__, 4, 2); break;                             \
+    case 8 * 4 + 3: NAME##_tile(__VA_ARGS__, 4, 3); break;                             \
+    default: NAME##_tile(__VA_ARGS__, 4, 4); break;                                    \
+    }
+
+/* Rows outer (a 4-row weight tile stays in L1), activation rows inner. */
+#define KW_GEMM(NAME, NB_DIV) KW_GEMM2(NAME, NAME, NB_DIV)
+#define KW_GEMM2(NAME, TILE, NB_DIV)                                                               \
+    static void gemm_##NAME(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, \
+                            int64_t nx, float *Y, int64_t ldy) {                                   \
+        int64_t nb = W->cols / (NB_DIV);                                                           \
+        const uint8_t *wd = W->data;                                                               \
+        for (int64_t r = r0; r < r1; r += 4) {                                                     \
+            int R = (int)(r1 - r < 4 ? r1 - r : 4);                                                \
+            for (int64_t i = 0; i < nx; i += 4) {                                                  \
+                int C = (int)(nx - i < 4 ? nx - i : 4);                                            \
+                KW_TILE_SWITCH(TILE, wd + (size_t)r * W->row_bytes, W->row_bytes,                  \
+                               (const uint8_t *)X + (size_t)i * xs, xs, nb, Y + i * ldy + r, ldy) \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+KW_GEMM2(q4_0_rows, q4_0, KW_QK)
+KW_GEMM(q5_0, KW_QK)
+KW_GEMM2(q8_0_rows, q8_0, KW_QK)
+
+/* ---------------- packed Q4_0 / Q8_0: 16 rows interleaved ----------------
+ * Per group of 16 rows and per block b, 288 (Q4_0) or 544 (Q8_0) bytes:
+ *   Q4_0: 4 x 64 bytes; byte 4L+t of part j holds row L's value 4j+t in the
+ *         low nibble and value 16+4j+t in the high nibble (unsigned 0..15);
+ *   Q8_0: 8 x 64 bytes; byte 4L+t of part k is row L's value 4k+t + 128;
+ *   then the 16 rows' F16 scales.
+ * Unpacked, part k is a vector whose lane L holds row L's values 4k..4k+3,
+ * which vpdpbusd multiplies with activation bytes 4k..4k+3 broadcast. */
+#define KW_FMT_Q4_0_X16 1u
+#define KW_FMT_Q8_0_X16 2u
+
+static const kw_pack_hdr *packed_hdr(const kw_matrix *W, uint32_t fmt) {
+    const kw_pack_hdr *h = W->packed;
+    return h && h->magic == KW_PACK_MAGIC && h->format == fmt ? h : NULL;
+}
+
+KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
+                        const int C, const int q4) {
+    const size_t blkb = q4 ? 288 : 544, qsb = q4 ? 256 : 512;
+    const int off = q4 ? 8 : 128;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8];
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (size_t)b * blkb;
+        __m512i w[8];
+        if (q4) {
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+                __m512i p = _mm512_loadu_si512(blk + 64 * j);
+                w[j] = _mm512_and_si512(p, m4);
+                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+            }
+        } else {
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(blk + 64 * k);
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + qsb)));
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+            const uint8_t *xq = x0 + (size_t)c * xs;
+            const float *xd = (const float *)(xq + 32 * nb);
+            const int32_t *xsum = (const int32_t *)(xd + nb);
+            const int32_t *xi = (const int32_t *)(xq + 32 * b);
+            __m512i d = _mm512_set1_epi32(-off * xsum[b]);
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) d = _mm512_dpbusd_epi32(d, w[k], _mm512_set1_epi32(xi[k]));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
+}
+
+#define KW_X16_SWITCH(Q4, ...)                         \
+    switch (C) {                                       \
+    case 1: x16_tile(__VA_ARGS__, 1, Q4); break;       \
+    case 2: x16_tile(__VA_ARGS__, 2, Q4); break;       \
+    case 3: x16_tile(__VA_ARGS__, 3, Q4); break;       \
+    case 4: x16_tile(__VA_ARGS__, 4, Q4); break;       \
+    case 5: x16_tile(__VA_ARGS__, 5, Q4); break;       \
+    case 6: x16_tile(__VA_ARGS__, 6, Q4); break;       \
+    case 7: x16_tile(__VA_ARGS__, 7, Q4); break;       \
+    default: x16_tile(__VA_ARGS__, 8, Q4); break;      \
+    }
+
+/* Packed rows [r0, min(r1, packed_rows)) in groups of 16 (r0 is a multiple
+ * of 16: kw_matmul's chunks are); returns the first row not done. */
+static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1,
+                        const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy) {
+    if (r0 % 16) return r0;
+    int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
+    end -= (end - r0) % 16;
+    const size_t blkb = q4 ? 288 : 544;
+    const uint8_t *base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
+    for (int64_t r = r0; r < end; r += 16) {
+        const uint8_t *grp = base + (size_t)(r / 16) * (size_t)h->nb * blkb;
+        for (int64_t i = 0; i < nx; i += 8) {
+            int C = (int)(nx - i < 8 ? nx - i : 8);
+            const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
+            float *y = Y + i * ldy + r;
+            if (q4) { KW_X16_SWITCH(1, grp, h->nb, x0, xs, y, ldy) }
+            else { KW_X16_SWITCH(0, grp, h->nb, x0, xs, y, ldy) }
+        }
+    }
+    return end > r0 ? end : r0;
+}
+
+static void gemm_q4_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
+                      float *Y, int64_t ldy) {
+    const kw_pack_hdr *h = packed_hdr(W, KW_FMT_Q4_0_X16);
+    if (h) r0 = gemm_x16(W, h, 1, r0, r1, X, xs, nx, Y, ldy);
+    if (r0 < r1) gemm_q4_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
+}
+
+static void gemm_q8_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
+                      float *Y, int64_t ldy) {
+    const kw_pack_hdr *h = packed_hdr(W, KW_FMT_Q8_0_X16);
+    if (h) r0 = gemm_x16(W, h, 0, r0, r1, X, xs, nx, Y, ldy);
+    if (r0 < r1) gemm_q8_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
+}
+
+static void pack_group_block(uint32_t type, const kw_matrix *W, int64_t g, int64_t b, uint8_t *dst) {
+    const size_t qsb = type == KW_TYPE_Q4_0 ? 256 : 512;
+    uint16_t *dd = (uint16_t *)(dst + qsb);
+    for (int L = 0; L < 16; L++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)(16 * g + L) * W->row_bytes;
+        if (type == KW_TYPE_Q4_0) {
+            const kw_block_q4_0 *blk = (const kw_block_q4_0 *)row + b;
+            uint8_t u[32];
+            for (int j = 0; j < 16; j++) { u[j] = blk->qs[j] & 0xF; u[j + 16] = blk->qs[j] >> 4; }
+            for (int j = 0; j < 4; j++)
+                for (int t = 0; t < 4; t++) dst[64 * j + 4 * L + t] = (uint8_t)(u[4 * j + t] | (u[16 + 4 * j + t] << 4));
+            dd[L] = blk->d;
+        } else {
+            const kw_block_q8_0 *blk = (const kw_block_q8_0 *)row + b;
+            for (int k = 0; k < 8; k++)
+                for (int t = 0; t < 4; t++) dst[64 * k + 4 * L + t] = (uint8_t)(blk->qs[4 * k + t] + 128);
+            dd[L] = blk->d;
+        }
+    }
+}
+
+static int pack_avx512(kw_matrix *W, kw_err *err) {
+    if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
+    const int q4 = W->type == KW_TYPE_Q4_0;
+    int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
+    size_t blkb = q4 ? 288 : 544;
+    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * blkb;
+    uint8_t *p = kw_mem_alloc(KW_MEM_WEIGHTS, bytes);
+    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld %s matrix (%zu bytes)",
+                              (long long)W->rows, (long long)W->cols, kw_type_name(W->type), bytes);
+    kw_pack_hdr *h = (kw_pack_hdr *)p;
+    memset(p, 0, KW_PACK_HDR_BYTES);
+    h->magic = KW_PACK_MAGIC;
+    h->format = q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16;
+    h->packed_rows = groups * 16;
+    h->nb = nb;
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++)
+            pack_group_block(W->type, W, g, b, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb);
+    W->packed = p;
+    return 0;
+}
+
+/* ---------------- float paths: F32, F16 (FMA), BF16 (vdpbf16ps) ---------------- */
+
+KW_INLINE __m512 ld_f32(const void *p, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, (const float *)p + k);
+}
+KW_INLINE __m512 ld_f16(const void *p, int64_t k, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + k));
+}
+
+#define KW_FTILE(NAME, LD)                                                                              \
+    KW_INLINE void NAME##_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t n, \
+                               float *y, int64_t ldy, const int R, const int C) {                      \
+        __m512 acc[4][4];                                                                               \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                             \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();            \
+        for (int64_t k = 0; k < n; k += 16) {                                                           \
+            __mmask16 m = n - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - k)) - 1);           \
+            __m512 xv[4];                                                                               \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) xv[c] = LD(x0 + (size_t)c * xs, k, m);  \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                       \
+                __m512 wv = LD(w0 + (size_t)r * wrb, k, m);                                             \
+                _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                     \
+                    acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);                                  \
+            }                                                                                           \
+        }                                                                                               \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                             \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]); \
+    }
+
+KW_FTILE(f32, ld_f32)
+KW_FTILE(f16, ld_f16)
+
+/* BF16: 32 values (16 pairs) per vdpbf16ps. */
+KW_INLINE void bf16_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t n, float *y,
+                         int64_t ldy, const int R, const int C) {
+    __m512 acc[4][4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; k += 32) {
+        __mmask32 m = n - k >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - k)) - 1);
+        __m512i xv[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)
+            xv[c] = _mm512_maskz_loadu_epi16(m, (const uint16_t *)(x0 + (size_t)c * xs) + k);
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            __m512i wv = _mm512_maskz_loadu_epi16(m, (const uint16_t *)(w0 + (size_t)r * wrb) + k);
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)
+                acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv, (__m512bh)xv[c]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+KW_GEMM(f32, 1)
+KW_GEMM(f16, 1)
+KW_GEMM(bf16, 1)
+
+void kw_kernels_avx512_init(kw_kernel_set *k) {
+    k->name = "avx512";
+    k->pack = pack_avx512;
+    k->quant[KW_TYPE_Q8_0] = act_q8_0_split;
+    k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
+    k->gemm[KW_TYPE_Q5_0] = gemm_q5_0;
+    k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;
+    k->gemm[KW_TYPE_F32] = gemm_f32;
+    k->gemm[KW_TYPE_F16] = gemm_f16;
+    if (kw_cpu_info_raw()->avx512bf16) k->gemm[KW_TYPE_BF16] = gemm_bf16;
+}

@@ -10,12 +10,16 @@
 #include "tensor/kernels.h"
 #include <stdatomic.h>
 #include <string.h>
+#include "kvwise/memory.h"
 
 #define KW_MM_QUANT_PARALLEL_MIN 65536   /* values; below this thread 0 quantizes alone */
 #define KW_MM_ROW_ALIGN 16               /* chunk boundaries are multiples of this */
 
+/* Bytes per quantized activation row: the dot type's row plus room for
+ * per-block extras some families keep (Q8_0: float d + int32 sum). */
 static size_t act_row_stride(uint32_t dt, int64_t cols) {
     size_t b = kw_row_bytes(dt, cols);
+    if (dt == KW_TYPE_Q8_0) b += (size_t)(cols / 32) * 8;
     return (b + 63) & ~(size_t)63;
 }
 
@@ -57,6 +61,19 @@ static void dot_task(void *v, int ith, int nth) {
         if (r1 > t->W->rows) r1 = t->W->rows;
         gemm(t->W, r0, r1, t->xq, t->xq_stride, t->n, t->Y, t->W->rows);
     }
+}
+
+int kw_matrix_pack(kw_matrix *W, kw_err *err) {
+    if (!W || W->packed) return W ? 0 : 1;
+    const kw_kernel_set *ks = kw_kernels_active();
+    if (!ks->pack || W->rows < 16) return 1;
+    return ks->pack(W, err);
+}
+
+void kw_matrix_unpack(kw_matrix *W) {
+    if (!W || !W->packed) return;
+    kw_mem_free(W->packed);
+    W->packed = NULL;
 }
 
 static int64_t choose_chunk_rows(int64_t rows, int nth) {

@@ -150,11 +150,24 @@ static void check_against_refs(mm_case *c, const char *family) {
     free(scorr);
 }
 
+static void run_checks(mm_case *c, const char *family, float *y1, kw_pool *p1, kw_pool *p2, kw_pool *p3) {
+    size_t bytes = sizeof(float) * (size_t)(c->n * c->rows);
+    kw_matmul(p1, &c->W, c->x, c->n, c->y, c->scratch);
+    memcpy(y1, c->y, bytes);
+    check_against_refs(c, family);
+    kw_matmul(p2, &c->W, c->x, c->n, c->y, c->scratch);
+    KW_CHECK_MSG(memcmp(y1, c->y, bytes) == 0, "%s %s: 1 vs 2 threads differ", family, kw_type_name(c->type));
+    kw_matmul(p3, &c->W, c->x, c->n, c->y, c->scratch);
+    KW_CHECK_MSG(memcmp(y1, c->y, bytes) == 0, "%s %s: 1 vs 3 threads differ", family, kw_type_name(c->type));
+    kw_matmul(NULL, &c->W, c->x, c->n, c->y, c->scratch);
+    KW_CHECK_MSG(memcmp(y1, c->y, bytes) == 0, "%s %s: no pool differs", family, kw_type_name(c->type));
+}
+
 int main(void) {
     const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_BF16, KW_TYPE_Q4_0, KW_TYPE_Q4_1, KW_TYPE_Q5_0,
                               KW_TYPE_Q5_1, KW_TYPE_Q8_0, KW_TYPE_Q4_K, KW_TYPE_Q5_K, KW_TYPE_Q6_K};
     const char *families[] = {"scalar", "avx2", "avx512"};
-    const int64_t ns[] = {1, 3, 8};
+    const int64_t ns[] = {1, 3, 11};
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2), *p3 = kw_pool_create(3);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
@@ -164,18 +177,18 @@ int main(void) {
             float *y1 = malloc(sizeof(float) * (size_t)(c.n * c.rows));
             for (size_t f = 0; f < 3; f++) {
                 if (kw_kernel_force(families[f]) != 0) continue;
-                kw_matmul(p1, &c.W, c.x, c.n, c.y, c.scratch);
-                memcpy(y1, c.y, sizeof(float) * (size_t)(c.n * c.rows));
-                check_against_refs(&c, families[f]);
-                kw_matmul(p2, &c.W, c.x, c.n, c.y, c.scratch);
-                KW_CHECK_MSG(memcmp(y1, c.y, sizeof(float) * (size_t)(c.n * c.rows)) == 0,
-                             "%s %s: 1 vs 2 threads differ", families[f], kw_type_name(c.type));
-                kw_matmul(p3, &c.W, c.x, c.n, c.y, c.scratch);
-                KW_CHECK_MSG(memcmp(y1, c.y, sizeof(float) * (size_t)(c.n * c.rows)) == 0,
-                             "%s %s: 1 vs 3 threads differ", families[f], kw_type_name(c.type));
-                kw_matmul(NULL, &c.W, c.x, c.n, c.y, c.scratch);
-                KW_CHECK_MSG(memcmp(y1, c.y, sizeof(float) * (size_t)(c.n * c.rows)) == 0,
-                             "%s %s: no pool differs", families[f], kw_type_name(c.type));
+                run_checks(&c, families[f], y1, p1, p2, p3);
+                kw_err err;
+                int rc = kw_matrix_pack(&c.W, &err);
+                KW_CHECK(rc == 0 || rc == 1);
+                if (rc == 0) {
+                    char name[64];
+                    snprintf(name, sizeof name, "%s-packed", families[f]);
+                    KW_CHECK(c.W.packed != NULL);
+                    run_checks(&c, name, y1, p1, p2, p3);
+                    kw_matrix_unpack(&c.W);
+                    KW_CHECK(c.W.packed == NULL);
+                }
             }
             free(y1);
             teardown(&c);
