@@ -6,7 +6,7 @@
 // the caps it applied (GET /v1/config and /v1/memory), byte sizes parsed as
 // documented (512MB = 512,000,000 bytes).
 import { spawnSync } from 'node:child_process';
-import { check, finish, startServer, getJSON, post, words } from './lib.mjs';
+import { check, finish, startServer, getJSON, post, words, measuredOverhead } from './lib.mjs';
 
 // 1 slot, 50 ms per step: a 20-token answer holds the slot ~1 s.
 const srv = await startServer(['--stub-engine', '--stub-kv', '--stub-step-us', '50000', '--decode-concurrency', '1',
@@ -44,7 +44,9 @@ const ex = await srv.stop();
 check(ex.code === 0, `clean exit (${JSON.stringify(ex)})`);
 
 // A limit too small for one sequence of the context: refuse to start, say what would work.
-const r = spawnSync(process.env.KW_BIN, ['serve', '--stub-engine', '--stub-kv', '--port', '0', '--memory-limit', '24MiB',
+// (overhead + 1 MiB: one sequence of 4096 tokens needs 16 MiB of KV)
+const tight = await measuredOverhead(['--stub-engine', '--stub-kv']) + 1024 * 1024;
+const r = spawnSync(process.env.KW_BIN, ['serve', '--stub-engine', '--stub-kv', '--port', '0', '--memory-limit', String(tight),
                                          '--ctx-size', '4096'], { encoding: 'utf8', timeout: 20000 });
 check(r.status === 1, `startup refused (exit ${r.status})`);
 check(/--memory-limit .* too small.*would work/.test(r.stderr), `says which limit would work: ${r.stderr.trim().split('\n').pop()}`);

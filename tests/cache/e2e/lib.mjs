@@ -128,3 +128,13 @@ export function words(seed, n) {
   for (let i = 0; i < n; i++) { x = (x ^ (x << 13)) >>> 0; x = (x ^ (x >>> 17)) >>> 0; x = (x ^ (x << 5)) >>> 0; out.push(vocab[x % vocab.length]); }
   return out.join(' ');
 }
+
+// The fixed overhead line the server measures at startup (RSS minus
+// accounted memory, plus its HTTP allowance): tests size --memory-limit
+// from it so that they hold in any build (sanitizers make it larger).
+export async function measuredOverhead(args) {
+  const s = await startServer(args);
+  const m = (await getJSON(s.base, '/v1/memory')).body;
+  await s.stop();
+  return m.budget.lines.overhead.bytes;
+}

@@ -6,17 +6,23 @@
 // kernel's peak (VmHWM) never above --memory-limit; every request answered
 // 200, 503 + Retry-After, or a typed 400, none hanging; the process alive at
 // the end; RSS after the run within 2% of RSS after warm-up; clean exit.
+// The RSS and VmHWM bounds are for a normal build (ASan adds shadow memory
+// and a quarantine outside any budget; test.sh runs e2e tests unsanitized).
 // Bounded: 2 x 316 requests, each with a 60 s client timeout; the whole
 // test takes seconds on 2 cores.
-import { check, finish, startServer, getJSON, post, words, sleep } from './lib.mjs';
+import { check, finish, startServer, getJSON, post, words, sleep, measuredOverhead } from './lib.mjs';
 
 // Engine: the stub with real KV memory (--stub-kv: a paged pool of 4 KiB
 // per token behind the same prompt cache and admission code as a model), so
 // the test needs no model file and runs in seconds. Prompts are bytes.
 const CACHE_SEQS = 2;
 const CACHE_BYTES = '2MiB';
-const LIMIT = process.env.KW_E2E_LIMIT || '34MiB';
-const srv = await startServer(['--stub-engine', '--stub-kv', '--stub-step-us', '1000', '--memory-limit', LIMIT,
+const BASE = ['--stub-engine', '--stub-kv', '--stub-step-us', '1000'];
+// The limit: the measured fixed overhead + 13 MiB of KV (3,300 tokens at
+// 4 KiB): one full-context sequence (2,048) fits, four prompts of ~900 do
+// not, so admissions wait for memory and the cache is evicted under load.
+const LIMIT = String(await measuredOverhead(BASE) + 13 * 1024 * 1024);
+const srv = await startServer([...BASE, '--memory-limit', LIMIT,
   '--prompt-cache-size', String(CACHE_SEQS), '--prompt-cache-bytes', CACHE_BYTES,
   '--ctx-size', '2048', '--kv-block-size', '16', '--decode-concurrency', '4', '--prompt-concurrency', '2',
   '--prefill-step-size', '256', '--max-queue', '16', '--queue-timeout', '2']);
