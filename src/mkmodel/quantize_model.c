@@ -13,29 +13,69 @@
 #include "kvwise/tensor.h"
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define RQ_MAX_THREADS 16
+
+/* Shared by all tensors: the pool and one F32 scratch row per thread. */
+typedef struct rq_run { kw_pool *pool; int n_threads; float *rows[RQ_MAX_THREADS]; } rq_run;
 
 typedef struct requant {
     const kw_gguf_tensor *src;
     uint32_t dst_type;
-    float *row;          /* shared scratch row (F32) */
+    rq_run *run;
 } requant;
+
+/* Once a tensor is written, its input pages are dropped from this
+ * process's mapping (they are file-backed: the kernel re-reads them if
+ * needed), so RSS does not grow to the input file's size. */
+static void drop_pages(const uint8_t *from, const uint8_t *to) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) return;
+    uintptr_t lo = ((uintptr_t)from + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t hi = (uintptr_t)to & ~((uintptr_t)page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* After rows [first, first+n) are consumed: drop their whole pages, and
+ * the entire tensor (boundary pages included) after its last chunk. */
+static void drop_source_pages(const kw_gguf_tensor *t, int64_t first, int64_t n) {
+    const uint8_t *base = t->data;
+    size_t rb = (size_t)(t->nbytes / (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]));
+    if (first + n == t->ne[1] * t->ne[2] * t->ne[3]) drop_pages(base, base + t->nbytes);
+    else drop_pages(base + (size_t)first * rb, base + (size_t)(first + n) * rb);
+}
 
 static int fill_copy(void *ctx, int64_t first, int64_t n, void *dst, kw_err *err) {
     const requant *q = ctx;
     size_t rb = kw_row_bytes(q->src->type, q->src->ne[0]);
     memcpy(dst, (const uint8_t *)q->src->data + (size_t)first * rb, (size_t)n * rb);
+    drop_source_pages(q->src, first, n);
     return 0;
+}
+
+typedef struct convert_job { const requant *q; int64_t first, n; uint8_t *dst; } convert_job;
+
+static void convert_task(void *arg, int ith, int nth) {
+    const convert_job *j = arg;
+    const requant *q = j->q;
+    int64_t cols = q->src->ne[0];
+    size_t in_rb = kw_row_bytes(q->src->type, cols), out_rb = kw_row_bytes(q->dst_type, cols);
+    int64_t per = (j->n + nth - 1) / nth, lo = ith * per, hi = lo + per < j->n ? lo + per : j->n;
+    float *row = q->run->rows[ith];
+    for (int64_t r = lo; r < hi; r++) {
+        kw_dequantize_row(q->src->type, (const uint8_t *)q->src->data + (size_t)(j->first + r) * in_rb, row, cols);
+        kw_quantize_row(q->dst_type, row, j->dst + (size_t)r * out_rb, cols);
+    }
 }
 
 static int fill_convert(void *ctx, int64_t first, int64_t n, void *dst, kw_err *err) {
     const requant *q = ctx;
-    int64_t cols = q->src->ne[0];
-    size_t in_rb = kw_row_bytes(q->src->type, cols), out_rb = kw_row_bytes(q->dst_type, cols);
-    for (int64_t r = 0; r < n; r++) {
-        kw_dequantize_row(q->src->type, (const uint8_t *)q->src->data + (size_t)(first + r) * in_rb, q->row, cols);
-        if (kw_quantize_row(q->dst_type, q->row, (uint8_t *)dst + (size_t)r * out_rb, cols) != out_rb)
-            return kw_err_set(err, "cannot encode type %s", kw_type_name(q->dst_type));
-    }
+    convert_job j = {q, first, n, dst};
+    if (q->run->pool && n > 1) kw_pool_run(q->run->pool, convert_task, &j);
+    else convert_task(&j, 0, 1);
+    drop_source_pages(q->src, first, n);
     return 0;
 }
 
@@ -63,8 +103,17 @@ int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_err 
     requant *q = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *q);
     int64_t max_row = 1;
     for (uint64_t i = 0; i < g->n_tensors; i++) if (g->tensors[i].ne[0] > max_row) max_row = g->tensors[i].ne[0];
-    float *row = kw_mem_alloc(KW_MEM_WORKSPACE, (size_t)max_row * sizeof(float));
-    int rc = w && q && row ? 0 : kw_err_set(err, "out of memory");
+    rq_run run = {0};
+    run.n_threads = kw_cpu_physical_cores();
+    if (run.n_threads < 1) run.n_threads = 1;
+    if (run.n_threads > RQ_MAX_THREADS) run.n_threads = RQ_MAX_THREADS;
+    if (run.n_threads > 1) run.pool = kw_pool_create(run.n_threads);
+    if (!run.pool) run.n_threads = 1;
+    int rc = w && q ? 0 : kw_err_set(err, "out of memory");
+    for (int k = 0; k < run.n_threads && !rc; k++) {
+        run.rows[k] = kw_mem_alloc(KW_MEM_WORKSPACE, (size_t)max_row * sizeof(float));
+        if (!run.rows[k]) rc = kw_err_set(err, "out of memory");
+    }
     if (!rc) {
         kw_gguf_writer_copy_kvs(w, g);
         kw_gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_for(wtype));
@@ -72,7 +121,7 @@ int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_err 
     for (uint64_t i = 0; i < g->n_tensors && !rc; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
         q[i].src = t;
-        q[i].row = row;
+        q[i].run = &run;
         q[i].dst_type = t->type;
         bool matrix = t->n_dims >= 2 && ends_with(t->name.s, ".weight");
         if (matrix) {
@@ -87,7 +136,8 @@ int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_err 
     }
     if (!rc) rc = kw_gguf_writer_write(w, out, err);
     kw_gguf_writer_destroy(w);
-    kw_mem_free(row);
+    for (int k = 0; k < RQ_MAX_THREADS; k++) kw_mem_free(run.rows[k]);
+    kw_pool_destroy(run.pool);
     free(q);
     kw_gguf_close(g);
     return rc;
