@@ -14,7 +14,7 @@
  *            indent safe keys values bool
  *   tests    defined undefined none string mapping iterable sequence number
  *            integer float boolean true false even odd lower upper callable
- *            equalto eq */
+ *            equalto eq sameas ne in lt le gt ge (the last ones for select/reject) */
 #include "template/tpl.h"
 #include <math.h>
 #include <stdio.h>
@@ -488,8 +488,23 @@ bool tpl_apply_test(tpl_rt *rt, tv v, const char *name, const tv *argp) {
         }
         return true;
     }
-    if (NAME_IS(name, "equalto") || NAME_IS(name, "eq") || NAME_IS(name, "sameas"))
-        return tv_strict_eq(v, argp ? *argp : tv_undef());
+    tv other = argp ? *argp : tv_undef();
+    if (NAME_IS(name, "equalto") || NAME_IS(name, "eq") || NAME_IS(name, "sameas")) return tv_strict_eq(v, other);
+    if (NAME_IS(name, "ne")) return !tv_strict_eq(v, other);
+    if (NAME_IS(name, "in")) {   /* Python Jinja's `in` test (used as reject("in", list)) */
+        if (other.t == TV_LIST) {
+            for (size_t i = 0; i < other.u.l->n; i++) if (tv_strict_eq(other.u.l->v[i], v)) return true;
+            return false;
+        }
+        if (other.t == TV_DICT && v.t == TV_STR) return tdict_get(other.u.d, v.u.s->s, v.u.s->len) != NULL;
+        if (other.t == TV_STR && v.t == TV_STR)
+            return v.u.s->len == 0 || memmem(other.u.s->s, other.u.s->len, v.u.s->s, v.u.s->len) != NULL;
+        tpl_rt_fail(rt, "test 'in' needs a list, dict or string, not %s", tv_type_name(other));
+    }
+    if (NAME_IS(name, "lt") || NAME_IS(name, "le") || NAME_IS(name, "gt") || NAME_IS(name, "ge")) {
+        int c = tv_compare(rt, v, other, true);
+        return name[0] == 'l' ? (name[1] == 't' ? c < 0 : c <= 0) : (name[1] == 't' ? c > 0 : c >= 0);
+    }
     tpl_rt_fail(rt, "unknown test '%s'", name);
 }
 
@@ -731,7 +746,7 @@ _Noreturn static void no_filter(tpl_rt *rt, const char *name, tv v) {
 /* filters written without parentheses: x|name */
 static tv plain_filter(tpl_rt *rt, tv v, const char *name) {
     static const tpl_args none = {NULL, 0, NULL};
-    if (NAME_IS(name, "default")) return v.t == TV_UNDEF ? tv_str(rt->ar, "", 0) : v;
+    if (NAME_IS(name, "default") || NAME_IS(name, "d")) return v.t == TV_UNDEF ? tv_str(rt->ar, "", 0) : v;
     if (NAME_IS(name, "round")) return round_filter(rt, v, &none);
     if (NAME_IS(name, "select") || NAME_IS(name, "reject")) return select_items(rt, v, &none, false, NAME_IS(name, "select"), name);
     switch (v.t) {
