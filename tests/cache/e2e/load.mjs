@@ -44,6 +44,10 @@ const sampler = (async () => {
       if (m.prompt_cache.bytes > maxBytes) capViolations.push(`bytes ${m.prompt_cache.bytes} > ${maxBytes}`);
       if (m.prompt_cache.sequences > maxSeqs) capViolations.push(`seqs ${m.prompt_cache.sequences} > ${maxSeqs}`);
       hwmMax = Math.max(hwmMax, m.measured.vm_hwm);
+      // the ledger never books more than the limit, and its KV lines are the pool's used blocks
+      if (m.budget.used > m.budget.limit) capViolations.push(`ledger used ${m.budget.used} > limit ${m.budget.limit}`);
+      const kvBooked = m.budget.lines.kv_live.bytes + m.budget.lines.kv_cached.bytes;
+      if (kvBooked > m.kv_pool.bytes) capViolations.push(`ledger KV ${kvBooked} > pool ${m.kv_pool.bytes}`);
     } catch (e) { capViolations.push(`sample failed: ${e}`); }
     await sleep(50);
   }
