@@ -9,7 +9,7 @@
  *              bit 0 = add_special, bit 1 = parse_special.
  * Checked: every id is in range; byte-level BPE gives the input back
  * exactly (decode(encode(x)) == x); the streaming detokenizer only ever
- * emits valid UTF-8. Built and run by scripts/fuzz.sh. */
+ * emits valid UTF-8; kw_detokenize of the ids works. Built and run by scripts/fuzz.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +100,10 @@ static void fuzz_text(const kw_tokenizer *t, bool byte_level, const uint8_t *tex
     check_ids(t, ids, n);
     if (byte_level && !add_special) check_round_trip(t, ids, n, text, len);
     check_detok(t, ids, n);
+    char *whole = NULL;
+    size_t whole_n = 0;
+    if (kw_detokenize(t, ids, n, parse_special, &whole, &whole_n, &err) != 0 || whole[whole_n] != '\0') abort();
+    free(whole);
     free(ids);
 }
 
