@@ -50,14 +50,109 @@ static tv sbuf_done(tpl_rt *rt, tpl_buf *b) { return tv_str(rt->ar, b->p ? b->p 
 static void newbuf(tpl_rt *rt, tpl_buf *b) { tpl_buf_init(b, rt->ar, rt->lim.max_output_bytes); }
 
 /* ---- string helpers ------------------------------------------------------- */
-static tv str_case(tpl_rt *rt, const tstr *s, int mode) {  /* 0 lower, 1 upper */
-    tstr *o = tstr_new(rt->ar, s->s, s->len);
-    for (size_t i = 0; i < o->len; i++) {
-        char c = o->s[i];
-        if (mode == 1 && c >= 'a' && c <= 'z') o->s[i] = (char)(c - 32);
-        if (mode == 0 && c >= 'A' && c <= 'Z') o->s[i] = (char)(c + 32);
+/* Simple Unicode case mapping for the scripts chat text mostly uses (ASCII,
+ * Latin-1, Latin Extended-A, Greek, Cyrillic, full-width Latin); other code
+ * points are left as they are. Returns the mapped code point. */
+static uint32_t cp_upper(uint32_t c) {
+    if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
+    if (c == 0xB5) return 0x39C;
+    if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 0x20;
+    if (c == 0xFF) return 0x178;
+    if (c >= 0x100 && c <= 0x17F) {
+        if (c == 0x131) return 'I';
+        if (c == 0x17F) return 'S';
+        if ((c <= 0x137 || (c >= 0x14A && c <= 0x177)) && (c & 1)) return c - 1;
+        if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) && !(c & 1)) return c - 1;
+        return c;
     }
-    return tv_strv(o);
+    if (c >= 0x3B1 && c <= 0x3C9) return c == 0x3C2 ? 0x3A3 : c - 0x20;
+    if (c == 0x3AC) return 0x386;
+    if (c >= 0x3AD && c <= 0x3AF) return c - 0x25;
+    if (c == 0x3CC) return 0x38C;
+    if (c == 0x3CD || c == 0x3CE) return c - 0x3F;
+    if (c >= 0x430 && c <= 0x44F) return c - 0x20;
+    if (c >= 0x450 && c <= 0x45F) return c - 0x50;
+    if (((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF)) && (c & 1)) return c - 1;
+    if (c >= 0xFF41 && c <= 0xFF5A) return c - 0x20;
+    return c;
+}
+
+static uint32_t cp_lower(uint32_t c) {
+    if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 0x20;
+    if (c == 0x178) return 0xFF;
+    if (c >= 0x100 && c <= 0x17F) {
+        if ((c <= 0x137 || (c >= 0x14A && c <= 0x177)) && !(c & 1)) return c + 1;
+        if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) && (c & 1)) return c + 1;
+        return c;
+    }
+    if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 0x20;
+    if (c == 0x386) return 0x3AC;
+    if (c >= 0x388 && c <= 0x38A) return c + 0x25;
+    if (c == 0x38C) return 0x3CC;
+    if (c == 0x38E || c == 0x38F) return c + 0x3F;
+    if (c >= 0x410 && c <= 0x42F) return c + 0x20;
+    if (c >= 0x400 && c <= 0x40F) return c + 0x50;
+    if (((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF)) && !(c & 1)) return c + 1;
+    if (c >= 0xFF21 && c <= 0xFF3A) return c + 0x20;
+    return c;
+}
+
+/* decodes the code point at s[i] (bad bytes decode as themselves, length 1) */
+static uint32_t utf8_at(const char *s, size_t n, size_t i, size_t *len) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t l = tpl_utf8_len(u[i]);
+    if (l == 1 || i + l > n) { *len = 1; return u[i]; }
+    for (size_t k = 1; k < l; k++) if ((u[i + k] & 0xC0) != 0x80) { *len = 1; return u[i]; }
+    uint32_t c = u[i] & (l == 2 ? 0x1F : l == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < l; k++) c = (c << 6) | (u[i + k] & 0x3F);
+    *len = l;
+    return c;
+}
+
+static void put_cp(tpl_buf *b, uint32_t c) {
+    char o[4];
+    size_t n;
+    if (c < 0x80) { o[0] = (char)c; n = 1; }
+    else if (c < 0x800) { o[0] = (char)(0xC0 | (c >> 6)); o[1] = (char)(0x80 | (c & 0x3F)); n = 2; }
+    else if (c < 0x10000) {
+        o[0] = (char)(0xE0 | (c >> 12)); o[1] = (char)(0x80 | ((c >> 6) & 0x3F)); o[2] = (char)(0x80 | (c & 0x3F)); n = 3;
+    } else {
+        o[0] = (char)(0xF0 | (c >> 18)); o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((c >> 6) & 0x3F)); o[3] = (char)(0x80 | (c & 0x3F)); n = 4;
+    }
+    tpl_buf_put(b, o, n);
+}
+
+/* maps code points [from, to) of s into b; mode 0 lower, 1 upper */
+static void case_map_into(tpl_buf *b, const tstr *s, size_t from, size_t to, int mode) {
+    size_t i = from;
+    while (i < to) {
+        size_t l;
+        uint32_t c = utf8_at(s->s, to, i, &l);
+        if (l == 1 && c >= 0x80) tpl_buf_put(b, s->s + i, 1);          /* invalid byte: keep */
+        else if (mode == 1 && c == 0xDF) tpl_buf_put(b, "SS", 2);       /* ß */
+        else put_cp(b, mode == 1 ? cp_upper(c) : cp_lower(c));
+        i += l;
+    }
+}
+
+static tv str_case(tpl_rt *rt, const tstr *s, int mode) {  /* 0 lower, 1 upper */
+    tpl_buf b;
+    newbuf(rt, &b);
+    case_map_into(&b, s, 0, s->len, mode);
+    return sbuf_done(rt, &b);
+}
+
+static bool str_is_case(const tstr *s, int mode) {   /* s == lower(s) / upper(s) */
+    for (size_t i = 0; i < s->len;) {
+        size_t l;
+        uint32_t c = utf8_at(s->s, s->len, i, &l);
+        if (mode == 1 && c == 0xDF) return false;
+        if ((mode == 1 ? cp_upper(c) : cp_lower(c)) != c) return false;
+        i += l;
+    }
+    return true;
 }
 
 static bool ascii_word(char c) {
@@ -74,10 +169,15 @@ static tv str_title(tpl_rt *rt, const tstr *s) {
     return tv_strv(o);
 }
 
-static tv str_capitalize(tpl_rt *rt, const tstr *s) {
-    tstr *o = tstr_new(rt->ar, s->s, s->len);
-    if (o->len && o->s[0] >= 'a' && o->s[0] <= 'z') o->s[0] = (char)(o->s[0] - 32);
-    return tv_strv(o);
+static tv str_capitalize(tpl_rt *rt, const tstr *s) {   /* HF: first character upper, the rest as is */
+    if (!s->len) return tv_strv((tstr *)s);
+    size_t l;
+    utf8_at(s->s, s->len, 0, &l);
+    tpl_buf b;
+    newbuf(rt, &b);
+    case_map_into(&b, s, 0, l, 1);
+    tpl_buf_put(&b, s->s + l, s->len - l);
+    return sbuf_done(rt, &b);
 }
 
 static bool in_charset(const tstr *set, const char *s, size_t l) {
@@ -479,15 +579,7 @@ bool tpl_apply_test(tpl_rt *rt, tv v, const char *name, const tv *argp) {
         bool odd = (v.u.i % 2) != 0;
         return NAME_IS(name, "odd") ? odd : !odd;
     }
-    if (NAME_IS(name, "lower") || NAME_IS(name, "upper")) {
-        if (v.t != TV_STR) return false;
-        bool up = NAME_IS(name, "upper");
-        for (size_t i = 0; i < v.u.s->len; i++) {
-            char c = v.u.s->s[i];
-            if (up ? (c >= 'a' && c <= 'z') : (c >= 'A' && c <= 'Z')) return false;
-        }
-        return true;
-    }
+    if (NAME_IS(name, "lower") || NAME_IS(name, "upper")) return v.t == TV_STR && str_is_case(v.u.s, NAME_IS(name, "upper"));
     tv other = argp ? *argp : tv_undef();
     if (NAME_IS(name, "equalto") || NAME_IS(name, "eq") || NAME_IS(name, "sameas")) return tv_strict_eq(v, other);
     if (NAME_IS(name, "ne")) return !tv_strict_eq(v, other);
