@@ -325,28 +325,71 @@ KW_INLINE __m512 ld_f16(const void *p, int64_t k, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + k));
 }
 
-#define KW_FTILE(NAME, LD)                                                                              \
+/* F16 activations are kept as F32 values already rounded to F16 (kw_matmul
+ * leaves 4 bytes per value), so the inner loop converts only weights. */
+static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
+    float *y = dst;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* Up to 4 weight rows x 6 activation rows: 24 accumulators; each step
+ * converts R weight vectors and issues R*C FMAs (activations from L1). */
+#define KW_FTILE(NAME, LDW)                                                                             \
     KW_INLINE void NAME##_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t n, \
                                float *y, int64_t ldy, const int R, const int C) {                      \
-        __m512 acc[4][4];                                                                               \
+        __m512 acc[4][6];                                                                               \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                             \
-        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();            \
+        _Pragma("GCC unroll 6") for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();            \
         for (int64_t k = 0; k < n; k += 16) {                                                           \
             __mmask16 m = n - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - k)) - 1);           \
-            __m512 xv[4];                                                                               \
-            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) xv[c] = LD(x0 + (size_t)c * xs, k, m);  \
-            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                       \
-                __m512 wv = LD(w0 + (size_t)r * wrb, k, m);                                             \
-                _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                     \
-                    acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);                                  \
+            __m512 wv[4];                                                                               \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) wv[r] = LDW(w0 + (size_t)r * wrb, k, m);\
+            _Pragma("GCC unroll 6") for (int c = 0; c < C; c++) {                                       \
+                __m512 xv = ld_f32(x0 + (size_t)c * xs, k, m);                                          \
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                     \
+                    acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);                                  \
             }                                                                                           \
         }                                                                                               \
-        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                             \
+        _Pragma("GCC unroll 6") for (int c = 0; c < C; c++)                                             \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]); \
     }
 
 KW_FTILE(f32, ld_f32)
 KW_FTILE(f16, ld_f16)
+
+#define KW_FC_SWITCH(NAME, RR, ...)                      \
+    switch (C) {                                         \
+    case 1: NAME##_tile(__VA_ARGS__, RR, 1); break;      \
+    case 2: NAME##_tile(__VA_ARGS__, RR, 2); break;      \
+    case 3: NAME##_tile(__VA_ARGS__, RR, 3); break;      \
+    case 4: NAME##_tile(__VA_ARGS__, RR, 4); break;      \
+    case 5: NAME##_tile(__VA_ARGS__, RR, 5); break;      \
+    default: NAME##_tile(__VA_ARGS__, RR, 6); break;     \
+    }
+#define KW_FGEMM(NAME)                                                                                  \
+    static void gemm_##NAME(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs,      \
+                            int64_t nx, float *Y, int64_t ldy) {                                        \
+        const uint8_t *wd = W->data;                                                                    \
+        for (int64_t r = r0; r < r1; r += 4) {                                                          \
+            int R = (int)(r1 - r < 4 ? r1 - r : 4);                                                     \
+            for (int64_t i = 0; i < nx; i += 6) {                                                       \
+                int C = (int)(nx - i < 6 ? nx - i : 6);                                                 \
+                const uint8_t *w0 = wd + (size_t)r * W->row_bytes, *x0 = (const uint8_t *)X + (size_t)i * xs; \
+                float *y = Y + i * ldy + r;                                                             \
+                switch (R) {                                                                            \
+                case 1: KW_FC_SWITCH(NAME, 1, w0, W->row_bytes, x0, xs, W->cols, y, ldy) break;         \
+                case 2: KW_FC_SWITCH(NAME, 2, w0, W->row_bytes, x0, xs, W->cols, y, ldy) break;         \
+                case 3: KW_FC_SWITCH(NAME, 3, w0, W->row_bytes, x0, xs, W->cols, y, ldy) break;         \
+                default: KW_FC_SWITCH(NAME, 4, w0, W->row_bytes, x0, xs, W->cols, y, ldy) break;        \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+    }
+KW_FGEMM(f32)
+KW_FGEMM(f16)
 
 /* BF16: 32 values (16 pairs) per vdpbf16ps. */
 KW_INLINE void bf16_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t n, float *y,
@@ -369,18 +412,141 @@ KW_INLINE void bf16_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-KW_GEMM(f32, 1)
-KW_GEMM(f16, 1)
 KW_GEMM(bf16, 1)
+
+
+/* ---------------- K-quants x Q8_K: one (row, activation) pair at a time ----------------
+ * Q4_K/Q5_K: each 64-value step is one vpdpbusd of unsigned levels with the
+ * activation bytes (lanes 0-7: sub-block 2j, lanes 8-15: 2j+1), converted
+ * to float and scaled by d*dx*sc per sub-block; the mins term uses the
+ * activation's bsums. Q6_K: levels are 0..63 (unsigned) and the -32 offset
+ * is removed through bsums as well. */
+
+/* Unpacks the 12-byte 6-bit scales/mins of a Q4_K/Q5_K block into floats. */
+KW_INLINE void k4_scales(const uint8_t *q, float sc[8], int mn[8]) {
+    for (int j = 0; j < 8; j++) {
+        uint8_t a, b;
+        kw_get_scale_min_k4(j, q, &a, &b);
+        sc[j] = (float)a;
+        mn[j] = b;
+    }
+}
+
+static float dot_q4_K_512(const kw_block_q4_K *w, const kw_block_q8_K *x, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m512 acc = _mm512_setzero_ps();
+    float mins_acc = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        float scf[8];
+        int mn[8];
+        k4_scales(w[i].scales, scf, mn);
+        float d = kw_f16_to_f32(w[i].d) * x[i].d, dmin = kw_f16_to_f32(w[i].dmin) * x[i].d;
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        mins_acc += dmin * (float)summ;
+        __m512 scv = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_loadu_ps(scf)), _mm512_set1_ps(d));
+        for (int j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
+                                           _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(x[i].qs + 64 * j));
+            const __m512i idx = _mm512_set_epi32(2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                                 2 * j + 1, 2 * j + 1, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scv), acc);
+        }
+    }
+    return _mm512_reduce_add_ps(acc) - mins_acc;
+}
+
+static float dot_q5_K_512(const kw_block_q5_K *w, const kw_block_q8_K *x, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    __m512 acc = _mm512_setzero_ps();
+    float mins_acc = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        float scf[8];
+        int mn[8];
+        k4_scales(w[i].scales, scf, mn);
+        float d = kw_f16_to_f32(w[i].d) * x[i].d, dmin = kw_f16_to_f32(w[i].dmin) * x[i].d;
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        mins_acc += dmin * (float)summ;
+        __m512 scv = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_loadu_ps(scf)), _mm512_set1_ps(d));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
+        for (int j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
+                                           _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
+            __mmask32 h0 = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << (2 * j))));
+            __mmask32 h1 = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << (2 * j + 1))));
+            u = _mm512_or_si512(u, _mm512_maskz_mov_epi8((__mmask64)h0 | ((__mmask64)h1 << 32), b4));
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(x[i].qs + 64 * j));
+            const __m512i idx = _mm512_set_epi32(2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                                 2 * j + 1, 2 * j + 1, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scv), acc);
+        }
+    }
+    return _mm512_reduce_add_ps(acc) - mins_acc;
+}
+
+static float dot_q6_K_512(const kw_block_q6_K *w, const kw_block_q8_K *x, int64_t nb) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+    __m512 acc = _mm512_setzero_ps();
+    float off_acc = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        float d = kw_f16_to_f32(w[i].d) * x[i].d;
+        __m512i sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w[i].scales));
+        __m512i bs32 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)x[i].bsums));
+        off_acc += d * 32.0f * (float)_mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bs32));
+        __m512 scv = _mm512_mul_ps(_mm512_cvtepi32_ps(sc32), _mm512_set1_ps(d));
+        for (int h = 0; h < 2; h++) {
+            __m512i ql = _mm512_loadu_si512(w[i].ql + 64 * h);
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            __m512i hA = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 2), 1);
+            __m512i hB = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(q, 4)), _mm256_srli_epi16(q, 6), 1);
+            __m512i uA = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(hA, m2), 4));
+            __m512i uB = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                         _mm512_slli_epi16(_mm512_and_si512(hB, m2), 4));
+            __m512i dA = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uA, _mm512_loadu_si512(x[i].qs + 128 * h));
+            __m512i dB = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uB, _mm512_loadu_si512(x[i].qs + 128 * h + 64));
+            /* lanes 4s..4s+3 of a 64-value step belong to 16-value sub-block s */
+            const int s0 = 8 * h;
+            const __m512i iA = _mm512_set_epi32(s0 + 3, s0 + 3, s0 + 3, s0 + 3, s0 + 2, s0 + 2, s0 + 2, s0 + 2,
+                                                s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0, s0, s0, s0);
+            const __m512i iB = _mm512_add_epi32(iA, _mm512_set1_epi32(4));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dA), _mm512_permutexvar_ps(iA, scv), acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dB), _mm512_permutexvar_ps(iB, scv), acc);
+        }
+    }
+    return _mm512_reduce_add_ps(acc) - off_acc;
+}
+
+#define KW_KQ_GEMM(T)                                                                                    \
+    static void gemm_##T(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, \
+                         float *Y, int64_t ldy) {                                                         \
+        int64_t nb = W->cols / KW_QK_K;                                                                   \
+        for (int64_t r = r0; r < r1; r++) {                                                               \
+            const kw_block_##T *w = (const kw_block_##T *)((const uint8_t *)W->data + (size_t)r * W->row_bytes); \
+            for (int64_t i = 0; i < nx; i++)                                                              \
+                Y[i * ldy + r] = dot_##T##_512(w, (const kw_block_q8_K *)((const uint8_t *)X + (size_t)i * xs), nb); \
+        }                                                                                                 \
+    }
+KW_KQ_GEMM(q4_K)
+KW_KQ_GEMM(q5_K)
+KW_KQ_GEMM(q6_K)
 
 void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->name = "avx512";
     k->pack = pack_avx512;
     k->quant[KW_TYPE_Q8_0] = act_q8_0_split;
+    k->quant[KW_TYPE_F16] = act_f16_as_f32;
     k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[KW_TYPE_Q5_0] = gemm_q5_0;
     k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;
     k->gemm[KW_TYPE_F32] = gemm_f32;
     k->gemm[KW_TYPE_F16] = gemm_f16;
+    k->gemm[KW_TYPE_Q4_K] = gemm_q4_K;
+    k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
+    k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
     if (kw_cpu_info_raw()->avx512bf16) k->gemm[KW_TYPE_BF16] = gemm_bf16;
 }

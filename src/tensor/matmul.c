@@ -16,10 +16,12 @@
 #define KW_MM_ROW_ALIGN 16               /* chunk boundaries are multiples of this */
 
 /* Bytes per quantized activation row: the dot type's row plus room for
- * per-block extras some families keep (Q8_0: float d + int32 sum). */
+ * per-block extras some families keep (Q8_0: float d + int32 sum; F16: the
+ * values widened to F32). */
 static size_t act_row_stride(uint32_t dt, int64_t cols) {
     size_t b = kw_row_bytes(dt, cols);
     if (dt == KW_TYPE_Q8_0) b += (size_t)(cols / 32) * 8;
+    if (dt == KW_TYPE_F16) b = (size_t)cols * 4;       /* room for F32 copies of the F16 values */
     return (b + 63) & ~(size_t)63;
 }
 
