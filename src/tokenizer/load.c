@@ -348,6 +348,26 @@ static int build_pieces(kw_tokenizer *t, kw_err *err) {
     return 0;
 }
 
+/* True if every token is valid UTF-8 and none has U+2581 right after a
+ * character that is not U+2581 (then no merge can cross such a spot). */
+static bool spm_can_split_words(const kw_tokenizer *t) {
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        const char *s = tok_text(t, i);
+        uint32_t n = t->tok[i].text_len;
+        for (uint32_t k = 0; k < n;) {
+            uint32_t cp;
+            size_t len = tk_utf8_decode((const unsigned char *)s + k, n - k, &cp);
+            if (cp == 0xFFFD && len == 1) return false;
+            k += (uint32_t)len;
+        }
+        for (uint32_t k = 1; k + 3 <= n; k++) {
+            if (memcmp(s + k, "\xE2\x96\x81", 3) != 0) continue;
+            if (k < 3 || memcmp(s + k - 3, "\xE2\x96\x81", 3) != 0) return false;
+        }
+    }
+    return true;
+}
+
 static void build_spm_byte_tokens(kw_tokenizer *t) {
     static const char hex[] = "0123456789ABCDEF";
     for (int b = 0; b < 256; b++) {
@@ -458,6 +478,7 @@ static int build_tables(kw_tokenizer *t, const kw_gguf *g, kw_err *err) {
         if (tk_pretok_compile(&t->pretok, t->pre_info, err) != 0) return -1;
     } else {
         build_spm_byte_tokens(t);
+        t->spm_words = spm_can_split_words(t);
     }
     read_special_ids(t, g);
     detect_special_tokens(t);

@@ -6,7 +6,9 @@
  * pair whose concatenation is a vocab token goes into a max-heap keyed by
  * that token's score (ties: the leftmost pair first). Popping a pair that is
  * still intact merges it and offers the new neighbours. Symbols that end up
- * not being tokens are emitted as byte tokens <0xNN>. O(n log n). */
+ * not being tokens are emitted as byte tokens <0xNN>. O(n log n); when the
+ * vocab allows it (see spm_run) each word gets its own heap, which keeps the
+ * heap small and in cache for long texts. */
 #include <string.h>
 #include "tok_internal.h"
 
@@ -114,12 +116,14 @@ static int emit_symbol(const kw_tokenizer *t, const spm_work *w, const spm_sym *
     return 0;
 }
 
-static int spm_run(const kw_tokenizer *t, spm_work *w, const char *text, size_t n, bool space_prefix, tk_ids *out) {
-    size_t tn = 0, n_sym = 0;
-    if (escape_text(w, text, n, space_prefix, &tn) != 0) return -1;
-    if (tn > UINT32_MAX / 2) return -1;
-    if (split_chars(w, tn, &n_sym) != 0) return -1;
-    for (size_t i = 1; i < n_sym; i++)
+static bool sym_is_lower_block(const spm_work *w, const spm_sym *s) {
+    return s->n == 3 && memcmp(w->text + s->off, "\xE2\x96\x81", 3) == 0;
+}
+
+/* Merges the pairs inside symbols [a, b) until none is left. */
+static int merge_range(const kw_tokenizer *t, spm_work *w, size_t a, size_t b) {
+    w->heap_n = 0;
+    for (size_t i = a + 1; i < b; i++)
         if (try_add_pair(t, w, (int32_t)i - 1, (int32_t)i) != 0) return -1;
     while (w->heap_n) {
         spm_pair p = heap_pop(w);
@@ -131,6 +135,25 @@ static int spm_run(const kw_tokenizer *t, spm_work *w, const char *text, size_t 
         if (r->next >= 0) w->sym[r->next].prev = p.left;
         if (try_add_pair(t, w, l->prev, p.left) != 0 || try_add_pair(t, w, p.left, l->next) != 0) return -1;
     }
+    return 0;
+}
+
+static int spm_run(const kw_tokenizer *t, spm_work *w, const char *text, size_t n, bool space_prefix, tk_ids *out) {
+    size_t tn = 0, n_sym = 0;
+    if (escape_text(w, text, n, space_prefix, &tn) != 0) return -1;
+    if (tn > UINT32_MAX / 2) return -1;
+    if (split_chars(w, tn, &n_sym) != 0) return -1;
+    /* Words: when no token joins another character to a following U+2581,
+     * no pair across such a boundary can ever merge, so each word can run
+     * on its own small heap with the very same result. */
+    size_t start = 0;
+    for (size_t i = 1; t->spm_words && i < n_sym; i++) {
+        if (sym_is_lower_block(w, &w->sym[i]) && !sym_is_lower_block(w, &w->sym[i - 1])) {
+            if (merge_range(t, w, start, i) != 0) return -1;
+            start = i;
+        }
+    }
+    if (merge_range(t, w, start, n_sym) != 0) return -1;
     for (int32_t i = n_sym ? 0 : -1; i != -1; i = w->sym[i].next)
         if (emit_symbol(t, w, &w->sym[i], out) != 0) return -1;
     return 0;

@@ -118,6 +118,8 @@ struct kw_tokenizer {
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     bool clean_spaces;  /* kw_detokenize: " ," -> "," etc. (byte-level vocabs by default) */
+    bool spm_words;     /* SPM: no token has U+2581 right after another character,
+                           so merging can run word by word (spm.c) */
 
     int32_t *special;   /* control / user-defined / unknown ids, longest text first */
     int32_t n_special;
