@@ -62,4 +62,22 @@ int kw_template_render_ex(const kw_template *t, const cJSON *context,
                           char **out, size_t *out_len, kw_err *err);
 void kw_template_output_free(char *out);
 
+/* What a template does with the parts of an OpenAI chat request, found by
+ * rendering small probe conversations (kw_template_probe). A server uses it
+ * to shape the context: e.g. tool-call `arguments` arrive as a JSON string
+ * in OpenAI requests, but most templates (Qwen, Llama 3.1) must be given an
+ * object (they tojson it), while some (DeepSeek-R1) concatenate a string. */
+typedef struct kw_template_caps {
+    bool system_role;        /* a system message's text appears in the prompt */
+    bool tools;              /* the `tools` list appears */
+    bool tool_calls;         /* an assistant message's tool_calls appear */
+    bool object_arguments;   /* ...when their arguments are a JSON object (else pass the string) */
+    bool tool_results;       /* a role "tool" message's content appears */
+    bool reasoning_content;  /* an assistant `reasoning_content` appears */
+    bool enable_thinking;    /* enable_thinking=false changes the generation prompt */
+} kw_template_caps;
+
+/* Fills caps (all false on any failure). Costs a handful of small renders. */
+void kw_template_probe(const kw_template *t, kw_template_caps *caps);
+
 #endif

