@@ -80,4 +80,33 @@ void kw_ctx_free(kw_ctx *c);
  * want_logits set, in batch order, to logits_out. Returns 0 or -1. */
 int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, kw_err *err);
 
+/* ---- single-sequence convenience (CLI, tests) ----
+ * A session owns a KV pool, a block table, a workspace and (unless one is
+ * given) a thread pool for one sequence of up to n_ctx positions. eval()
+ * appends tokens at positions n_past.. in chunks of max_batch; the logits
+ * of the last eval stay readable until the next one. */
+typedef struct kw_session_opts {
+    int32_t n_ctx;              /* positions (default: min(n_ctx_train, 4096)) */
+    int32_t max_batch;          /* tokens per forward call (default 512) */
+    uint32_t kv_type;           /* KW_TYPE_F32 (default 0 = F32), F16 or Q8_0 */
+    int32_t block_tokens;       /* default 32 */
+    int n_threads;              /* default: physical cores */
+    kw_pool *pool;              /* optional: use this thread pool (not owned) */
+} kw_session_opts;
+
+typedef struct kw_session kw_session;
+kw_session *kw_session_create(const kw_model *m, const kw_session_opts *o, kw_err *err);
+void kw_session_free(kw_session *s);
+/* Runs tokens[0..n) at positions n_past..n_past+n-1. all_logits: keep a
+ * row per token (else only the last token's). Returns 0 or -1. */
+int kw_session_eval(kw_session *s, const int32_t *tokens, int32_t n, bool all_logits, kw_err *err);
+/* Row i of the last eval (all_logits), or the last row when i < 0; NULL if none. */
+const float *kw_session_logits(const kw_session *s, int32_t i);
+int32_t kw_session_n_logits(const kw_session *s);   /* rows kept by the last eval */
+int32_t kw_session_n_past(const kw_session *s);
+int32_t kw_session_n_ctx(const kw_session *s);
+/* Forgets positions >= n_past (n_past <= current); the KV blocks are kept. */
+void kw_session_rewind(kw_session *s, int32_t n_past);
+const kw_model *kw_session_model(const kw_session *s);
+
 #endif

@@ -1,0 +1,467 @@
+/* forward.c - the transformer forward pass over a batch of tokens (model.h).
+ *
+ * Owns: the workspace (kw_ctx: activations in one KW_MEM_WORKSPACE block,
+ * matmul + per-thread attention scratch in one KW_MEM_SCRATCH block, both
+ * sized by plan_workspace(), which kw_ctx_workspace_bytes() reports), and
+ * kw_forward(): embedding lookup -> per layer [RMSNorm -> Q/K/V projections
+ * (+ qwen2 biases, qwen3 per-head q/k RMSNorm) -> RoPE -> K/V written at
+ * each token's position through its sequence's block table -> causal GQA
+ * attention over the paged KV -> output projection -> residual -> RMSNorm
+ * -> SiLU-gated FFN -> residual] -> final RMSNorm -> LM head for the rows
+ * that want logits.
+ *
+ * Numerics follow llama.cpp's CPU backend where it matters for the
+ * conformance oracle: RMSNorm sums squares in double, RoPE angles are
+ * built by repeated multiplication by base^(-2/d), softmax sums in double,
+ * and a F16 (Q8_0) K cache rounds q to F16 (Q8_0) before the dot product,
+ * a F16 V cache rounds the probabilities to F16 before the weighted sum.
+ * The matmuls (kw_matmul) quantize activations to the weight's dot type. */
+#include "model_internal.h"
+#include "kvwise/memory.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- workspace plan (one source of truth for ctx_create and the ledger) ---- */
+
+typedef struct ws_plan {
+    size_t x, xn, q, k, v, att, tmp, gate, up, rope, rows;  /* byte offsets in work */
+    size_t work_bytes;
+    size_t mm_bytes;            /* matmul scratch at the start of scratch */
+    size_t att_floats;          /* per-thread attention scratch, in floats */
+    size_t scratch_bytes;
+} ws_plan;
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static size_t take(size_t *off, size_t bytes) {
+    size_t at = *off;
+    *off += round64(bytes);
+    return at;
+}
+
+/* Largest matmul scratch over every weight type this matrix shape could have. */
+static size_t matmul_scratch_any_type(int64_t rows, int64_t cols, int64_t n) {
+    static const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_BF16, KW_TYPE_Q8_0, KW_TYPE_Q4_0,
+                                     KW_TYPE_Q4_1, KW_TYPE_Q5_0, KW_TYPE_Q5_1, KW_TYPE_Q4_K, KW_TYPE_Q5_K,
+                                     KW_TYPE_Q6_K};
+    size_t best = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        size_t rb = kw_row_bytes(types[i], cols);
+        if (rb == 0) continue;
+        kw_matrix W = {.type = types[i], .rows = rows, .cols = cols, .row_bytes = rb};
+        size_t s = kw_matmul_scratch_bytes(&W, n);
+        if (s > best) best = s;
+    }
+    return best;
+}
+
+static size_t matmul_scratch_model(const kw_hparams *hp, int64_t n) {
+    int64_t E = hp->n_embd;
+    int64_t shapes[][2] = {
+        {(int64_t)hp->n_head * hp->head_dim_k, E}, {(int64_t)hp->n_head_kv * hp->head_dim_k, E},
+        {(int64_t)hp->n_head_kv * hp->head_dim_v, E}, {E, (int64_t)hp->n_head * hp->head_dim_v},
+        {hp->n_ff, E}, {E, hp->n_ff}, {hp->n_vocab, E},
+    };
+    size_t best = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        size_t s = matmul_scratch_any_type(shapes[i][0], shapes[i][1], n);
+        if (s > best) best = s;
+    }
+    return best;
+}
+
+static void plan_workspace(const kw_hparams *hp, int32_t T, int32_t C, int n_threads, ws_plan *p) {
+    size_t f = sizeof(float), t = (size_t)T, off = 0;
+    size_t E = (size_t)hp->n_embd, hk = (size_t)hp->head_dim_k, hv = (size_t)hp->head_dim_v;
+    memset(p, 0, sizeof *p);
+    p->x = take(&off, t * E * f);
+    p->xn = take(&off, t * E * f);
+    p->q = take(&off, t * (size_t)hp->n_head * hk * f);
+    p->k = take(&off, t * (size_t)hp->n_head_kv * hk * f);
+    p->v = take(&off, t * (size_t)hp->n_head_kv * hv * f);
+    p->att = take(&off, t * (size_t)hp->n_head * hv * f);
+    p->tmp = take(&off, t * E * f);
+    p->gate = take(&off, t * (size_t)hp->n_ff * f);
+    p->up = take(&off, t * (size_t)hp->n_ff * f);
+    p->rope = take(&off, t * (size_t)hp->rope_dim * f);
+    p->rows = take(&off, t * sizeof(int32_t));
+    p->work_bytes = off;
+    /* per thread: scores[C], q copy[hk], accumulator[hv], dequantized row[max(hk,hv)] */
+    size_t hmax = hk > hv ? hk : hv;
+    p->att_floats = round64(((size_t)C + hk + hv + hmax) * f) / f;
+    p->mm_bytes = round64(matmul_scratch_model(hp, T));
+    p->scratch_bytes = p->mm_bytes + (size_t)(n_threads > 0 ? n_threads : 1) * p->att_floats * f;
+}
+
+size_t kw_ctx_workspace_bytes(const kw_hparams *hp, int32_t max_tokens, int32_t max_ctx, int n_threads) {
+    if (!hp || max_tokens < 1 || max_ctx < 1) return 0;
+    ws_plan p;
+    plan_workspace(hp, max_tokens, max_ctx, n_threads, &p);
+    return p.work_bytes + p.scratch_bytes;
+}
+
+/* ---- the context ---- */
+
+struct kw_ctx {
+    const kw_model *m;
+    kw_pool *pool;
+    int n_threads;
+    int32_t max_tokens, max_ctx;
+    ws_plan plan;
+    uint8_t *work, *scratch;
+    float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *rope;
+    int32_t *rows;
+    void *mm_scratch;
+    /* set per layer for the attention task */
+    kw_kv_pool *kv;
+    const kw_batch *b;
+    int layer;
+};
+
+kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int32_t max_ctx, kw_err *err) {
+    if (!m) { kw_err_set(err, "ctx: no model"); return NULL; }
+    if (max_tokens < 1 || max_tokens > (1 << 20) || max_ctx < 1 || max_ctx > (1 << 24)) {
+        kw_err_set(err, "ctx: batch size %d / context %d out of range", max_tokens, max_ctx);
+        return NULL;
+    }
+    kw_ctx *c = calloc(1, sizeof *c);
+    if (!c) { kw_err_set(err, "ctx: out of memory"); return NULL; }
+    c->m = m;
+    c->pool = pool;
+    c->n_threads = pool ? kw_pool_size(pool) : 1;
+    c->max_tokens = max_tokens;
+    c->max_ctx = max_ctx;
+    plan_workspace(&m->hp, max_tokens, max_ctx, c->n_threads, &c->plan);
+    c->work = kw_mem_alloc(KW_MEM_WORKSPACE, c->plan.work_bytes);
+    c->scratch = kw_mem_alloc(KW_MEM_SCRATCH, c->plan.scratch_bytes);
+    if (!c->work || !c->scratch) {
+        kw_err_set(err, "ctx: cannot allocate the workspace (%zu + %zu bytes)", c->plan.work_bytes, c->plan.scratch_bytes);
+        kw_ctx_free(c);
+        return NULL;
+    }
+    const ws_plan *p = &c->plan;
+    c->x = (float *)(c->work + p->x);
+    c->xn = (float *)(c->work + p->xn);
+    c->q = (float *)(c->work + p->q);
+    c->k = (float *)(c->work + p->k);
+    c->v = (float *)(c->work + p->v);
+    c->att = (float *)(c->work + p->att);
+    c->tmp = (float *)(c->work + p->tmp);
+    c->gate = (float *)(c->work + p->gate);
+    c->up = (float *)(c->work + p->up);
+    c->rope = (float *)(c->work + p->rope);
+    c->rows = (int32_t *)(c->work + p->rows);
+    c->mm_scratch = c->scratch;
+    return c;
+}
+
+void kw_ctx_free(kw_ctx *c) {
+    if (!c) return;
+    kw_mem_free(c->work);
+    kw_mem_free(c->scratch);
+    free(c);
+}
+
+/* ---- elementwise ops ---- */
+
+/* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL); sum of squares in double. */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    float mean = (float)(ss / n);
+    float scale = 1.0f / sqrtf(mean + eps);
+    if (w) for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    else for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+static void rmsnorm_rows(float *y, const float *x, const float *w, int64_t rows, int n, float eps) {
+    for (int64_t r = 0; r < rows; r++) rmsnorm(y + r * n, x + r * n, w, n, eps);
+}
+
+static void add_inplace(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void add_bias_rows(float *y, const float *bias, int64_t rows, int n) {
+    if (!bias) return;
+    for (int64_t r = 0; r < rows; r++) add_inplace(y + r * n, bias, n);
+}
+
+/* gate = silu(gate) * up */
+static void swiglu(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void embed_tokens(const kw_model *m, const int32_t *tokens, int32_t n, float *x) {
+    const kw_matrix *E = &m->tok_embd;
+    for (int32_t i = 0; i < n; i++) {
+        const uint8_t *row = (const uint8_t *)E->data + (size_t)tokens[i] * E->row_bytes;
+        if (E->type == KW_TYPE_F32) memcpy(x + (int64_t)i * E->cols, row, (size_t)E->cols * sizeof(float));
+        else kw_dequantize_row(E->type, row, x + (int64_t)i * E->cols, E->cols);
+    }
+}
+
+/* ---- RoPE ---- */
+
+/* cos/sin pairs of every rotated pair for each token's position. */
+static void rope_tables(const kw_model *m, const int32_t *pos, int32_t n, float *tab) {
+    const kw_hparams *hp = &m->hp;
+    int half = hp->rope_dim / 2;
+    float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
+    float freq_scale = 1.0f / hp->rope_scale;
+    for (int32_t i = 0; i < n; i++) {
+        float *t = tab + (int64_t)i * hp->rope_dim;
+        float theta = (float)pos[i];
+        for (int p = 0; p < half; p++) {
+            float th = theta / (m->rope_freqs ? m->rope_freqs[p] : 1.0f) * freq_scale;
+            t[2 * p] = cosf(th);
+            t[2 * p + 1] = sinf(th);
+            theta *= theta_scale;
+        }
+    }
+}
+
+/* Rotates one head of dimension hd in place; pairs are adjacent (2p, 2p+1)
+ * or, for NEOX, (p, p + rope_dim/2). Dimensions past rope_dim are untouched. */
+static void rope_head(float *h, const float *tab, int rope_dim, bool neox) {
+    int half = rope_dim / 2;
+    for (int p = 0; p < half; p++) {
+        int i0 = neox ? p : 2 * p, i1 = neox ? p + half : 2 * p + 1;
+        float c = tab[2 * p], s = tab[2 * p + 1];
+        float a = h[i0], b = h[i1];
+        h[i0] = a * c - b * s;
+        h[i1] = a * s + b * c;
+    }
+}
+
+static void rope_rows(const kw_hparams *hp, float *x, const float *tab, int32_t n, int n_heads, int hd) {
+    for (int32_t i = 0; i < n; i++)
+        for (int h = 0; h < n_heads; h++)
+            rope_head(x + ((int64_t)i * n_heads + h) * hd, tab + (int64_t)i * hp->rope_dim, hp->rope_dim, hp->rope_neox);
+}
+
+/* qwen3: RMSNorm over each head's values with gains w[hd]. */
+static void head_norm_rows(float *x, const float *w, int64_t n_rows_heads, int hd, float eps) {
+    for (int64_t r = 0; r < n_rows_heads; r++) rmsnorm(x + r * hd, x + r * hd, w, hd, eps);
+}
+
+/* ---- KV cache I/O ---- */
+
+static void store_row(uint32_t type, const float *src, void *dst, int n) {
+    if (type == KW_TYPE_F32) memcpy(dst, src, (size_t)n * sizeof(float));
+    else if (type == KW_TYPE_F16) {
+        uint16_t *d = dst;
+        for (int i = 0; i < n; i++) d[i] = kw_f32_to_f16(src[i]);
+    } else kw_quantize_row(type, src, dst, n);
+}
+
+/* Returns a pointer to the row as F32: the row itself, or buf after conversion. */
+static const float *load_row(uint32_t type, const void *src, float *buf, int n) {
+    if (type == KW_TYPE_F32) return src;
+    kw_dequantize_row(type, src, buf, n);
+    return buf;
+}
+
+static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
+    const kw_hparams *hp = &c->m->hp;
+    int bt = kv->lay.block_tokens, nkv = hp->n_head_kv, hk = hp->head_dim_k, hv = hp->head_dim_v;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        const kw_block_table *t = b->tables[b->seq[i]];
+        int32_t id = t->ids[b->pos[i] / bt], slot = b->pos[i] % bt;
+        for (int h = 0; h < nkv; h++) {
+            store_row(kv->lay.type, c->k + ((int64_t)i * nkv + h) * hk, kw_kv_k(kv, id, il, h, slot), hk);
+            store_row(kv->lay.type, c->v + ((int64_t)i * nkv + h) * hv, kw_kv_v(kv, id, il, h, slot), hv);
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+static float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* q as the K cache's dot type sees it: F16 or Q8_0 rounding, or unchanged. */
+static const float *q_for_cache(uint32_t type, const float *q, float *buf, int n) {
+    if (type == KW_TYPE_F32) return q;
+    if (type == KW_TYPE_F16) {
+        for (int i = 0; i < n; i++) buf[i] = kw_f16_to_f32(kw_f32_to_f16(q[i]));
+        return buf;
+    }
+    uint8_t blk[34 * 64];          /* q8_0 of up to 2048 values */
+    if ((size_t)n > 32 * 64) return q;
+    kw_quantize_row(type, q, blk, n);
+    kw_dequantize_row(type, blk, buf, n);
+    return buf;
+}
+
+/* softmax(scores[0..n)) in place; sum in double. */
+static void softmax(float *s, int n) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) if (s[j] > mx) mx = s[j];
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < n; j++) s[j] *= inv;
+}
+
+/* One (token, head): out[hv] = softmax(q . K[0..pos] / sqrt(hk)) . V[0..pos]. */
+static void attend_one(kw_ctx *c, int32_t i, int h, float *scr) {
+    const kw_hparams *hp = &c->m->hp;
+    kw_kv_pool *kv = c->kv;
+    const kw_batch *b = c->b;
+    int hk = hp->head_dim_k, hv = hp->head_dim_v, bt = kv->lay.block_tokens;
+    int kvh = h / (hp->n_head / hp->n_head_kv);
+    uint32_t type = kv->lay.type;
+    const kw_block_table *t = b->tables[b->seq[i]];
+    int32_t n = b->pos[i] + 1;
+    float *scores = scr, *qbuf = scr + c->max_ctx, *acc = qbuf + hk, *row = acc + hv;
+    const float *q = q_for_cache(type, c->q + ((int64_t)i * hp->n_head + h) * hk, qbuf, hk);
+    float scale = 1.0f / sqrtf((float)hk);
+    for (int32_t j = 0; j < n; j++) {
+        const float *kr = load_row(type, kw_kv_k(kv, t->ids[j / bt], c->layer, kvh, j % bt), row, hk);
+        scores[j] = dot(q, kr, hk) * scale;
+    }
+    softmax(scores, n);
+    if (type == KW_TYPE_F16)
+        for (int32_t j = 0; j < n; j++) scores[j] = kw_f16_to_f32(kw_f32_to_f16(scores[j]));
+    memset(acc, 0, (size_t)hv * sizeof(float));
+    for (int32_t j = 0; j < n; j++) {
+        const float *vr = load_row(type, kw_kv_v(kv, t->ids[j / bt], c->layer, kvh, j % bt), row, hv);
+        float p = scores[j];
+        for (int d = 0; d < hv; d++) acc[d] += p * vr[d];
+    }
+    memcpy(c->att + ((int64_t)i * hp->n_head + h) * hv, acc, (size_t)hv * sizeof(float));
+}
+
+static void attention_task(void *arg, int ith, int nth) {
+    kw_ctx *c = arg;
+    int64_t n_head = c->m->hp.n_head, items = (int64_t)c->b->n_tokens * n_head;
+    int64_t lo = items * ith / nth, hi = items * (ith + 1) / nth;
+    float *scr = (float *)((uint8_t *)c->scratch + c->plan.mm_bytes) + (size_t)ith * c->plan.att_floats;
+    for (int64_t it = lo; it < hi; it++) attend_one(c, (int32_t)(it / n_head), (int)(it % n_head), scr);
+}
+
+static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
+    c->kv = kv;
+    c->b = b;
+    c->layer = il;
+    if (c->pool) kw_pool_run(c->pool, attention_task, c);
+    else attention_task(c, 0, 1);
+}
+
+/* ---- layers ---- */
+
+static void matmul(kw_ctx *c, const kw_matrix *W, const float *X, int64_t n, float *Y) {
+    kw_matmul(c->pool, W, X, n, Y, c->mm_scratch);
+}
+
+static void attention_block(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
+    const kw_hparams *hp = &c->m->hp;
+    const kw_layer *L = &c->m->layers[il];
+    int32_t n = b->n_tokens;
+    int q_dim = hp->n_head * hp->head_dim_k, k_dim = hp->n_head_kv * hp->head_dim_k;
+    int v_dim = hp->n_head_kv * hp->head_dim_v;
+    rmsnorm_rows(c->xn, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    matmul(c, &L->wq, c->xn, n, c->q);
+    matmul(c, &L->wk, c->xn, n, c->k);
+    matmul(c, &L->wv, c->xn, n, c->v);
+    add_bias_rows(c->q, L->bq, n, q_dim);
+    add_bias_rows(c->k, L->bk, n, k_dim);
+    add_bias_rows(c->v, L->bv, n, v_dim);
+    if (L->q_norm) head_norm_rows(c->q, L->q_norm, (int64_t)n * hp->n_head, hp->head_dim_k, hp->rms_eps);
+    if (L->k_norm) head_norm_rows(c->k, L->k_norm, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
+    rope_rows(hp, c->q, c->rope, n, hp->n_head, hp->head_dim_k);
+    rope_rows(hp, c->k, c->rope, n, hp->n_head_kv, hp->head_dim_k);
+    store_kv(c, kv, b, il);
+    attention(c, kv, b, il);
+    matmul(c, &L->wo, c->att, n, c->tmp);
+    add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
+}
+
+static void ffn_block(kw_ctx *c, int il, int32_t n) {
+    const kw_hparams *hp = &c->m->hp;
+    const kw_layer *L = &c->m->layers[il];
+    rmsnorm_rows(c->xn, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    matmul(c, &L->w_gate, c->xn, n, c->gate);
+    matmul(c, &L->w_up, c->xn, n, c->up);
+    swiglu(c->gate, c->up, (int64_t)n * hp->n_ff);
+    matmul(c, &L->w_down, c->gate, n, c->tmp);
+    add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
+}
+
+/* Final norm of the rows that want logits (gathered into xn), then the LM head. */
+static void lm_head(kw_ctx *c, const kw_batch *b, float *logits) {
+    const kw_hparams *hp = &c->m->hp;
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        bool want = b->want_logits ? b->want_logits[i] : i == b->n_tokens - 1;
+        if (want) c->rows[n_out++] = i;
+    }
+    for (int32_t r = 0; r < n_out; r++)
+        rmsnorm(c->xn + (int64_t)r * hp->n_embd, c->x + (int64_t)c->rows[r] * hp->n_embd, c->m->output_norm,
+                hp->n_embd, hp->rms_eps);
+    if (n_out > 0 && logits) matmul(c, &c->m->output, c->xn, n_out, logits);
+}
+
+/* ---- batch validation ---- */
+
+static int check_kv_layout(const kw_ctx *c, const kw_kv_pool *kv, kw_err *err) {
+    const kw_hparams *hp = &c->m->hp;
+    if (kv->lay.n_layer != hp->n_kv_layers || kv->lay.n_head_kv != hp->n_head_kv ||
+        kv->lay.head_dim_k != hp->head_dim_k || kv->lay.head_dim_v != hp->head_dim_v)
+        return kw_err_set(err, "forward: KV pool layout (%d layers, %d heads, %d/%d dims) does not match the model",
+                          kv->lay.n_layer, kv->lay.n_head_kv, kv->lay.head_dim_k, kv->lay.head_dim_v);
+    return 0;
+}
+
+static int check_token(const kw_ctx *c, const kw_kv_pool *kv, const kw_batch *b, int32_t i, kw_err *err) {
+    int32_t tok = b->tokens[i], pos = b->pos[i], s = b->seq[i], bt = kv->lay.block_tokens;
+    if (tok < 0 || tok >= c->m->hp.n_vocab)
+        return kw_err_set(err, "forward: token %d at batch index %d is outside the vocabulary (0..%d)", tok, i, c->m->hp.n_vocab - 1);
+    if (pos < 0 || pos >= c->max_ctx)
+        return kw_err_set(err, "forward: position %d at batch index %d is outside the context (0..%d)", pos, i, c->max_ctx - 1);
+    if (s < 0 || !b->tables[s]) return kw_err_set(err, "forward: batch index %d has no block table (seq %d)", i, s);
+    const kw_block_table *t = b->tables[s];
+    if (pos / bt >= t->n)
+        return kw_err_set(err, "forward: block table of seq %d covers %d positions, position %d needs more", s, t->n * bt, pos);
+    for (int32_t j = 0; j <= pos / bt; j++)
+        if (t->ids[j] < 0 || t->ids[j] >= kv->n_blocks || kv->refs[t->ids[j]] <= 0)
+            return kw_err_set(err, "forward: seq %d block %d (id %d) is not a live KV block", s, j, t->ids[j]);
+    int32_t id = t->ids[pos / bt];
+    if (kv->refs[id] > 1)
+        return kw_err_set(err, "forward: seq %d would write position %d into shared KV block %d (refs %d); copy it first",
+                          s, pos, id, kv->refs[id]);
+    return 0;
+}
+
+static int check_batch(const kw_ctx *c, const kw_kv_pool *kv, const kw_batch *b, kw_err *err) {
+    if (!b || !kv) return kw_err_set(err, "forward: no batch or KV pool");
+    if (b->n_tokens < 1 || b->n_tokens > c->max_tokens)
+        return kw_err_set(err, "forward: batch of %d tokens (this context takes 1..%d)", b->n_tokens, c->max_tokens);
+    if (!b->tokens || !b->pos || !b->seq || !b->tables) return kw_err_set(err, "forward: incomplete batch");
+    if (check_kv_layout(c, kv, err)) return -1;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (check_token(c, kv, b, i, err)) return -1;
+    return 0;
+}
+
+int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, kw_err *err) {
+    if (!c) return kw_err_set(err, "forward: no context");
+    if (check_batch(c, kv, b, err)) return -1;
+    const kw_hparams *hp = &c->m->hp;
+    embed_tokens(c->m, b->tokens, b->n_tokens, c->x);
+    rope_tables(c->m, b->pos, b->n_tokens, c->rope);
+    for (int il = 0; il < hp->n_layer; il++) {
+        attention_block(c, kv, b, il);
+        ffn_block(c, il, b->n_tokens);
+    }
+    lm_head(c, b, logits_out);
+    return 0;
+}

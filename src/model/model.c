@@ -1,0 +1,304 @@
+/* model.c - architectures, hyper-parameters and weight binding (model.h).
+ *
+ * Owns: reading a model's shape from GGUF metadata (kw_hparams_from_gguf:
+ * llama, qwen2, qwen3), checking that every tensor the forward pass needs
+ * is present with a supported type and the shape the hparams imply,
+ * binding them into a kw_model (weights stay in the read-only mapping),
+ * and the KV layout a model needs. The forward pass is in forward.c. */
+#include "model_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+
+static const char *const arch_names[KW_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+
+const char *kw_arch_supported_list(void) { return "llama, qwen2, qwen3"; }
+
+/* ---- metadata helpers ---- */
+
+static bool arch_int(const kw_gguf *g, const char *arch, const char *key, int64_t *out) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return kw_gguf_get_int(g, full, out);
+}
+
+static bool arch_float(const kw_gguf *g, const char *arch, const char *key, double *out) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return kw_gguf_get_float(g, full, out);
+}
+
+static const char *arch_str(const kw_gguf *g, const char *arch, const char *key) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return kw_gguf_get_str(g, full);
+}
+
+/* A required positive integer key <arch>.key within [1, max]. */
+static int need_int(const kw_gguf *g, const char *arch, const char *key, int64_t max, int32_t *out, kw_err *err) {
+    int64_t v;
+    if (!arch_int(g, arch, key, &v)) return kw_err_set(err, "missing metadata key %s.%s", arch, key);
+    if (v < 1 || v > max) return kw_err_set(err, "metadata %s.%s = %lld is out of range (1..%lld)",
+                                            arch, key, (long long)v, (long long)max);
+    *out = (int32_t)v;
+    return 0;
+}
+
+/* An optional positive integer key; keeps *out (the default) when absent. */
+static int opt_int(const kw_gguf *g, const char *arch, const char *key, int64_t max, int32_t *out, kw_err *err) {
+    int64_t v;
+    if (!arch_int(g, arch, key, &v)) return 0;
+    if (v < 1 || v > max) return kw_err_set(err, "metadata %s.%s = %lld is out of range (1..%lld)",
+                                            arch, key, (long long)v, (long long)max);
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int find_arch(const char *name, kw_arch *out) {
+    for (int a = 0; a < KW_ARCH_COUNT; a++)
+        if (!strcmp(name, arch_names[a])) { *out = (kw_arch)a; return 0; }
+    return -1;
+}
+
+static int read_vocab_size(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
+    int64_t v;
+    const kw_gguf_kv *toks = kw_gguf_find(g, "tokenizer.ggml.tokens");
+    const kw_gguf_tensor *emb = kw_gguf_find_tensor(g, "token_embd.weight");
+    if (arch_int(g, arch, "vocab_size", &v)) {
+        /* use it */
+    } else if (toks && toks->type == KW_GGUF_ARRAY) {
+        v = (int64_t)toks->arr_n;
+    } else if (emb) {
+        v = emb->ne[1];
+    } else {
+        return kw_err_set(err, "cannot tell the vocabulary size: no %s.vocab_size, tokenizer.ggml.tokens or token_embd.weight", arch);
+    }
+    if (v < 1 || v > (1 << 24)) return kw_err_set(err, "vocabulary size %lld is out of range", (long long)v);
+    hp->n_vocab = (int32_t)v;
+    return 0;
+}
+
+static int read_rope(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
+    double f;
+    hp->rope_base = 10000.0f;
+    if (arch_float(g, arch, "rope.freq_base", &f)) {
+        if (!(f > 0.0) || f > 1e12) return kw_err_set(err, "metadata %s.rope.freq_base = %g is out of range", arch, f);
+        hp->rope_base = (float)f;
+    }
+    hp->rope_dim = hp->head_dim_k;
+    if (opt_int(g, arch, "rope.dimension_count", hp->head_dim_k, &hp->rope_dim, err) != 0) return -1;
+    if (hp->rope_dim % 2) return kw_err_set(err, "metadata %s.rope.dimension_count = %d must be even", arch, hp->rope_dim);
+    hp->rope_scale = 1.0f;
+    const char *type = arch_str(g, arch, "rope.scaling.type");
+    if (type && strcmp(type, "none") != 0) {
+        if (strcmp(type, "linear") != 0)
+            return kw_err_set(err, "rope scaling type '%s' is not supported (supported: none, linear)", type);
+        if (!arch_float(g, arch, "rope.scaling.factor", &f))
+            return kw_err_set(err, "rope scaling 'linear' without %s.rope.scaling.factor", arch);
+        if (!(f > 0.0) || f > 1e6) return kw_err_set(err, "metadata %s.rope.scaling.factor = %g is out of range", arch, f);
+        hp->rope_scale = (float)f;
+    } else if (!type && arch_float(g, arch, "rope.scale_linear", &f)) {
+        if (!(f > 0.0) || f > 1e6) return kw_err_set(err, "metadata %s.rope.scale_linear = %g is out of range", arch, f);
+        hp->rope_scale = (float)f;
+    }
+    hp->rope_neox = hp->arch != KW_ARCH_LLAMA;
+    return 0;
+}
+
+static void sum_weights(const kw_gguf *g, kw_hparams *hp) {
+    hp->weight_bytes = 0;
+    hp->n_params = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kw_gguf_tensor *t = &g->tensors[i];
+        hp->weight_bytes += t->nbytes;
+        hp->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+}
+
+int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err) {
+    if (!g || !hp) return kw_err_set(err, "hparams: no file");
+    memset(hp, 0, sizeof *hp);
+    const char *arch = kw_gguf_get_str(g, "general.architecture");
+    if (!arch) return kw_err_set(err, "missing metadata key general.architecture (supported: %s)", kw_arch_supported_list());
+    if (find_arch(arch, &hp->arch) != 0)
+        return kw_err_set(err, "unsupported architecture '%.64s' (supported: %s)", arch, kw_arch_supported_list());
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
+    const char *name = kw_gguf_get_str(g, "general.name");
+    snprintf(hp->name, sizeof hp->name, "%s", name ? name : "");
+
+    if (need_int(g, arch, "block_count", 4096, &hp->n_layer, err) ||
+        need_int(g, arch, "embedding_length", 1 << 20, &hp->n_embd, err) ||
+        need_int(g, arch, "attention.head_count", 1 << 14, &hp->n_head, err) ||
+        need_int(g, arch, "feed_forward_length", 1 << 24, &hp->n_ff, err))
+        return -1;
+    hp->n_head_kv = hp->n_head;
+    if (opt_int(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)) return -1;
+    if (hp->n_head % hp->n_head_kv)
+        return kw_err_set(err, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
+    hp->head_dim_k = hp->n_embd / hp->n_head;
+    if (opt_int(g, arch, "attention.key_length", 1 << 14, &hp->head_dim_k, err)) return -1;
+    hp->head_dim_v = hp->head_dim_k;
+    if (opt_int(g, arch, "attention.value_length", 1 << 14, &hp->head_dim_v, err)) return -1;
+    if (hp->head_dim_k < 1 || hp->head_dim_v < 1)
+        return kw_err_set(err, "head dimension is 0 (embedding_length %d, head_count %d)", hp->n_embd, hp->n_head);
+    hp->n_ctx_train = 4096;
+    if (opt_int(g, arch, "context_length", 1 << 30, &hp->n_ctx_train, err)) return -1;
+    double eps = 1e-5;
+    if (arch_float(g, arch, "attention.layer_norm_rms_epsilon", &eps) && !(eps > 0.0 && eps < 1.0))
+        return kw_err_set(err, "metadata %s.attention.layer_norm_rms_epsilon = %g is out of range", arch, eps);
+    hp->rms_eps = (float)eps;
+    if (read_rope(g, arch, hp, err) || read_vocab_size(g, arch, hp, err)) return -1;
+    hp->n_kv_layers = hp->n_layer;
+    hp->tied_output = kw_gguf_find_tensor(g, "output.weight") == NULL;
+    hp->has_qkv_bias = hp->arch == KW_ARCH_QWEN2 || kw_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    hp->has_qk_norm = hp->arch == KW_ARCH_QWEN3;
+    sum_weights(g, hp);
+    return 0;
+}
+
+/* ---- tensor binding and validation ---- */
+
+static const kw_gguf_tensor *find_tensor(const kw_gguf *g, const char *name, bool required, kw_err *err) {
+    const kw_gguf_tensor *t = kw_gguf_find_tensor(g, name);
+    if (!t && required) kw_err_set(err, "tensor %s is missing", name);
+    return t;
+}
+
+static int check_shape(const kw_gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1, kw_err *err) {
+    int64_t want1 = ne1 > 0 ? ne1 : 1;
+    if (t->ne[0] != ne0 || t->ne[1] != want1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return kw_err_set(err, "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                          (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                          (long long)ne0, (long long)want1);
+    return 0;
+}
+
+/* Binds a weight matrix `name` of `rows` x `cols`. */
+static int bind_matrix(const kw_gguf *g, const char *name, int64_t rows, int64_t cols, kw_matrix *m, kw_err *err) {
+    const kw_gguf_tensor *t = find_tensor(g, name, true, err);
+    if (!t) return -1;
+    const kw_type_traits *tr = kw_type_traits_get(t->type);
+    if (!tr || !tr->supported)
+        return kw_err_set(err, "tensor %s has type %s, which kvwise does not support", name, kw_type_name(t->type));
+    if (check_shape(t, name, cols, rows, err)) return -1;
+    size_t rb = kw_row_bytes(t->type, cols);
+    if (rb == 0)
+        return kw_err_set(err, "tensor %s: row length %lld is not a multiple of the %s block size %d",
+                          name, (long long)cols, tr->name, tr->block_size);
+    if ((uint64_t)rb * (uint64_t)rows > t->nbytes)
+        return kw_err_set(err, "tensor %s: %llu bytes of data, expected %llu", name,
+                          (unsigned long long)t->nbytes, (unsigned long long)rb * (unsigned long long)rows);
+    memset(m, 0, sizeof *m);
+    m->type = t->type;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = rb;
+    m->data = t->data;
+    return 0;
+}
+
+/* Binds an F32 vector of n values; *v = NULL when absent and optional. */
+static int bind_vec(const kw_gguf *g, const char *name, int64_t n, bool required, kw_vec *v, kw_err *err) {
+    *v = NULL;
+    const kw_gguf_tensor *t = find_tensor(g, name, required, err);
+    if (!t) return required ? -1 : 0;
+    if (t->type != KW_TYPE_F32)
+        return kw_err_set(err, "tensor %s has type %s; 1-D tensors must be f32", name, kw_type_name(t->type));
+    if (check_shape(t, name, n, 1, err)) return -1;
+    if (t->nbytes < (uint64_t)n * sizeof(float))
+        return kw_err_set(err, "tensor %s: %llu bytes of data, expected %llu", name,
+                          (unsigned long long)t->nbytes, (unsigned long long)n * sizeof(float));
+    if (((uintptr_t)t->data) % sizeof(float))
+        return kw_err_set(err, "tensor %s: data is not 4-byte aligned", name);
+    *v = (kw_vec)t->data;
+    return 0;
+}
+
+static int bind_layer(const kw_gguf *g, const kw_hparams *hp, int il, kw_layer *L, kw_err *err) {
+    char n[96];
+    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim_k;
+    int64_t k_dim = (int64_t)hp->n_head_kv * hp->head_dim_k, v_dim = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    int64_t o_dim = (int64_t)hp->n_head * hp->head_dim_v;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+    if (bind_vec(g, NAME("attn_norm.weight"), E, true, &L->attn_norm, err) ||
+        bind_matrix(g, NAME("attn_q.weight"), q_dim, E, &L->wq, err) ||
+        bind_matrix(g, NAME("attn_k.weight"), k_dim, E, &L->wk, err) ||
+        bind_matrix(g, NAME("attn_v.weight"), v_dim, E, &L->wv, err) ||
+        bind_matrix(g, NAME("attn_output.weight"), E, o_dim, &L->wo, err) ||
+        bind_vec(g, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err) ||
+        bind_matrix(g, NAME("ffn_gate.weight"), hp->n_ff, E, &L->w_gate, err) ||
+        bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, E, &L->w_up, err) ||
+        bind_matrix(g, NAME("ffn_down.weight"), E, hp->n_ff, &L->w_down, err))
+        return -1;
+    bool need_bias = hp->arch == KW_ARCH_QWEN2;
+    if (bind_vec(g, NAME("attn_q.bias"), q_dim, need_bias, &L->bq, err) ||
+        bind_vec(g, NAME("attn_k.bias"), k_dim, need_bias, &L->bk, err) ||
+        bind_vec(g, NAME("attn_v.bias"), v_dim, need_bias, &L->bv, err))
+        return -1;
+    if (hp->has_qk_norm &&
+        (bind_vec(g, NAME("attn_q_norm.weight"), hp->head_dim_k, true, &L->q_norm, err) ||
+         bind_vec(g, NAME("attn_k_norm.weight"), hp->head_dim_k, true, &L->k_norm, err)))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+static int bind_model(kw_model *m, kw_err *err) {
+    const kw_gguf *g = m->gguf;
+    const kw_hparams *hp = &m->hp;
+    if (bind_matrix(g, "token_embd.weight", hp->n_vocab, hp->n_embd, &m->tok_embd, err) ||
+        bind_vec(g, "output_norm.weight", hp->n_embd, true, &m->output_norm, err))
+        return -1;
+    if (hp->tied_output) m->output = m->tok_embd;
+    else if (bind_matrix(g, "output.weight", hp->n_vocab, hp->n_embd, &m->output, err)) return -1;
+    if (bind_vec(g, "rope_freqs.weight", hp->rope_dim / 2, false, &m->rope_freqs, err)) return -1;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return kw_err_set(err, "out of memory binding %d layers", hp->n_layer);
+    for (int il = 0; il < hp->n_layer; il++)
+        if (bind_layer(g, hp, il, &m->layers[il], err)) return -1;
+    return 0;
+}
+
+kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err) {
+    kw_model *m = calloc(1, sizeof *m);
+    if (!m) { kw_err_set(err, "out of memory"); return NULL; }
+    m->gguf = kw_gguf_open(path, err);
+    if (!m->gguf || kw_hparams_from_gguf(m->gguf, &m->hp, err) || bind_model(m, err)) {
+        kw_model_free(m);
+        return NULL;
+    }
+    /* TOKENIZER_HOOK: the tokenizer is attached here once tokenizer.c is on main. */
+    if (opts && opts->mlock && mlock(m->gguf->base, m->gguf->size) != 0) {
+        kw_err_set(err, "%s: mlock of %llu bytes failed (raise ulimit -l or drop --mlock)", path,
+                   (unsigned long long)m->gguf->size);
+        kw_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void kw_model_free(kw_model *m) {
+    if (!m) return;
+    free(m->layers);
+    kw_gguf_close(m->gguf);
+    free(m);
+}
+
+const kw_hparams *kw_model_hparams(const kw_model *m) { return m ? &m->hp : NULL; }
+const kw_tokenizer *kw_model_tokenizer(const kw_model *m) { return m ? m->tok : NULL; }
+const kw_gguf *kw_model_gguf(const kw_model *m) { return m ? m->gguf : NULL; }
+
+kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens) {
+    kw_kv_layout lay;
+    memset(&lay, 0, sizeof lay);
+    if (!m) return lay;
+    lay.n_layer = m->hp.n_kv_layers;
+    lay.n_head_kv = m->hp.n_head_kv;
+    lay.head_dim_k = m->hp.head_dim_k;
+    lay.head_dim_v = m->hp.head_dim_v;
+    lay.type = kv_type;
+    lay.block_tokens = block_tokens;
+    return lay;
+}

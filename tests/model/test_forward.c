@@ -1,0 +1,326 @@
+/* test_forward.c - kw_forward's batching contract and the KV element types,
+ * on the conformance models (../shared/conformance/models):
+ *   - two sequences interleaved in one batch = each run alone;
+ *   - continuous batching (one sequence mid-decode, another prefilling);
+ *   - a prompt split into prefill chunks = one batch;
+ *   - block_tokens 16 = 32;
+ *   - KV f16 / q8_0 vs f32 within measured tolerances; q8_0 with
+ *     head_dim % 32 != 0 is a clear error;
+ *   - kw_ctx_workspace_bytes() = what kw_ctx_create() allocates;
+ *   - bad batches are refused with a message, never a crash. */
+#include "testutil.h"
+#include "kvwise/memory.h"
+#include "kvwise/model.h"
+#include <string.h>
+
+/* Same-implementation batch-shape differences. Every matmul row is computed
+ * by the same per-row kernel whatever the batch, and attention is per
+ * (token, head), so batch composition should not change results beyond
+ * float reassociation. 1e-4 is far below any oracle tolerance (1e-3 for F32). */
+static const double TOL_BATCH = 1e-4;
+/* KV cache element type vs F32 KV, over every position of a 64-token prompt
+ * (figures measured at 64 and 96 tokens agree to ~5%).
+ * Measured with this implementation (max |delta| / RMS):
+ *   f16 : llama-q4_0 0.27/0.052, llama-q8_0 0.30/0.049, llama-q6_k 0.45/0.075,
+ *         qwen2 0.16/0.035, qwen3 0.16/0.035, gpt2bpe 0.30/0.043, llama-f16 0.015/0.0029
+ *   q8_0: llama-q4_0 0.40/0.079, llama-q8_0 0.48/0.074, llama-q6_k 0.59/0.103,
+ *         qwen2 0.27/0.049, qwen3 0.25/0.050, gpt2bpe 0.40/0.065, llama-f16 0.31/0.043
+ * On quantized-weight models the small KV rounding is amplified by the Q8
+ * re-quantization of activations (values crossing a rounding step), as the
+ * README reports for llama.cpp itself: an F16 V cache alone moved its
+ * llama-q8_0 logits by 0.22-0.24 max / 0.058 RMS. On F16 weights (no
+ * activation re-quantization) the F16 cache effect is ~0.015.
+ * Bounds: about 1.3-1.7x the largest measured figure. */
+static const double TOL_KV_F16 = 0.6, TOL_KV_F16_RMS = 0.1;
+static const double TOL_KV_Q8 = 0.8, TOL_KV_Q8_RMS = 0.15;
+static const double TOL_KV_F16_ON_F16_WEIGHTS = 0.03;
+
+static const char *g_models;
+
+static kw_model *load(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.gguf", g_models, name);
+    kw_err err = {{0}};
+    kw_model *m = kw_model_load(path, NULL, &err);
+    KW_CHECK_MSG(m != NULL, "%s: %s", name, err.msg);
+    return m;
+}
+
+/* Deterministic pseudo-random tokens in [1, n_vocab). */
+static void make_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = 1 + (int32_t)((seed >> 8) % (uint32_t)(n_vocab - 1));
+    }
+}
+
+typedef struct runner {
+    const kw_model *m;
+    kw_pool *pool;
+    kw_kv_pool *kv;
+    kw_ctx *ctx;
+    int n_vocab;
+} runner;
+
+static int runner_init(runner *r, const kw_model *m, kw_pool *pool, uint32_t kv_type, int bt, int max_tokens, int n_blocks) {
+    kw_err err = {{0}};
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    r->pool = pool;
+    r->n_vocab = kw_model_hparams(m)->n_vocab;
+    kw_kv_layout lay = kw_model_kv_layout(m, kv_type, bt);
+    r->kv = kw_kv_pool_create(&lay, n_blocks, &err);
+    KW_CHECK_MSG(r->kv != NULL, "%s", err.msg);
+    r->ctx = kw_ctx_create(m, pool, max_tokens, n_blocks * bt, &err);
+    KW_CHECK_MSG(r->ctx != NULL, "%s", err.msg);
+    return r->kv && r->ctx ? 0 : -1;
+}
+
+static void runner_free(runner *r) {
+    kw_ctx_free(r->ctx);
+    kw_kv_pool_destroy(r->kv);
+}
+
+/* Runs tokens[0..n) of one sequence in chunks of `chunk`; all rows of logits. */
+static int run_alone(runner *r, const int32_t *tokens, int n, int chunk, float *logits) {
+    kw_err err = {{0}};
+    kw_block_table t = {0};
+    int rc = kw_block_table_ensure(&t, r->kv, n);
+    KW_CHECK(rc == 0);
+    int32_t pos[512], seq[512] = {0};
+    bool want[512];
+    kw_block_table *tabs[1] = {&t};
+    for (int done = 0; rc == 0 && done < n; done += chunk) {
+        int len = n - done < chunk ? n - done : chunk;
+        for (int i = 0; i < len; i++) { pos[i] = done + i; want[i] = true; }
+        kw_batch b = {.n_tokens = len, .tokens = tokens + done, .pos = pos, .seq = seq, .tables = tabs, .want_logits = want};
+        rc = kw_forward(r->ctx, r->kv, &b, logits + (size_t)done * r->n_vocab, &err);
+        KW_CHECK_MSG(rc == 0, "%s", err.msg);
+    }
+    kw_block_table_release(&t, r->kv);
+    kw_block_table_free(&t);
+    return rc;
+}
+
+static double rms_diff(const float *a, const float *b, size_t n) {
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return sqrt(ss / (double)n);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= mx)) mx = d;     /* NaN propagates as a failure */
+    }
+    return mx;
+}
+
+/* A and B interleaved in one batch, then A half-prefilled and continued in a
+ * batch mixed with B's whole prompt (continuous batching). */
+static void test_interleaved(const char *name, kw_pool *pool) {
+    kw_model *m = load(name);
+    if (!m) return;
+    enum { NA = 40, NB = 25 };
+    runner r;
+    if (runner_init(&r, m, pool, KW_TYPE_F32, 16, NA + NB, 16) == 0) {
+        int V = r.n_vocab;
+        int32_t A[NA], B[NB];
+        make_tokens(A, NA, V, 1);
+        make_tokens(B, NB, V, 2);
+        float *la = malloc((size_t)NA * V * 4), *lb = malloc((size_t)NB * V * 4), *mix = malloc((size_t)(NA + NB) * V * 4);
+        run_alone(&r, A, NA, NA, la);
+        run_alone(&r, B, NB, NB, lb);
+
+        kw_block_table ta = {0}, tb = {0};
+        kw_block_table *tabs[2] = {&ta, &tb};
+        KW_CHECK(kw_block_table_ensure(&ta, r.kv, NA) == 0 && kw_block_table_ensure(&tb, r.kv, NB) == 0);
+        int32_t tok[NA + NB], pos[NA + NB], seq[NA + NB], n = 0;
+        bool want[NA + NB];
+        for (int i = 0; i < NA; i++) {
+            tok[n] = A[i]; pos[n] = i; seq[n] = 0; want[n++] = true;
+            if (i < NB) { tok[n] = B[i]; pos[n] = i; seq[n] = 1; want[n++] = true; }
+        }
+        kw_err err = {{0}};
+        kw_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .tables = tabs, .want_logits = want};
+        KW_CHECK_MSG(kw_forward(r.ctx, r.kv, &b, mix, &err) == 0, "%s", err.msg);
+        double da = 0, db = 0;
+        for (int i = 0, ia = 0, ib = 0; i < n; i++) {
+            const float *ref = seq[i] == 0 ? la + (size_t)(ia++) * V : lb + (size_t)(ib++) * V;
+            double d = max_diff(mix + (size_t)i * V, ref, (size_t)V);
+            if (seq[i] == 0 && d > da) da = d;
+            if (seq[i] == 1 && d > db) db = d;
+        }
+        KW_CHECK_MSG(da <= TOL_BATCH && db <= TOL_BATCH, "%s interleaved: max |delta| A %.3g B %.3g", name, da, db);
+        printf("%s: interleaved A/B vs alone: max |delta| %.3g / %.3g\n", name, da, db);
+
+        /* continuous batching: A[0..20) alone, then A[20..40) + B[0..25) in one batch */
+        kw_block_table_release(&ta, r.kv);
+        kw_block_table_release(&tb, r.kv);
+        KW_CHECK(kw_block_table_ensure(&ta, r.kv, NA) == 0 && kw_block_table_ensure(&tb, r.kv, NB) == 0);
+        n = 0;
+        for (int i = 0; i < 20; i++) { tok[n] = A[i]; pos[n] = i; seq[n] = 0; want[n++] = false; }
+        b.n_tokens = n;
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, NULL, &err) == 0);
+        n = 0;
+        for (int i = 0; i < NB; i++) { tok[n] = B[i]; pos[n] = i; seq[n] = 1; want[n++] = true; }
+        for (int i = 20; i < NA; i++) { tok[n] = A[i]; pos[n] = i; seq[n] = 0; want[n++] = true; }
+        b.n_tokens = n;
+        KW_CHECK_MSG(kw_forward(r.ctx, r.kv, &b, mix, &err) == 0, "%s", err.msg);
+        double dc = max_diff(mix, lb, (size_t)NB * V);
+        double dd = max_diff(mix + (size_t)NB * V, la + (size_t)20 * V, (size_t)20 * V);
+        KW_CHECK_MSG(dc <= TOL_BATCH && dd <= TOL_BATCH, "%s continuous: max |delta| %.3g %.3g", name, dc, dd);
+        kw_block_table_release(&ta, r.kv);
+        kw_block_table_release(&tb, r.kv);
+        kw_block_table_free(&ta);
+        kw_block_table_free(&tb);
+        free(la); free(lb); free(mix);
+    }
+    runner_free(&r);
+    kw_model_free(m);
+}
+
+/* One batch vs prefill chunks of 7, and block_tokens 16 vs 32. */
+static void test_chunks_and_blocks(const char *name, kw_pool *pool) {
+    kw_model *m = load(name);
+    if (!m) return;
+    enum { N = 60 };
+    runner r16, r32;
+    if (runner_init(&r16, m, pool, KW_TYPE_F32, 16, N, 8) == 0 && runner_init(&r32, m, pool, KW_TYPE_F32, 32, N, 4) == 0) {
+        int V = r16.n_vocab;
+        int32_t T[N];
+        make_tokens(T, N, V, 3);
+        float *one = malloc((size_t)N * V * 4), *chunked = malloc((size_t)N * V * 4), *b32 = malloc((size_t)N * V * 4);
+        run_alone(&r16, T, N, N, one);
+        run_alone(&r16, T, N, 7, chunked);
+        run_alone(&r32, T, N, N, b32);
+        double dc = max_diff(one, chunked, (size_t)N * V), db = max_diff(one, b32, (size_t)N * V);
+        KW_CHECK_MSG(dc <= TOL_BATCH, "%s chunks of 7 vs one batch: %.3g", name, dc);
+        KW_CHECK_MSG(db <= TOL_BATCH, "%s block_tokens 16 vs 32: %.3g", name, db);
+        printf("%s: chunked prefill vs one batch %.3g, block 16 vs 32 %.3g\n", name, dc, db);
+        free(one); free(chunked); free(b32);
+    }
+    runner_free(&r16);
+    runner_free(&r32);
+    kw_model_free(m);
+}
+
+static void test_kv_types(const char *name, kw_pool *pool) {
+    kw_model *m = load(name);
+    if (!m) return;
+    enum { N = 64 };
+    runner rf, rh, rq;
+    if (runner_init(&rf, m, pool, KW_TYPE_F32, 32, N, 3) == 0 && runner_init(&rh, m, pool, KW_TYPE_F16, 32, N, 3) == 0 &&
+        runner_init(&rq, m, pool, KW_TYPE_Q8_0, 32, N, 3) == 0) {
+        int V = rf.n_vocab;
+        int32_t T[N];
+        make_tokens(T, N, V, 4);
+        float *f = malloc((size_t)N * V * 4), *h = malloc((size_t)N * V * 4), *q = malloc((size_t)N * V * 4);
+        run_alone(&rf, T, N, N, f);
+        run_alone(&rh, T, N, N, h);
+        run_alone(&rq, T, N, N, q);
+        double dh = max_diff(f, h, (size_t)N * V), dq = max_diff(f, q, (size_t)N * V);
+        KW_CHECK_MSG(dh <= TOL_KV_F16, "%s kv f16 vs f32: %.3g", name, dh);
+        if (!strcmp(name, "llama-f16"))
+            KW_CHECK_MSG(dh <= TOL_KV_F16_ON_F16_WEIGHTS, "%s kv f16 vs f32: %.3g", name, dh);
+        KW_CHECK_MSG(dq <= TOL_KV_Q8, "%s kv q8_0 vs f32: %.3g", name, dq);
+        KW_CHECK_MSG(dh > 0 && dq > 0, "%s: KV types made no difference at all (suspicious)", name);
+        double rh = rms_diff(f, h, (size_t)N * V), rq = rms_diff(f, q, (size_t)N * V);
+        KW_CHECK_MSG(rh <= TOL_KV_F16_RMS, "%s kv f16 vs f32: RMS %.3g", name, rh);
+        KW_CHECK_MSG(rq <= TOL_KV_Q8_RMS, "%s kv q8_0 vs f32: RMS %.3g", name, rq);
+        printf("%s: KV f16 vs f32 max |delta| %.4f RMS %.4f, q8_0 vs f32 max %.4f RMS %.4f\n", name, dh, rh, dq, rq);
+        free(f); free(h); free(q);
+    }
+    runner_free(&rf);
+    runner_free(&rh);
+    runner_free(&rq);
+    kw_model_free(m);
+}
+
+static void test_q8_kv_needs_head_dim_32(void) {
+    kw_model *m = load("stories260K");       /* head_dim 8 */
+    if (!m) return;
+    kw_kv_layout lay = kw_model_kv_layout(m, KW_TYPE_Q8_0, 32);
+    kw_err err = {{0}};
+    KW_CHECK(kw_kv_pool_create(&lay, 4, &err) == NULL);
+    KW_CHECK_MSG(strstr(err.msg, "head_dim") != NULL, "%s", err.msg);
+    kw_session_opts o = {.n_ctx = 64, .kv_type = KW_TYPE_Q8_0, .n_threads = 1};
+    KW_CHECK(kw_session_create(m, &o, &err) == NULL);
+    kw_model_free(m);
+}
+
+static void test_workspace_bytes(kw_pool *pool) {
+    const char *names[] = {"stories260K", "qwen3-q8_0", "llama-q8_0"};
+    for (size_t i = 0; i < 3; i++) {
+        kw_model *m = load(names[i]);
+        if (!m) continue;
+        uint64_t before = kw_mem_current(KW_MEM_WORKSPACE) + kw_mem_current(KW_MEM_SCRATCH);
+        kw_err err = {{0}};
+        kw_ctx *c = kw_ctx_create(m, pool, 123, 1000, &err);
+        KW_CHECK_MSG(c != NULL, "%s", err.msg);
+        uint64_t used = kw_mem_current(KW_MEM_WORKSPACE) + kw_mem_current(KW_MEM_SCRATCH) - before;
+        size_t want = kw_ctx_workspace_bytes(kw_model_hparams(m), 123, 1000, kw_pool_size(pool));
+        KW_CHECK_MSG(used == want, "%s: ctx allocated %llu, workspace_bytes says %zu", names[i], (unsigned long long)used, want);
+        KW_CHECK(want > 0);
+        /* grows with the batch */
+        KW_CHECK(kw_ctx_workspace_bytes(kw_model_hparams(m), 246, 1000, 2) > kw_ctx_workspace_bytes(kw_model_hparams(m), 123, 1000, 2));
+        kw_ctx_free(c);
+        KW_CHECK_EQ_INT(kw_mem_current(KW_MEM_WORKSPACE) + kw_mem_current(KW_MEM_SCRATCH), before);
+        kw_model_free(m);
+    }
+}
+
+static void test_bad_batches(kw_pool *pool) {
+    kw_model *m = load("stories260K");
+    if (!m) return;
+    runner r;
+    if (runner_init(&r, m, pool, KW_TYPE_F32, 16, 8, 2) == 0) {
+        kw_block_table t = {0};
+        kw_block_table *tabs[1] = {&t};
+        KW_CHECK(kw_block_table_ensure(&t, r.kv, 16) == 0);
+        int32_t tok[2] = {1, 2}, pos[2] = {0, 1}, seq[2] = {0, 0};
+        float logits[512];
+        kw_err err = {{0}};
+        kw_batch b = {.n_tokens = 2, .tokens = tok, .pos = pos, .seq = seq, .tables = tabs};
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, logits, &err) == 0);
+        tok[1] = 512;                                   /* outside the vocabulary */
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, logits, &err) == -1 && strstr(err.msg, "vocabulary"));
+        tok[1] = 2;
+        pos[1] = 16;                                    /* table covers 16 positions */
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, logits, &err) == -1 && strstr(err.msg, "block table"));
+        pos[1] = 1;
+        b.n_tokens = 9;                                 /* ctx takes 8 */
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, logits, &err) == -1);
+        b.n_tokens = 2;
+        kw_kv_ref(r.kv, t.ids[0]);                      /* shared block: must not be written */
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, logits, &err) == -1 && strstr(err.msg, "shared"));
+        kw_kv_unref(r.kv, t.ids[0]);
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, logits, &err) == 0);
+        kw_block_table_release(&t, r.kv);
+        kw_block_table_free(&t);
+    }
+    runner_free(&r);
+    kw_model_free(m);
+}
+
+int main(void) {
+    const char *shared = kw_test_shared_dir();
+    static char models[1024];
+    snprintf(models, sizeof models, "%s/conformance/models", shared);
+    g_models = models;
+    kw_pool *pool = kw_pool_create(2);
+    test_interleaved("stories260K", pool);
+    test_interleaved("llama-q4_0", pool);
+    test_interleaved("qwen3-q8_0", pool);
+    test_chunks_and_blocks("stories260K", pool);
+    test_chunks_and_blocks("qwen2-q8_0", pool);
+    test_kv_types("llama-q4_0", pool);
+    test_kv_types("qwen3-q8_0", pool);
+    test_kv_types("llama-f16", pool);
+    test_q8_kv_needs_head_dim_32();
+    test_workspace_bytes(pool);
+    test_bad_batches(pool);
+    kw_pool_destroy(pool);
+    return kw_test_finish();
+}
