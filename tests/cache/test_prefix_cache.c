@@ -361,6 +361,54 @@ static void test_caps_property(void) {
     kw_kv_pool_destroy(p);
 }
 
+/* Property with live sequences: some requests stay running while others
+ * finish, insert, and evict() is called for admission. After every step the
+ * pool's references are exactly the cache's blocks plus the live tables'
+ * entries, evict() reports exactly the blocks that reached the free list,
+ * and the caps hold. */
+static void test_live_sharing_property(void) {
+    kw_kv_pool *p = make_pool(256);
+    kw_prefix_cache *c = kw_prefix_cache_create(p, 4, 40 * p->block_bytes);
+    seq live[6];
+    bool used[6] = {false};
+    int32_t sys[10]; fill(sys, 10, 4242);
+    int bad_refs = 0, bad_evict = 0, bad_caps = 0, steps = 0;
+    for (int it = 0; it < 400; it++) {
+        int k = (int)(rng() % 6);
+        if (used[k]) {                                   /* finish it: offer to the cache */
+            kw_prefix_cache_insert(c, live[k].tok, live[k].n, &live[k].t);
+            seq_done(&live[k], p);
+            used[k] = false;
+        } else {                                         /* start one, sharing the system prompt half the time */
+            int32_t tok[48]; int32_t n = 11 + (int32_t)(rng() % 37);
+            for (int32_t i = 0; i < n; i++) tok[i] = (int32_t)(rng() % 20);
+            if (rng() % 2) memcpy(tok, sys, sizeof sys);
+            if (seq_run(&live[k], c, p, tok, n) == 0) used[k] = true;
+            else seq_done(&live[k], p);
+        }
+        if (it % 5 == 0) {
+            int32_t before = p->n_free;
+            int32_t freed = kw_prefix_cache_evict(c, p->n_free + 1 + (int32_t)(rng() % 6));
+            if (freed != p->n_free - before) bad_evict++;
+        }
+        kw_prefix_cache_stats st = kw_prefix_cache_get_stats(c);
+        int32_t live_refs = 0;
+        for (int j = 0; j < 6; j++) if (used[j]) live_refs += live[j].t.n;
+        if (pool_refs_total(p) != st.n_blocks + live_refs) bad_refs++;
+        if (st.n_seqs > 4 || st.bytes > 40 * p->block_bytes) bad_caps++;
+        steps++;
+    }
+    KW_CHECK_EQ_INT(steps, 400);
+    KW_CHECK_EQ_INT(bad_refs, 0);
+    KW_CHECK_EQ_INT(bad_evict, 0);
+    KW_CHECK_EQ_INT(bad_caps, 0);
+    for (int j = 0; j < 6; j++) if (used[j]) seq_done(&live[j], p);
+    kw_prefix_cache_destroy(c);
+    KW_CHECK_EQ_INT(p->n_free, 256);
+    KW_CHECK_EQ_INT(pool_refs_total(p), 0);
+    kw_kv_pool_destroy(p);
+}
+
 static void test_disabled_and_byte_trim(void) {
     kw_kv_pool *p = make_pool(32);
     int32_t t[40]; fill(t, 40, 3);
@@ -414,6 +462,7 @@ int main(void) {
     test_max_match_and_cow();
     test_eviction_order();
     test_caps_property();
+    test_live_sharing_property();
     test_disabled_and_byte_trim();
     return kw_test_finish();
 }
