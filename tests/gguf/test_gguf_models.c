@@ -4,6 +4,7 @@
  * architecture's shape keys, tokenizer model and vocab size. */
 #include "testutil.h"
 #include <string.h>
+#include <dirent.h>
 #include <cjson/cJSON.h>
 #include "kvwise/gguf.h"
 #include "kvwise/tensor.h"
@@ -94,6 +95,37 @@ static void check_model(const char *dir, const cJSON *m) {
     kw_gguf_close(g);
 }
 
+/* Every vocab-only GGUF of conformance/tokenizer opens and carries a
+ * vocabulary whose tokens/scores/types arrays agree in length. */
+static void check_vocab_files(const char *shared) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/conformance/tokenizer", shared);
+    DIR *d = opendir(dir);
+    KW_CHECK(d != NULL);
+    if (!d) return;
+    int n_files = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        size_t l = strlen(ent->d_name);
+        if (l < 5 || strcmp(ent->d_name + l - 5, ".gguf")) continue;
+        n_files++;
+        kw_err e = {{0}};
+        kw_gguf *g = kw_gguf_open(kw_test_path(dir, ent->d_name), &e);
+        KW_CHECK_MSG(g != NULL, "%s: %s", ent->d_name, e.msg);
+        if (!g) continue;
+        const kw_gguf_kv *toks = kw_gguf_find(g, "tokenizer.ggml.tokens");
+        KW_CHECK_MSG(toks && toks->arr_type == KW_GGUF_STRING && toks->arr_n > 0, "%s", ent->d_name);
+        const kw_gguf_kv *types = kw_gguf_find(g, "tokenizer.ggml.token_type");
+        if (toks && types) KW_CHECK_EQ_INT(types->arr_n, toks->arr_n);
+        const kw_gguf_kv *scores = kw_gguf_find(g, "tokenizer.ggml.scores");
+        if (toks && scores) KW_CHECK(scores->arr_type == KW_GGUF_FLOAT32 && scores->arr_n == toks->arr_n);
+        KW_CHECK(kw_gguf_get_str(g, "tokenizer.ggml.model") != NULL);
+        kw_gguf_close(g);
+    }
+    closedir(d);
+    KW_CHECK(n_files >= 11);
+}
+
 int main(void) {
     const char *shared = kw_test_shared_dir();
     char dir[4200];
@@ -107,5 +139,6 @@ int main(void) {
     cJSON_ArrayForEach(m, root) check_model(dir, m);
     cJSON_Delete(root);
     free(json);
+    check_vocab_files(shared);
     return kw_test_finish();
 }
