@@ -57,7 +57,10 @@ typedef struct kw_model kw_model;
 kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err);
 void kw_model_free(kw_model *m);
 const kw_hparams *kw_model_hparams(const kw_model *m);
+/* The tokenizer, or NULL when the file has none kvwise can use (the forward
+ * pass still works; kw_model_tokenizer_error() says why). */
 const kw_tokenizer *kw_model_tokenizer(const kw_model *m);
+const char *kw_model_tokenizer_error(const kw_model *m);
 const kw_gguf *kw_model_gguf(const kw_model *m);
 /* The KV layout this model needs for a given element type and block size. */
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens);

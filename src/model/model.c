@@ -261,6 +261,32 @@ static int bind_model(kw_model *m, kw_err *err) {
     return 0;
 }
 
+static int pack_one(kw_matrix *W, kw_err *err) {
+    return kw_matrix_pack(W, err) < 0 ? -1 : 0;
+}
+
+/* Repacks every matrix for the active kernel family (accounted as
+ * KW_MEM_WEIGHTS); types without a packed form stay as mapped. */
+static int pack_weights(kw_model *m, kw_err *err) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        kw_layer *L = &m->layers[il];
+        kw_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (pack_one(ws[i], err)) return -1;
+    }
+    return pack_one(&m->output, err);
+}
+
+static void unpack_weights(kw_model *m) {
+    if (m->layers)
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            kw_layer *L = &m->layers[il];
+            kw_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) kw_matrix_unpack(ws[i]);
+        }
+    kw_matrix_unpack(&m->output);
+}
+
 kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err) {
     kw_model *m = calloc(1, sizeof *m);
     if (!m) { kw_err_set(err, "out of memory"); return NULL; }
@@ -269,7 +295,13 @@ kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err
         kw_model_free(m);
         return NULL;
     }
-    /* TOKENIZER_HOOK: the tokenizer is attached here once tokenizer.c is on main. */
+    kw_err tok_err = {{0}};
+    m->tok = kw_tokenizer_load(m->gguf, &tok_err);
+    if (!m->tok) snprintf(m->tok_error, sizeof m->tok_error, "%s", tok_err.msg);
+    if (!(opts && opts->no_repack) && pack_weights(m, err)) {
+        kw_model_free(m);
+        return NULL;
+    }
     if (opts && opts->mlock && mlock(m->gguf->base, m->gguf->size) != 0) {
         kw_err_set(err, "%s: mlock of %llu bytes failed (raise ulimit -l or drop --mlock)", path,
                    (unsigned long long)m->gguf->size);
@@ -281,6 +313,8 @@ kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err
 
 void kw_model_free(kw_model *m) {
     if (!m) return;
+    unpack_weights(m);
+    kw_tokenizer_free(m->tok);
     free(m->layers);
     kw_gguf_close(m->gguf);
     free(m);
@@ -288,6 +322,7 @@ void kw_model_free(kw_model *m) {
 
 const kw_hparams *kw_model_hparams(const kw_model *m) { return m ? &m->hp : NULL; }
 const kw_tokenizer *kw_model_tokenizer(const kw_model *m) { return m ? m->tok : NULL; }
+const char *kw_model_tokenizer_error(const kw_model *m) { return m && !m->tok ? m->tok_error : ""; }
 const kw_gguf *kw_model_gguf(const kw_model *m) { return m ? m->gguf : NULL; }
 
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens) {

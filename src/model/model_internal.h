@@ -22,6 +22,7 @@ struct kw_model {
     kw_hparams hp;
     kw_gguf *gguf;
     kw_tokenizer *tok;          /* NULL if the file has no usable tokenizer */
+    char tok_error[sizeof(kw_err)]; /* why tok is NULL */
     kw_matrix tok_embd;         /* [n_vocab][n_embd], any type */
     kw_vec output_norm;
     kw_matrix output;           /* LM head (= tok_embd when tied) */

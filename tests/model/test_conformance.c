@@ -120,7 +120,8 @@ static void run_record(const kw_model *m, const char *dir, const char *model, co
     int n_vocab = kw_model_hparams(m)->n_vocab;
     stats st = {0};
     kw_err err = {{0}};
-    kw_session_opts o = {.n_ctx = n_prompt + n_gen, .max_batch = n_prompt, .kv_type = KW_TYPE_F32, .block_tokens = 32};
+    kw_session_opts o = {.n_ctx = n_prompt + n_gen, .max_batch = n_prompt, .kv_type = KW_TYPE_F32, .block_tokens = 32,
+                         .n_threads = 1};   /* ctest -j2 runs two tests on two cores */
     kw_session *s = kw_session_create(m, &o, &err);
     KW_CHECK_MSG(s != NULL, "%s", err.msg);
     if (!s) goto out;
@@ -170,7 +171,7 @@ static void free_running_greedy(const kw_model *m, const cJSON *rec) {
     int32_t *prompt = json_ints(cJSON_GetObjectItem(rec, "prompt_tokens"), &n_prompt);
     int32_t *gen = json_ints(cJSON_GetObjectItem(rec, "gen_tokens"), &n_gen);
     kw_err err = {{0}};
-    kw_session_opts o = {.n_ctx = n_prompt + n_gen, .kv_type = KW_TYPE_F32};
+    kw_session_opts o = {.n_ctx = n_prompt + n_gen, .kv_type = KW_TYPE_F32, .n_threads = 1};
     kw_session *s = kw_session_create(m, &o, &err);
     kw_sampler_params sp;
     kw_sampler_params_default(&sp);
