@@ -207,6 +207,20 @@ static void queue_push_front(kw_sched *s, kw_sched_req *r) {
 static void drop_cancelled_waiting(kw_sched *s) {
     kw_sched_req *gone = NULL;
     pthread_mutex_lock(&s->mu);
+    /* clients that hung up while waiting (their connection is suspended, so
+     * the HTTP layer cannot notice) */
+    struct pollfd pf[128];
+    kw_sched_req *who[128];
+    int n = 0;
+    for (kw_sched_req *r = s->q_head; r && n < 128; r = r->next) {
+        if (r->client_fd < 0) continue;
+        pf[n].fd = r->client_fd; pf[n].events = POLLRDHUP; pf[n].revents = 0;
+        who[n++] = r;
+    }
+    if (n && poll(pf, (nfds_t)n, 0) > 0)
+        for (int i = 0; i < n; i++)
+            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+                __atomic_store_n(&who[i]->cancel, 1, __ATOMIC_RELEASE);
     kw_sched_req **pp = &s->q_head, *last = NULL;
     while (*pp) {
         kw_sched_req *r = *pp;

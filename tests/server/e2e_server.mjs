@@ -290,6 +290,20 @@ async function main() {
     checkErrorShape(sec, 503, 'queue timeout', 'queue_timeout');
     check(sec.headers['retry-after'] !== undefined, 'queue timeout has Retry-After', sec.headers);
     check((await first).status === 200, 'the running request completes', null);
+    // a client that hangs up while queued leaves the queue at once (well before the 0.3 s timeout)
+    const busy = request(P2, 'POST', '/v1/completions', { body, auth: false });
+    await sleep(50);
+    const t0 = Date.now();
+    const gone = http.request({ host: '127.0.0.1', port: P2, method: 'POST', path: '/v1/completions', headers: { 'Content-Type': 'application/json' } });
+    gone.on('error', () => {});
+    gone.end(JSON.stringify(body));
+    let queued = 0;
+    for (let i = 0; i < 20 && queued !== 1; i++) { await sleep(5); queued = (await request(P2, 'GET', '/health', { auth: false })).json?.queued; }
+    check(queued === 1, 'second client is queued', queued);
+    gone.destroy();
+    for (let i = 0; i < 40 && queued !== 0; i++) { await sleep(5); queued = (await request(P2, 'GET', '/health', { auth: false })).json?.queued; }
+    check(queued === 0 && Date.now() - t0 < 250, 'queued request of a gone client is dropped within a few steps', { queued, ms: Date.now() - t0 });
+    await busy;
     p2.kill('SIGTERM');
     check(await new Promise((res) => p2.on('exit', res)) === 0, 'second server exits 0');
   }
