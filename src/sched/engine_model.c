@@ -1,10 +1,193 @@
-/* engine_model.c - the real-model engine behind the scheduler: kw_model,
- * its kw_ctx workspace, the paged KV pool and one block table per slot.
- * (Placeholder until the forward pass lands on main.) */
+/* engine_model.c - the real-model engine behind the scheduler: the loaded
+ * kw_model, one kw_ctx workspace sized for the largest step, the paged KV
+ * pool and, through kvmem (kvmem.h), one block table per slot with prefix
+ * matching, reservation and prompt-cache insertion. Owns
+ * kw_engine_model_create (sched.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kvwise/kvmem.h"
+#include "kvwise/ledger.h"
+#include "kvwise/memory.h"
+#include "kvwise/model.h"
 #include "kvwise/sched.h"
+#include "kvwise/tensor.h"
+#include "kvwise/tokenizer.h"
+
+typedef struct model_engine {
+    kw_model *m;
+    const kw_tokenizer *tok;
+    kw_tokenizer *own_tok;      /* loaded here when the model does not carry one */
+    kw_kv_pool *pool;
+    kw_kvmem *kvm;
+    kw_ctx *ctx;
+    kw_pool *threads;
+    kw_block_table **tables;    /* [n_slots], refreshed every forward */
+    char bos[64], eos[64];
+    uint32_t kv_type;
+} model_engine;
+
+static int me_tokenize(kw_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                       int32_t **ids, size_t *n_ids, kw_err *err) {
+    model_engine *me = e->impl;
+    return kw_tokenize(me->tok, text, len, add_special, parse_special, ids, n_ids, err);
+}
+
+static size_t me_piece(kw_engine *e, int32_t id, char *buf, size_t cap, bool render_special) {
+    model_engine *me = e->impl;
+    return kw_token_to_piece(me->tok, id, buf, cap, render_special);
+}
+
+static bool me_is_eog(kw_engine *e, int32_t id) {
+    model_engine *me = e->impl;
+    return kw_token_is_eog(me->tok, id);
+}
+
+static int32_t me_seq_begin(kw_engine *e, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve) {
+    model_engine *me = e->impl;
+    int32_t r = kw_kvmem_begin(me->kvm, slot, prompt, n, n_reserve);
+    if (r == KW_KVMEM_NEVER) return KW_ENGINE_NEVER;
+    if (r < 0) return KW_ENGINE_WAIT;
+    return r;
+}
+
+static int me_seq_ensure(kw_engine *e, int32_t slot, int32_t n_positions) {
+    model_engine *me = e->impl;
+    return kw_kvmem_ensure(me->kvm, slot, n_positions);
+}
+
+static void me_seq_end(kw_engine *e, int32_t slot, const int32_t *tokens, int32_t n, bool keep) {
+    model_engine *me = e->impl;
+    kw_kvmem_end(me->kvm, slot, tokens, n, keep);
+}
+
+static int me_forward(kw_engine *e, int32_t n, const int32_t *tokens, const int32_t *pos, const int32_t *slot,
+                      const bool *want, float *logits, kw_err *err) {
+    model_engine *me = e->impl;
+    for (int32_t i = 0; i < n; i++) me->tables[slot[i]] = kw_kvmem_table(me->kvm, slot[i]);
+    kw_batch b = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = slot,
+                  .tables = me->tables, .want_logits = want};
+    return kw_forward(me->ctx, me->pool, &b, logits, err);
+}
+
+static void me_describe(kw_engine *e, char *buf, size_t cap) {
+    model_engine *me = e->impl;
+    char sz[32];
+    size_t per_tok = kw_kv_bytes_per_token(&me->pool->lay);
+    snprintf(buf, cap, "%d blocks x %d tokens, %s (%s), %zu bytes/token",
+             me->pool->n_blocks, me->pool->lay.block_tokens,
+             kw_format_bytes((uint64_t)me->pool->n_blocks * me->pool->block_bytes, sz, sizeof sz),
+             me->kv_type == KW_TYPE_Q8_0 ? "q8_0" : "f16", per_tok);
+}
+
+static void me_destroy(kw_engine *e) {
+    if (!e) return;
+    model_engine *me = e->impl;
+    if (me) {
+        kw_ctx_free(me->ctx);
+        if (me->threads) kw_pool_destroy(me->threads);
+        kw_kvmem_destroy(me->kvm);
+        kw_kv_pool_destroy(me->pool);
+        kw_tokenizer_free(me->own_tok);
+        kw_model_free(me->m);
+        free(me->tables);
+        free(me);
+    }
+    free(e);
+}
+
+static void token_text_or_empty(const kw_tokenizer *t, int32_t id, char *buf, size_t cap) {
+    const char *s = id >= 0 ? kw_token_text(t, id) : NULL;
+    snprintf(buf, cap, "%s", s ? s : "");
+}
 
 kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
-    kw_err_set(err, "model '%s': the forward pass is not available in this build yet (use --stub-engine for tests)",
-               o->model_path ? o->model_path : "");
-    return NULL;
+    kw_engine *e = calloc(1, sizeof *e);
+    model_engine *me = calloc(1, sizeof *me);
+    if (!e || !me) { free(e); free(me); kw_err_set(err, "engine: out of memory"); return NULL; }
+    e->impl = me;
+    e->destroy = me_destroy;
+    kw_model_opts mo = {.mlock = o->mlock};
+    me->m = kw_model_load(o->model_path, &mo, err);
+    if (!me->m) { me_destroy(e); return NULL; }
+    const kw_hparams *hp = kw_model_hparams(me->m);
+    me->tok = kw_model_tokenizer(me->m);
+    if (!me->tok) {
+        me->tok = me->own_tok = kw_tokenizer_load(kw_model_gguf(me->m), err);
+        if (!me->tok) { me_destroy(e); return NULL; }
+    }
+    int32_t n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int32_t bt = o->kv_block_tokens > 0 ? o->kv_block_tokens : 32;
+    me->kv_type = o->kv_type == KW_TYPE_Q8_0 ? KW_TYPE_Q8_0 : KW_TYPE_F16;
+    kw_kv_layout lay = kw_model_kv_layout(me->m, me->kv_type, bt);
+    int32_t n_slots = o->n_slots > 0 ? o->n_slots : 1;
+    int32_t max_batch = o->max_batch > 0 ? o->max_batch : 512;
+    /* The budget's fixed lines first: what the weights and tokenizer hold now. */
+    uint64_t w = kw_mem_current(KW_MEM_WEIGHTS);
+    if (o->ledger && (kw_ledger_set(o->ledger, KW_LEDGER_WEIGHTS, w ? w : hp->weight_bytes, err) < 0 ||
+                      kw_ledger_set(o->ledger, KW_LEDGER_TOKENIZER, kw_mem_current(KW_MEM_TOKENIZER), err) < 0)) {
+        me_destroy(e);
+        return NULL;
+    }
+    int n_threads = o->n_threads > 0 ? o->n_threads : kw_cpu_physical_cores();
+    me->threads = kw_pool_create(n_threads > 0 ? n_threads : 1);
+    if (!me->threads) { kw_err_set(err, "engine: cannot start %d threads", n_threads); me_destroy(e); return NULL; }
+    uint64_t ws0 = kw_mem_current(KW_MEM_WORKSPACE), sc0 = kw_mem_current(KW_MEM_SCRATCH);
+    me->ctx = kw_ctx_create(me->m, me->threads, max_batch, n_ctx, err);
+    if (!me->ctx) { me_destroy(e); return NULL; }
+    /* The prefill workbench, as allocated (sized for the largest step). */
+    if (o->ledger && (kw_ledger_set(o->ledger, KW_LEDGER_WORKSPACE, kw_mem_current(KW_MEM_WORKSPACE) - ws0, err) < 0 ||
+                      kw_ledger_set(o->ledger, KW_LEDGER_SCRATCH, kw_mem_current(KW_MEM_SCRATCH) - sc0, err) < 0)) {
+        me_destroy(e);
+        return NULL;
+    }
+    /* The KV pool gets what is left of the budget, up to ctx x slots. */
+    uint64_t bb = kw_kv_block_bytes(&lay);
+    int64_t per_seq = (n_ctx + bt - 1) / bt;
+    int64_t blocks = o->kv_blocks > 0 ? o->kv_blocks : per_seq * n_slots;
+    if (o->ledger) {
+        int64_t fit = (int64_t)(kw_ledger_available(o->ledger) / bb);
+        if (fit < blocks) blocks = fit;
+        if (blocks < per_seq) {
+            char a[32], b[32], c[32];
+            kw_err_set(err, "--memory-limit %s is too small: weights, workspace and fixed lines take %s and one "
+                       "sequence of --ctx-size %d needs %lld KV blocks of %llu bytes; a limit of at least %s would work",
+                       kw_format_bytes(kw_ledger_limit(o->ledger), a, sizeof a),
+                       kw_format_bytes(kw_ledger_used(o->ledger), b, sizeof b), n_ctx, (long long)per_seq,
+                       (unsigned long long)bb, kw_format_bytes(kw_ledger_used(o->ledger) + (uint64_t)per_seq * bb, c, sizeof c));
+            me_destroy(e);
+            return NULL;
+        }
+    }
+    if (blocks > (1 << 24)) blocks = 1 << 24;
+    me->pool = kw_kv_pool_create(&lay, (int32_t)blocks, err);
+    if (!me->pool) { me_destroy(e); return NULL; }
+    kw_kvmem_opts ko = {.n_slots = n_slots, .n_ctx = n_ctx, .cache_max_seqs = o->cache_max_seqs,
+                        .cache_max_bytes = o->cache_max_bytes, .ledger = o->ledger,
+                        .log_interval_s = o->cache_log_interval_s};
+    me->kvm = kw_kvmem_create(me->pool, &ko, err);
+    if (!me->kvm) { me_destroy(e); return NULL; }
+    e->kvmem = me->kvm;
+    me->tables = calloc((size_t)n_slots, sizeof *me->tables);
+    if (!me->tables) { kw_err_set(err, "engine: out of memory"); me_destroy(e); return NULL; }
+    token_text_or_empty(me->tok, kw_token_bos(me->tok), me->bos, sizeof me->bos);
+    token_text_or_empty(me->tok, kw_token_eos(me->tok), me->eos, sizeof me->eos);
+    const char *base = strrchr(o->model_path, '/');
+    snprintf(e->model_id, sizeof e->model_id, "%s", hp->name[0] ? hp->name : base ? base + 1 : o->model_path);
+    e->n_vocab = hp->n_vocab;
+    e->n_ctx = n_ctx;
+    e->n_slots = n_slots;
+    e->max_batch = max_batch;
+    e->chat_template = kw_gguf_get_str(kw_model_gguf(me->m), "tokenizer.chat_template");
+    e->bos_text = me->bos;
+    e->eos_text = me->eos;
+    e->tokenize = me_tokenize;
+    e->piece = me_piece;
+    e->is_eog = me_is_eog;
+    e->seq_begin = me_seq_begin;
+    e->seq_ensure = me_seq_ensure;
+    e->seq_end = me_seq_end;
+    e->forward = me_forward;
+    e->describe = me_describe;
+    return e;
 }
