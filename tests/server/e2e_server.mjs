@@ -267,7 +267,7 @@ async function main() {
   stage('greedy through the server');
   // greedy through the server == `kvwise generate`
   if (haveGenerate) {
-    const g = spawnSync(BIN, ['generate', '-m', modelPath, '-p', 'The capital of', '-n', '12', '--temp', '0'], { encoding: 'utf8' });
+    const g = spawnSync(BIN, ['generate', '-m', modelPath, '-p', 'The capital of', '-n', '12', '--temp', '0', '-t', '1'], { encoding: 'utf8' });
     r = await request(P, 'POST', '/v1/completions', { body: { prompt: 'The capital of', max_tokens: 12, temperature: 0 } });
     check(g.status === 0 && g.stdout === r.json?.choices?.[0]?.text, 'greedy server output == kvwise generate', [g.stdout, r.json?.choices?.[0]?.text, g.stderr]);
   } else console.log('skip: greedy vs generate needs `kvwise generate` in this build');
