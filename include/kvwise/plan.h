@@ -33,6 +33,7 @@ typedef struct kw_plan_model {
     uint64_t linear_state_bytes;    /* per sequence, all linear layers together */
     char linear_formula[192];       /* how linear_state_bytes was computed ("" if none) */
     bool kv_layers_sliding_as_full; /* sliding-window layers counted as full (upper bound) */
+    int32_t n_experts, n_experts_used; /* mixture of experts (config.json); 0 if dense */
     /* weights */
     uint64_t weight_bytes;          /* exact tensor bytes (GGUF) or --weights-bytes */
     uint64_t resident_bytes;        /* budget line: the mapped file (GGUF) or weight_bytes */
@@ -96,6 +97,7 @@ typedef struct kw_plan {
     uint64_t shortfall;             /* needed - memory_limit (0 if it fits) */
     uint64_t prompt_cache_bytes;    /* recommended --prompt-cache-bytes */
     int32_t prompt_cache_size;      /* recommended --prompt-cache-size */
+    int32_t kv_pool_blocks;         /* recommended --kv-blocks: live sequences + cache, in blocks */
     uint64_t headroom;              /* remainder - prompt_cache_bytes */
     int32_t max_ctx;                /* largest ctx that fits at o.concurrency (no cache) */
     int32_t max_ctx_q8;             /* the same with q8_0 KV */
@@ -105,7 +107,10 @@ typedef struct kw_plan {
     double decode_tok_s;            /* bandwidth / bytes_per_token (0 if bandwidth unknown) */
     double decode_tok_s_full_ctx;   /* one sequence with o.ctx tokens of KV also read */
     double decode_aggregate_tok_s;  /* o.concurrency sequences at o.ctx, weights read once per step */
-    double prefill_tok_s;           /* from --probe; 0 if not measured */
+    double prefill_tok_s;           /* measured by kw_plan_probe (caller fills); 0 if not */
+    double decode_measured_tok_s;   /* measured by kw_plan_probe (caller fills); 0 if not */
+    int32_t probe_tokens;           /* prefill length of the probe */
+    int32_t ttft_tokens;            /* prompt length the time to first token is given for */
     /* advice */
     int n_warnings;
     char warnings[KW_PLAN_MAX_WARNINGS][320];
@@ -130,6 +135,11 @@ void kw_plan_serve_line(const kw_plan *p, const char *model_path, char *buf, siz
 /* The server's startup ledger from the same figures: weights, workspace,
  * tokenizer and overhead lines are set; KV lines are left to reservations. */
 int kw_plan_fill_ledger(const kw_plan *p, kw_ledger *l, kw_err *err);
+
+/* Loads the model and times a prefill of `tokens` positions and a few
+ * decode steps (tokens/s each). Slow (it loads the weights): for --probe only. */
+int kw_plan_probe(const char *model_path, int32_t tokens, uint32_t kv_type, int n_threads,
+                  double *prefill_tok_s, double *decode_tok_s, kw_err *err);
 
 /* Fixed overhead of a kvwise process measured now (kw_ledger_baseline_bytes:
  * RSS minus accounted allocations) plus an allowance for the HTTP server's

@@ -171,18 +171,26 @@ static void recommend_cache(const kw_plan_model *m, kw_plan *p) {
     int32_t wanted = p->o.cache_seqs ? p->o.cache_seqs : p->o.concurrency + 1;
     uint64_t per = p->seq_bytes ? p->seq_bytes : 1;
     uint64_t fit = p->remainder / per;
+    uint64_t blk = p->kv_block_bytes ? p->kv_block_bytes : 1;
+    uint64_t seq_blocks = p->seq_kv_bytes / blk;
+    uint64_t cache_blocks;
     if (fit >= (uint64_t)wanted) {
         p->prompt_cache_size = wanted;
         p->prompt_cache_bytes = sat_mul((uint64_t)wanted, p->seq_bytes);
+        cache_blocks = sat_mul((uint64_t)wanted, seq_blocks);
     } else if (fit >= 1) {
         p->prompt_cache_size = (int32_t)fit;
         p->prompt_cache_bytes = sat_mul(fit, p->seq_bytes);
+        cache_blocks = sat_mul(fit, seq_blocks);
     } else {
         /* less than one whole conversation: still worth a shared system prompt */
-        uint64_t blk = p->kv_block_bytes ? p->kv_block_bytes : 1;
         p->prompt_cache_size = p->remainder >= blk ? 1 : 0;
         p->prompt_cache_bytes = p->remainder / blk * blk;
+        cache_blocks = p->remainder / blk;
     }
+    /* the pool holds live sequences and the cache (one pool, docs/MEMORY.md) */
+    uint64_t blocks = sat_add(sat_mul((uint64_t)p->o.concurrency, seq_blocks), cache_blocks);
+    p->kv_pool_blocks = blocks > INT32_MAX ? INT32_MAX : (int32_t)blocks;
     p->headroom = p->remainder - p->prompt_cache_bytes;
     (void)m;
 }
@@ -238,6 +246,9 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
     if (m->n_linear_layers > 0 && m->linear_state_bytes == 0)
         warn(p, "%d linear-attention layers but no state-size keys in the config: their per-sequence state is not counted",
              m->n_linear_layers);
+    if (m->n_experts > 0)
+        warn(p, "mixture of experts: a token reads only %d of %d experts, so decode can beat the ceiling shown "
+             "(it divides by all weights)", m->n_experts_used, m->n_experts);
     if (m->kv_layers_sliding_as_full)
         warn(p, "sliding-window layers are counted as full attention (an upper bound on KV)");
 }

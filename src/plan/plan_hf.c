@@ -184,9 +184,16 @@ int kw_plan_model_from_hf_config(const char *json, size_t len, uint64_t weight_b
     }
     hp->n_head_kv = (int32_t)kvh;
     hp->head_dim_k = hp->head_dim_v = (int32_t)hd;
-    int64_t ff = get_int_or(c, "intermediate_size", 4 * (int64_t)hp->n_embd);
+    int64_t ff = get_int_or(c, "intermediate_size", 0);
+    int64_t n_exp = get_int_or(c, "num_experts", get_int_or(c, "num_local_experts", get_int_or(c, "n_routed_experts", 0)));
+    int64_t n_used = get_int_or(c, "num_experts_per_tok", 0);
+    if (n_exp > 0 && n_exp < 1000000 && n_used > 0 && n_used <= n_exp) {
+        m->n_experts = (int32_t)n_exp;
+        m->n_experts_used = (int32_t)n_used;
+    }
     int64_t moe_ff = get_int_or(c, "moe_intermediate_size", 0) * get_int_or(c, "num_experts_per_tok", 0);
     if (moe_ff > ff) ff = moe_ff;
+    if (ff == 0) ff = 4 * (int64_t)hp->n_embd;
     hp->n_ff = ff > 0 && ff < 100000000 ? (int32_t)ff : 4 * hp->n_embd;
     int64_t vocab = get_int_or(c, "vocab_size", get_int_or(root, "vocab_size", 32000));
     hp->n_vocab = vocab > 0 && vocab < 100000000 ? (int32_t)vocab : 32000;

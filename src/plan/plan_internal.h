@@ -22,7 +22,8 @@
 
 /* KV bytes per token: the pool's own figure (kv.h) */
 #define plan_kv_bytes_per_token kw_kv_bytes_per_token
-size_t plan_ctx_workspace_bytes(const kw_hparams *hp, int32_t max_tokens, int32_t max_ctx, int n_threads);
+/* the forward pass's workspace: the same function sizes the real one (model.h) */
+#define plan_ctx_workspace_bytes kw_ctx_workspace_bytes
 const char *kw_plan_type_name(uint32_t type);
 
 #endif

@@ -64,8 +64,9 @@ void kw_plan_serve_line(const kw_plan *p, const char *model_path, char *buf, siz
                      model_path ? model_path : "MODEL.gguf", flag_bytes(p->memory_limit, lim, sizeof lim),
                      o->ctx, kw_plan_type_name(o->kv_type), o->concurrency, o->prompt_concurrency, o->prefill_step);
     if (n >= 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n, " --prompt-cache-size %d --prompt-cache-bytes %s", p->prompt_cache_size,
-                 flag_bytes(p->prompt_cache_bytes, cb, sizeof cb));
+        snprintf(buf + n, cap - (size_t)n, " --prompt-cache-size %d --prompt-cache-bytes %s --kv-block-size %d --kv-blocks %d",
+                 p->prompt_cache_size, flag_bytes(p->prompt_cache_bytes, cb, sizeof cb), o->block_tokens,
+                 p->kv_pool_blocks);
 }
 
 int kw_plan_fill_ledger(const kw_plan *p, kw_ledger *l, kw_err *err) {
@@ -164,13 +165,8 @@ static void print_budget(const kw_plan_model *m, const kw_plan *p, FILE *out) {
     fprintf(out, "  most sequences at ctx %d: %d\n", o->ctx, p->max_concurrency);
 }
 
-static void print_speed(const kw_plan *p, FILE *out) {
+static void print_ceiling(const kw_plan *p, FILE *out) {
     const kw_plan_opts *o = &p->o;
-    fprintf(out, "\nDecode ceiling (each token reads every weight once)\n");
-    if (o->bandwidth <= 0) {
-        fprintf(out, "  bandwidth unknown (pass --bandwidth GB/s or drop --no-probe)\n");
-        return;
-    }
     double bpt = (double)p->bytes_per_token;
     fprintf(out, "  %.1f GB/s (%s) / %.2f %s per token = %.2f tok/s\n", o->bandwidth / 1e9,
             o->bandwidth_measured ? "measured here" : "given", bpt >= 1e9 ? bpt / 1e9 : bpt / 1e6,
@@ -179,9 +175,20 @@ static void print_speed(const kw_plan *p, FILE *out) {
     if (o->concurrency > 1)
         fprintf(out, "; %d sequences together: %.2f tok/s in total", o->concurrency, p->decode_aggregate_tok_s);
     fprintf(out, "\n");
+}
+
+static void print_speed(const kw_plan *p, FILE *out) {
+    fprintf(out, "\nDecode ceiling (each token reads every weight once)\n");
+    if (p->o.bandwidth <= 0) fprintf(out, "  bandwidth unknown (pass --bandwidth GB/s or drop --no-bandwidth-probe)\n");
+    else print_ceiling(p, out);
+    if (p->decode_measured_tok_s > 0) {
+        fprintf(out, "  measured here (--probe): decode %.2f tok/s", p->decode_measured_tok_s);
+        if (p->decode_tok_s > 0) fprintf(out, " = %.0f%% of the ceiling", 100.0 * p->decode_measured_tok_s / p->decode_tok_s);
+        fprintf(out, "\n");
+    }
     if (p->prefill_tok_s > 0)
-        fprintf(out, "  prefill (probe): %.1f tok/s -> time to first token for %d tokens: %.1f s\n", p->prefill_tok_s,
-                o->ctx, o->ctx / p->prefill_tok_s);
+        fprintf(out, "  prefill (--probe, %d tokens): %.1f tok/s -> time to first token for a %d-token prompt: "
+                "at least %.1f s\n", p->probe_tokens, p->prefill_tok_s, p->ttft_tokens, p->ttft_tokens / p->prefill_tok_s);
 }
 
 void kw_plan_print(const kw_plan_model *m, const kw_plan *p, const char *model_path, FILE *out) {
@@ -280,6 +287,7 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(jb, "shortfall", (double)p->shortfall);
     num(jb, "prompt_cache_bytes", (double)p->prompt_cache_bytes);
     num(jb, "prompt_cache_size", p->prompt_cache_size);
+    num(jb, "kv_pool_blocks", p->kv_pool_blocks);
     num(jb, "headroom", (double)p->headroom);
     num(jb, "max_ctx", p->max_ctx);
     num(jb, "max_ctx_q8_0", p->max_ctx_q8);
@@ -293,6 +301,10 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(jp, "decode_tok_s_full_ctx", p->decode_tok_s_full_ctx);
     num(jp, "decode_aggregate_tok_s", p->decode_aggregate_tok_s);
     num(jp, "prefill_tok_s", p->prefill_tok_s);
+    num(jp, "decode_measured_tok_s", p->decode_measured_tok_s);
+    num(jp, "probe_tokens", p->probe_tokens);
+    num(jp, "ttft_tokens", p->ttft_tokens);
+    num(jp, "ttft_s", p->prefill_tok_s > 0 ? p->ttft_tokens / p->prefill_tok_s : 0.0);
 
     cJSON *jwarn = cJSON_AddArrayToObject(root, "warnings");
     for (int i = 0; i < p->n_warnings && jwarn; i++) cJSON_AddItemToArray(jwarn, cJSON_CreateString(p->warnings[i]));

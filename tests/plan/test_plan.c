@@ -173,6 +173,8 @@ static void test_budget_and_cache(void) {
     KW_CHECK_EQ_INT(p.prompt_cache_size, 2);
     KW_CHECK_EQ_INT(p.prompt_cache_bytes, 2 * p.seq_bytes);
     KW_CHECK_EQ_INT(p.headroom, p.remainder - p.prompt_cache_bytes);
+    /* the pool: 1 live + 2 cached sequences of 8192/32 = 256 blocks */
+    KW_CHECK_EQ_INT(p.kv_pool_blocks, 3 * 256);
     /* the workspace grows with the step size */
     for (int i = 1; i < KW_PLAN_STEP_ROWS; i++) KW_CHECK(p.ws_bytes[i] > p.ws_bytes[i - 1]);
     /* largest context: exactly at the boundary */
@@ -206,7 +208,7 @@ static void test_budget_and_cache(void) {
     char line[1024];
     kw_plan_serve_line(&p, "m.gguf", line, sizeof line);
     KW_CHECK_MSG(strstr(line, "kvwise serve -m m.gguf --memory-limit 26GiB --ctx-size 8192 --kv-type f16") != NULL, "%s", line);
-    KW_CHECK_MSG(strstr(line, "--prompt-cache-size 2 --prompt-cache-bytes 2304MiB") != NULL, "%s", line);
+    KW_CHECK_MSG(strstr(line, "--prompt-cache-size 2 --prompt-cache-bytes 2304MiB --kv-block-size 32 --kv-blocks 768") != NULL, "%s", line);
 
     /* the ledger from the plan: fixed lines set, live KV reserved -> same sum */
     kw_ledger *l = kw_ledger_create(p.memory_limit);
@@ -327,6 +329,17 @@ static void test_limits_and_errors(void) {
         KW_CHECK_MSG(err.msg[0] && !strchr(err.msg, '\n'), "case %zu: '%s'", i, err.msg);
     }
     KW_CHECK(kw_plan_model_from_hf_config(NULL, 0, 1, &m, &err) == -1);
+
+    /* mixture of experts: parsed, and the ceiling is flagged as a bound */
+    const char *moe = "{\"num_hidden_layers\":48,\"num_attention_heads\":32,\"num_key_value_heads\":4,\"head_dim\":128,"
+                      "\"hidden_size\":2048,\"num_experts\":128,\"num_experts_per_tok\":8,\"moe_intermediate_size\":768}";
+    KW_CHECK(load(moe, 17 * GiB, &m) == 0);
+    KW_CHECK_EQ_INT(m.n_experts, 128);
+    KW_CHECK_EQ_INT(m.n_experts_used, 8);
+    KW_CHECK_EQ_INT(m.hp.n_ff, 8 * 768);
+    o = opts(32 * GiB, 1024);
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK(has_warning(&p, "8 of 128 experts"));
 }
 
 int main(void) {

@@ -55,7 +55,7 @@ static void check_schema(const cJSON *j) {
                                     "per_sequence_kv_bytes", "per_sequence_state_bytes", "per_sequence_bytes"};
     static const char *budget_nums[] = {"memory_limit", "weights", "workspace", "tokenizer", "overhead", "live_kv", "fixed",
                                         "needed", "remainder", "shortfall", "prompt_cache_bytes", "prompt_cache_size",
-                                        "headroom", "max_ctx", "max_ctx_q8_0", "max_concurrency"};
+                                        "headroom", "kv_pool_blocks", "max_ctx", "max_ctx_q8_0", "max_concurrency"};
     static const char *speed_nums[] = {"bytes_per_token", "bandwidth_bytes_per_s", "decode_tok_s", "decode_tok_s_full_ctx",
                                        "decode_aggregate_tok_s", "prefill_tok_s"};
     struct { const char *obj; const char **keys; size_t n; } groups[] = {
@@ -140,7 +140,54 @@ static void test_hf_config_json(void) {
     }
 }
 
-int main(void) {
-    test_hf_config_json();
+/* Every conformance model: the plan's shape and KV figures equal the
+ * manifest's (models/manifest.json), weights = file size, the ceiling is
+ * bandwidth / bytes per token, and the serve line names the file. */
+static void test_conformance_models(void) {
+    const char *models = kw_test_path(kw_test_shared_dir(), "conformance/models");
+    char *text = kw_test_read_file(kw_test_path(models, "manifest.json"), NULL);
+    KW_CHECK(text != NULL);
+    cJSON *man = cJSON_Parse(text ? text : "");
+    free(text);
+    KW_CHECK(cJSON_IsArray(man) && cJSON_GetArraySize(man) >= 9);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, man) {
+        const char *file = cJSON_GetObjectItem(e, "file")->valuestring;
+        double n_layer = cJSON_GetObjectItem(e, "n_layer")->valuedouble;
+        double kvh = cJSON_GetObjectItem(e, "n_head_kv")->valuedouble;
+        double hd = cJSON_GetObjectItem(e, "head_dim")->valuedouble;
+        bool tied = cJSON_IsTrue(cJSON_GetObjectItem(e, "tied"));
+        char cmd[4096], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s plan -m %s/%s --ram 8GiB --ctx 2048 --bandwidth 20 --overhead 32MiB --json",
+                 bin(), models, file);
+        KW_CHECK_MSG(run(cmd, &out) == 0, "%s", file);
+        cJSON *j = cJSON_Parse(out ? out : "");
+        free(out);
+        KW_CHECK_MSG(j != NULL, "%s: not JSON", file);
+        if (!j) continue;
+        check_schema(j);
+        KW_CHECK_EQ_INT(num_at(j, "model", "n_layer"), n_layer);
+        KW_CHECK_EQ_INT(num_at(j, "model", "n_head_kv"), kvh);
+        KW_CHECK_EQ_INT(num_at(j, "model", "head_dim_k"), hd);
+        KW_CHECK_EQ_INT(num_at(j, "model", "n_ctx_train"), cJSON_GetObjectItem(e, "n_ctx_train")->valuedouble);
+        KW_CHECK_EQ_INT(num_at(j, "model", "resident_bytes"), cJSON_GetObjectItem(e, "bytes")->valuedouble);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token"), n_layer * 2 * kvh * hd * 2);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token_q8_0"), (int)hd % 32 ? 0 : n_layer * 2 * kvh * hd / 32 * 34);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 2048 * n_layer * 2 * kvh * hd * 2);
+        double w = num_at(j, "model", "weight_bytes"), r = num_at(j, "model", "read_bytes_per_token");
+        KW_CHECK_MSG(tied ? r == w : r < w, "%s: read %.0f of %.0f", file, r, w);
+        KW_CHECK_NEAR(num_at(j, "speed", "decode_tok_s"), 20e9 / r, 1e-6);
+        KW_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "tokenizer_measured")));
+        KW_CHECK(num_at(j, "model", "tokenizer_bytes") > 0);
+        KW_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "budget"), "fits")));
+        KW_CHECK(strstr(cJSON_GetObjectItem(j, "serve")->valuestring, file) != NULL);
+        cJSON_Delete(j);
+    }
+    cJSON_Delete(man);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "conformance")) test_conformance_models();
+    else test_hf_config_json();
     return kw_test_finish();
 }
