@@ -1,5 +1,182 @@
 /* kernels_avx2.c - the AVX2+FMA kernel family (compiled with -mavx2 -mfma
- * -mf16c; only called when kw_cpu_info_get() reports them). */
+ * -mf16c; only called when kw_cpu_info_get() reports them).
+ *
+ * Q4_0/Q5_0/Q8_0 x Q8_0 (standard block layout): per 32-value block the
+ * signed weights w and activations x go through the usual sign trick,
+ * maddubs(|w|, sign(x, w)) -> madd(.,1) gives 8 exact int32 partial sums,
+ * converted to float and accumulated with the block's dw*dx. F32/F16
+ * weights: FMA over 8 lanes, F16 activations widened to F32 once. Tiles
+ * of up to 4 weight rows x 4 activation rows share loads; every output is
+ * computed by the same instruction sequence in any tile, so the thread
+ * split never changes results. Other types use the scalar kernels. */
 #include "tensor/kernels.h"
+#include "tensor/quant_blocks.h"
+#include <immintrin.h>
+#include <string.h>
 
-void kw_kernels_avx2_init(kw_kernel_set *k) { (void)k; }
+#define KW_INLINE static inline __attribute__((always_inline))
+
+KW_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Signed weights of one block as 32 int8 lanes. */
+KW_INLINE __m256i w_q4_0(const kw_block_q4_0 *b) {
+    __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+}
+
+KW_INLINE __m256i w_q5_0(const kw_block_q5_0 *b) {
+    __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i v = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+                                 _mm256_set1_epi8(0x0F));
+    uint32_t qh;
+    memcpy(&qh, b->qh, 4);
+    /* spread bit j of qh to byte j: shuffle the 4 qh bytes, test one bit per byte */
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);
+    v = _mm256_or_si256(v, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+}
+
+KW_INLINE __m256i w_q8_0(const kw_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+
+/* 8 int32 partial sums of w . x, as floats. */
+KW_INLINE __m256 dot8(__m256i w, __m256i x) {
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+#define KW_QTILE2(NAME, BLK, WQ)                                                                         \
+    KW_INLINE void NAME##_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t nb, \
+                               float *y, int64_t ldy, const int R, const int C) {                       \
+        __m256 acc[4][4];                                                                                \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                              \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();             \
+        for (int64_t b = 0; b < nb; b++) {                                                               \
+            __m256i xv[4];                                                                               \
+            float dx[4];                                                                                 \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                        \
+                const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;             \
+                xv[c] = _mm256_loadu_si256((const __m256i *)xb->qs);                                     \
+                dx[c] = h2f(xb->d);                                                                      \
+            }                                                                                            \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                        \
+                const BLK *wb = (const BLK *)(w0 + (size_t)r * wrb) + b;                                 \
+                __m256i wv = WQ(wb);                                                                     \
+                float dw = h2f(wb->d);                                                                   \
+                _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                      \
+                    acc[r][c] = _mm256_fmadd_ps(dot8(wv, xv[c]), _mm256_set1_ps(dw * dx[c]), acc[r][c]); \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) y[c * ldy + r] = hsum8(acc[r][c]);           \
+    }
+
+KW_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KW_QTILE2(q4_0, kw_block_q4_0, w_q4_0)
+KW_QTILE2(q5_0, kw_block_q5_0, w_q5_0)
+KW_QTILE2(q8_0, kw_block_q8_0, w_q8_0)
+
+/* F32 / F16 weights against F32 activations (F16 ones widened beforehand). */
+KW_INLINE __m256 ldw_f32(const uint8_t *p, int64_t k) { return _mm256_loadu_ps((const float *)p + k); }
+KW_INLINE __m256 ldw_f16(const uint8_t *p, int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + k)));
+}
+KW_INLINE float tail_f32(const uint8_t *p, int64_t k) { return ((const float *)p)[k]; }
+KW_INLINE float tail_f16(const uint8_t *p, int64_t k) { return h2f(((const uint16_t *)p)[k]); }
+
+#define KW_FTILE2(NAME, LDW, TAILW)                                                                      \
+    KW_INLINE void NAME##_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t n,  \
+                               float *y, int64_t ldy, const int R, const int C) {                       \
+        __m256 acc[4][4];                                                                                \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                              \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();             \
+        int64_t k = 0;                                                                                   \
+        for (; k + 8 <= n; k += 8) {                                                                     \
+            __m256 wv[4];                                                                                \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) wv[r] = LDW(w0 + (size_t)r * wrb, k);    \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                        \
+                __m256 xv = _mm256_loadu_ps((const float *)(x0 + (size_t)c * xs) + k);                   \
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                      \
+                    acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);                                   \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                            \
+            float s = hsum8(acc[r][c]);                                                                  \
+            for (int64_t j = k; j < n; j++)                                                              \
+                s += TAILW(w0 + (size_t)r * wrb, j) * ((const float *)(x0 + (size_t)c * xs))[j];         \
+            y[c * ldy + r] = s;                                                                          \
+        }                                                                                                \
+    }
+
+KW_FTILE2(f32, ldw_f32, tail_f32)
+KW_FTILE2(f16, ldw_f16, tail_f16)
+
+#define KW_TILE_SWITCH2(NAME, ...)                          \
+    switch (R * 8 + C) {                                    \
+    case 8 * 1 + 1: NAME##_tile(__VA_ARGS__, 1, 1); break;  \
+    case 8 * 1 + 2: NAME##_tile(__VA_ARGS__, 1, 2); break;  \
+    case 8 * 1 + 3: NAME##_tile(__VA_ARGS__, 1, 3); break;  \
+    case 8 * 1 + 4: NAME##_tile(__VA_ARGS__, 1, 4); break;  \
+    case 8 * 2 + 1: NAME##_tile(__VA_ARGS__, 2, 1); break;  \
+    case 8 * 2 + 2: NAME##_tile(__VA_ARGS__, 2, 2); break;  \
+    case 8 * 2 + 3: NAME##_tile(__VA_ARGS__, 2, 3); break;  \
+    case 8 * 2 + 4: NAME##_tile(__VA_ARGS__, 2, 4); break;  \
+    case 8 * 3 + 1: NAME##_tile(__VA_ARGS__, 3, 1); break;  \
+    case 8 * 3 + 2: NAME##_tile(__VA_ARGS__, 3, 2); break;  \
+    case 8 * 3 + 3: NAME##_tile(__VA_ARGS__, 3, 3); break;  \
+    case 8 * 3 + 4: NAME##_tile(__VA_ARGS__, 3, 4); break;  \
+    case 8 * 4 + 1: NAME##_tile(__VA_ARGS__, 4, 1); break;  \
+    case 8 * 4 + 2: NAME##_tile(__VA_ARGS__, 4, 2); break;  \
+    case 8 * 4 + 3: NAME##_tile(__VA_ARGS__, 4, 3); break;  \
+    default: NAME##_tile(__VA_ARGS__, 4, 4); break;         \
+    }
+
+#define KW_GEMM_AVX2(NAME, DIV)                                                                      \
+    static void gemm_##NAME(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs,   \
+                            int64_t nx, float *Y, int64_t ldy) {                                     \
+        int64_t nb = W->cols / (DIV);                                                                \
+        const uint8_t *wd = W->data;                                                                 \
+        for (int64_t r = r0; r < r1; r += 4) {                                                       \
+            int R = (int)(r1 - r < 4 ? r1 - r : 4);                                                  \
+            for (int64_t i = 0; i < nx; i += 4) {                                                    \
+                int C = (int)(nx - i < 4 ? nx - i : 4);                                              \
+                KW_TILE_SWITCH2(NAME, wd + (size_t)r * W->row_bytes, W->row_bytes,                   \
+                                (const uint8_t *)X + (size_t)i * xs, xs, nb, Y + i * ldy + r, ldy)  \
+            }                                                                                        \
+        }                                                                                            \
+    }
+
+KW_GEMM_AVX2(q4_0, KW_QK)
+KW_GEMM_AVX2(q5_0, KW_QK)
+KW_GEMM_AVX2(q8_0, KW_QK)
+KW_GEMM_AVX2(f32, 1)
+KW_GEMM_AVX2(f16, 1)
+
+static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
+    float *y = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+void kw_kernels_avx2_init(kw_kernel_set *k) {
+    k->name = "avx2";
+    k->quant[KW_TYPE_F16] = act_f16_as_f32;
+    k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
+    k->gemm[KW_TYPE_Q5_0] = gemm_q5_0;
+    k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;
+    k->gemm[KW_TYPE_F32] = gemm_f32;
+    k->gemm[KW_TYPE_F16] = gemm_f16;
+}

@@ -11,8 +11,10 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
-#define KW_POOL_SPIN 20000      /* pause iterations before a worker sleeps (~100-200 us) */
+#define KW_POOL_SPIN_NS 50000   /* a worker spins this long for the next task, then sleeps */
+#define KW_POOL_WAIT_NS 20000   /* the caller spins this long for workers, then yields */
 #define KW_POOL_MAX 256
 
 struct kw_pool {
@@ -37,12 +39,22 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Waits until gen moves past `seen`; returns the new generation. */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Waits until gen moves past `seen`; returns the new generation. Spinning
+ * is bounded in time (not iterations: a pause costs 10-150 cycles
+ * depending on the CPU), so an idle or oversubscribed pool sleeps soon. */
 static uint64_t wait_for_task(kw_pool *p, uint64_t seen) {
-    for (int i = 0; i < KW_POOL_SPIN; i++) {
+    uint64_t t0 = now_ns();
+    for (int i = 0;; i++) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen || atomic_load(&p->stop)) return g;
         cpu_relax();
+        if ((i & 63) == 63 && now_ns() - t0 > KW_POOL_SPIN_NS) break;
     }
     pthread_mutex_lock(&p->lock);
     atomic_fetch_add(&p->sleepers, 1);
@@ -121,9 +133,11 @@ void kw_pool_run(kw_pool *p, kw_task_fn fn, void *arg) {
         pthread_mutex_unlock(&p->lock);
     }
     fn(arg, 0, p->n);
+    uint64_t t0 = 0;
     for (unsigned spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1; spins++) {
-        if (spins < 100000) cpu_relax();
-        else sched_yield();
+        if ((spins & 63) != 63) { cpu_relax(); continue; }
+        if (!t0) t0 = now_ns();
+        else if (now_ns() - t0 > KW_POOL_WAIT_NS) sched_yield();
     }
     pthread_mutex_unlock(&p->run_lock);
 }
