@@ -17,42 +17,93 @@ void kw_textout_free(kw_textout *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Length of a UTF-8 sequence from its lead byte (0 = not a lead byte). */
+/* Length of a UTF-8 sequence from its lead byte (0 = not a valid lead byte). */
 static int utf8_seq_len(unsigned char c) {
     if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) return 2;
-    if ((c & 0xF0) == 0xE0) return 3;
-    if ((c & 0xF8) == 0xF0) return 4;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+
+/* Is byte k (1-based) of a sequence led by `lead` acceptable (RFC 3629:
+ * no overlongs, no surrogates, nothing above U+10FFFF)? */
+static bool utf8_cont_ok(unsigned char lead, int k, unsigned char c) {
+    if ((c & 0xC0) != 0x80) return false;
+    if (k != 1) return true;
+    if (lead == 0xE0) return c >= 0xA0;
+    if (lead == 0xED) return c <= 0x9F;
+    if (lead == 0xF0) return c >= 0x90;
+    if (lead == 0xF4) return c <= 0x8F;
+    return true;
+}
+
+/* Of b[0..n): 1 if it starts a complete valid sequence of length *len,
+ * 0 if it is a valid but incomplete prefix running to the end, -1 if invalid. */
+static int utf8_check(const unsigned char *b, size_t n, int *len) {
+    int need = utf8_seq_len(b[0]);
+    if (need == 0) return -1;
+    for (int k = 1; k < need; k++) {
+        if ((size_t)k >= n) return 0;
+        if (!utf8_cont_ok(b[0], k, b[k])) return -1;
+    }
+    *len = need;
+    return 1;
+}
+
+static int reserve(kw_textout *t, size_t extra) {
+    if (t->len + extra + 1 <= t->cap) return 0;
+    size_t cap = t->cap ? t->cap : 64;
+    while (cap < t->len + extra + 1) cap *= 2;
+    char *nb = realloc(t->buf, cap);
+    if (!nb) return -1;
+    t->buf = nb;
+    t->cap = cap;
+    return 0;
+}
+
+/* Appends s, keeping the buffer valid UTF-8 except for an incomplete (but so
+ * far valid) sequence at its very end: invalid bytes become U+FFFD, the way
+ * the detokenizer and `kvwise generate` show them. */
+static int append(kw_textout *t, const char *s, size_t n) {
+    /* the pending incomplete tail (at most 3 bytes) is re-examined with the new bytes */
+    size_t tail = 0;
+    for (size_t k = 1; k <= 3 && k <= t->len; k++) {
+        unsigned char c = (unsigned char)t->buf[t->len - k];
+        if ((c & 0xC0) == 0x80) continue;
+        int l;
+        if (utf8_seq_len(c) > (int)k && utf8_check((const unsigned char *)t->buf + t->len - k, k, &l) == 0) tail = k;
+        break;
+    }
+    unsigned char tmp[4 + 256];
+    unsigned char *in = tmp;
+    size_t m = tail + n;
+    if (m > sizeof tmp && !(in = malloc(m))) return -1;
+    memcpy(in, t->buf + t->len - tail, tail);
+    memcpy(in + tail, s, n);
+    t->len -= tail;
+    if (reserve(t, m * 3) < 0) { t->len += tail; if (in != tmp) free(in); return -1; }
+    size_t i = 0;
+    while (i < m) {
+        int l = 0, rc = utf8_check(in + i, m - i, &l);
+        if (rc == 1) { memcpy(t->buf + t->len, in + i, (size_t)l); t->len += (size_t)l; i += (size_t)l; }
+        else if (rc == 0) { memcpy(t->buf + t->len, in + i, m - i); t->len += m - i; i = m; }
+        else { memcpy(t->buf + t->len, "\xEF\xBF\xBD", 3); t->len += 3; i++; }
+    }
+    t->buf[t->len] = 0;
+    if (in != tmp) free(in);
     return 0;
 }
 
 /* Largest n <= len such that buf[0..n) does not end inside an incomplete
- * (but still possibly valid) UTF-8 sequence. */
+ * UTF-8 sequence (the buffer is otherwise valid, see append). */
 static size_t utf8_complete_prefix(const char *buf, size_t len) {
-    size_t back = len < 4 ? len : 4;
-    for (size_t k = 1; k <= back; k++) {
+    for (size_t k = 1; k <= 3 && k <= len; k++) {
         unsigned char c = (unsigned char)buf[len - k];
-        if ((c & 0xC0) == 0x80) continue;      /* continuation byte: look further back */
-        int need = utf8_seq_len(c);
-        if (need > (int)k) return len - k;     /* lead byte still waiting for more */
-        return len;
+        if ((c & 0xC0) == 0x80) continue;
+        return utf8_seq_len(c) > (int)k ? len - k : len;
     }
     return len;
-}
-
-static int append(kw_textout *t, const char *s, size_t n) {
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 64;
-        while (cap < t->len + n + 1) cap *= 2;
-        char *nb = realloc(t->buf, cap);
-        if (!nb) return -1;
-        t->buf = nb;
-        t->cap = cap;
-    }
-    memcpy(t->buf + t->len, s, n);
-    t->len += n;
-    t->buf[t->len] = 0;
-    return 0;
 }
 
 bool kw_textout_push(kw_textout *t, const char *s, size_t n, size_t *n_release) {

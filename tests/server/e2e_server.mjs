@@ -326,6 +326,33 @@ async function main() {
     check(await new Promise((res) => p2.on('exit', res)) === 0, 'second server exits 0');
   }
 
+  // greedy == `kvwise generate` on real vocabularies too (SPM and byte-level BPE conformance models)
+  const shared = process.env.KW_SHARED_DIR;
+  if (haveGenerate && shared && fs.existsSync(path.join(shared, 'conformance/models'))) {
+    for (const f of ['llama-q8_0.gguf', 'qwen2-q8_0.gguf']) {
+      const mp = path.join(shared, 'conformance/models', f);
+      if (!fs.existsSync(mp)) continue;
+      const p3 = spawn(BIN, ['serve', '-m', mp, '--port', '0', '--threads', '1', '--ctx-size', '256'], { stdio: ['ignore', 'ignore', 'pipe'] });
+      let log3 = '';
+      p3.stderr.on('data', (d) => { log3 += d; });
+      while (!/ready on http:\/\/[^:]+:(\d+)/.test(log3)) {
+        if (p3.exitCode !== null) break;
+        await sleep(20);
+      }
+      const m3 = /ready on http:\/\/[^:]+:(\d+)/.exec(log3);
+      check(m3, `${f}: server starts`, log3.slice(-500));
+      if (!m3) continue;
+      const P3 = Number(m3[1]);
+      for (const prompt of ['Once upon a time', ' The quick brown fox']) {
+        const g = spawnSync(BIN, ['generate', '-m', mp, '-p', prompt, '-n', '16', '--temp', '0', '-t', '1', '-c', '256'], { encoding: 'utf8' });
+        const r3 = await request(P3, 'POST', '/v1/completions', { body: { prompt, max_tokens: 16, temperature: 0 }, auth: false });
+        check(g.status === 0 && g.stdout === r3.json?.choices?.[0]?.text, `${f}: greedy server == kvwise generate for ${JSON.stringify(prompt)}`, [g.stdout, r3.json?.choices?.[0]?.text]);
+      }
+      p3.kill('SIGTERM');
+      await new Promise((res) => p3.on('exit', res));
+    }
+  }
+
   if (failed) console.error('--- server log (tail) ---\n' + srv.log().slice(-3000));
   console.log(`${passed} passed, ${failed} failed`);
   fs.rmSync(tmp, { recursive: true, force: true });

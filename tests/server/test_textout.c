@@ -89,6 +89,26 @@ static void test_utf8_split(void) {
     kw_textout_free(&t);
 }
 
+static void test_invalid_utf8_becomes_replacement(void) {
+    kw_textout t;
+    kw_textout_init(&t, NULL, 0);
+    size_t rel;
+    kw_textout_push(&t, "ab\xED", 3, &rel);      /* 0xED could still start a 3-byte char */
+    KW_CHECK_EQ_INT(rel, 2);
+    kw_textout_push(&t, " c", 2, &rel);           /* ...it does not: U+FFFD, like the detokenizer */
+    KW_CHECK_EQ_INT(rel, 7);
+    KW_CHECK(!memcmp(t.buf, "ab\xEF\xBF\xBD c", 7));
+    kw_textout_consume(&t, rel);
+    kw_textout_push(&t, "\xED\xA0\x80x", 4, &rel); /* an encoded surrogate is not UTF-8 */
+    KW_CHECK_EQ_INT(rel, 10);
+    KW_CHECK(!memcmp(t.buf, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDx", 10));
+    kw_textout_consume(&t, rel);
+    kw_textout_push(&t, "\xC0\xAF\xF0\x9F\x98\x80", 6, &rel); /* overlong '/' then a valid emoji */
+    KW_CHECK_EQ_INT(rel, 10);
+    KW_CHECK(!memcmp(t.buf, "\xEF\xBF\xBD\xEF\xBF\xBD\xF0\x9F\x98\x80", 10));
+    kw_textout_free(&t);
+}
+
 static void test_sampler(void) {
     float logits[8] = {0.1f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.9f, 0.3f};
     float tmp[8];
@@ -135,6 +155,7 @@ int main(void) {
     test_holdback_amount();
     test_earliest_stop_wins();
     test_utf8_split();
+    test_invalid_utf8_becomes_replacement();
     test_sampler();
     return kw_test_finish();
 }
