@@ -36,7 +36,8 @@ typedef struct kw_plan_model {
     int32_t n_experts, n_experts_used; /* mixture of experts (config.json); 0 if dense */
     /* weights */
     uint64_t weight_bytes;          /* exact tensor bytes (GGUF) or --weights-bytes */
-    uint64_t resident_bytes;        /* budget line: the mapped file (GGUF) or weight_bytes */
+    uint64_t resident_bytes;        /* budget line: the mapped file + repack_bytes (GGUF), or weight_bytes */
+    uint64_t repack_bytes;          /* heap copies made at load for this CPU's kernels (GGUF; 0 if none) */
     uint64_t read_bytes_per_token;  /* weight bytes one decode step reads */
     uint32_t main_type;             /* tensor type holding the most bytes (GGUF), else KW_TYPE_COUNT */
     uint64_t tokenizer_bytes;       /* heap of the tokenizer tables */

@@ -71,6 +71,12 @@ static uint64_t seq_kv(uint64_t kv_bpt, int32_t block, int64_t ctx) {
     return sat_mul(sat_mul(blocks, (uint64_t)block), kv_bpt);
 }
 
+/* Tokens in one forward step, as the server sizes it: every decoding
+ * sequence's token plus a prefill chunk per prompt being read. */
+static int32_t batch_tokens(const kw_plan *p, int32_t step, int32_t conc) {
+    return conc + p->o.prompt_concurrency * step;
+}
+
 /* What a configuration needs (no prompt cache). */
 typedef struct cfg {
     int32_t ctx, conc, step;
@@ -80,7 +86,7 @@ typedef struct cfg {
 static uint64_t cfg_needed(const kw_plan_model *m, const kw_plan *p, cfg c) {
     uint64_t bpt = kw_plan_kv_bytes_per_token(m, c.kv_type);
     if (bpt == 0 && m->hp.n_kv_layers > 0) return UINT64_MAX;
-    int32_t tokens = c.step * p->o.prompt_concurrency;
+    int32_t tokens = batch_tokens(p, c.step, c.conc);
     uint64_t ws = kw_plan_workspace_bytes(m, tokens, c.ctx, p->o.n_threads);
     uint64_t per_seq = sat_add(seq_kv(bpt, p->o.block_tokens, c.ctx), m->linear_state_bytes);
     uint64_t fixed = sat_add(sat_add(p->weights, ws), sat_add(p->tokenizer, p->overhead));
@@ -162,7 +168,7 @@ static void fill_workspace_rows(const kw_plan_model *m, kw_plan *p) {
     static const int32_t steps[KW_PLAN_STEP_ROWS] = {128, 256, 512, 1024, 2048, 4096};
     for (int i = 0; i < KW_PLAN_STEP_ROWS; i++) {
         p->ws_step[i] = steps[i];
-        p->ws_bytes[i] = kw_plan_workspace_bytes(m, steps[i] * p->o.prompt_concurrency, p->o.ctx, p->o.n_threads);
+        p->ws_bytes[i] = kw_plan_workspace_bytes(m, batch_tokens(p, steps[i], p->o.concurrency), p->o.ctx, p->o.n_threads);
     }
 }
 
@@ -233,7 +239,7 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
             if (cfg_needed(m, p, t) <= p->memory_limit) {
                 warn(p, "  a smaller prefill step: --prefill-step-size %d (workspace %s -> %s)", s,
                      kw_format_bytes(p->workspace_bytes, a, sizeof a),
-                     kw_format_bytes(kw_plan_workspace_bytes(m, s * p->o.prompt_concurrency, p->o.ctx, p->o.n_threads), b, sizeof b));
+                     kw_format_bytes(kw_plan_workspace_bytes(m, batch_tokens(p, s, p->o.concurrency), p->o.ctx, p->o.n_threads), b, sizeof b));
                 break;
             }
         }
@@ -267,7 +273,7 @@ int kw_plan_compute(const kw_plan_model *m, const kw_plan_opts *opts, kw_plan *p
     p->seq_state_bytes = m->linear_state_bytes;
     p->seq_bytes = sat_add(p->seq_kv_bytes, p->seq_state_bytes);
 
-    p->workspace_bytes = kw_plan_workspace_bytes(m, o->prefill_step * o->prompt_concurrency, o->ctx, o->n_threads);
+    p->workspace_bytes = kw_plan_workspace_bytes(m, batch_tokens(p, o->prefill_step, o->concurrency), o->ctx, o->n_threads);
     fill_workspace_rows(m, p);
 
     p->weights = m->resident_bytes;

@@ -2,7 +2,8 @@
  *
  * Owns: what the planner needs beyond the shape (kw_hparams_from_gguf,
  * model.h, is the one reader of shape keys): the exact weight bytes (sum of
- * tensor sizes), the resident size of the mapping (the file), the bytes one
+ * tensor sizes), the resident size of the weights (the mapped file plus
+ * the load-time repacked copies, measured below), the bytes one
  * decode step reads, the dominant tensor type, and the tokenizer's heap:
  * measured by building the tokenizer (it lives in metadata) and reading the
  * accounted allocator's tokenizer counter, or estimated from the vocab and
@@ -39,6 +40,70 @@ static uint64_t measure_tokenizer(const kw_gguf *g, bool *measured) {
            string_array_bytes(g, "tokenizer.ggml.merges", KW_PLAN_MERGE_ENTRY_BYTES);
 }
 
+/* ---- load-time repacking ----
+ * kw_model_load() gives every layer matrix and the LM head a repacked heap
+ * copy for the active kernel family (model.c pack_weights; tensor.h
+ * kw_matrix_pack), accounted as weights beside the mapped file. Its size is
+ * measured, not assumed: two zero matrices of the same type and row length
+ * (64 and 128 rows) are packed by the real code, and the size of an R-row
+ * matrix is taken as affine in R/64 (packing works on groups of rows that
+ * divide 64). A family that does not pack gives 0. */
+#define KW_PLAN_PACK_ROWS 64
+
+static uint64_t pack_probe(uint32_t type, int64_t cols, int64_t rows) {
+    size_t rb = kw_row_bytes(type, cols);
+    if (rb == 0 || rows < 1) return 0;
+    void *buf = kw_mem_calloc(KW_MEM_OTHER, rb * (size_t)rows);
+    if (!buf) return 0;
+    kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = buf};
+    uint64_t bytes = kw_matrix_pack(&W, NULL) == 0 ? kw_mem_size(W.packed) : 0;
+    kw_matrix_unpack(&W);
+    kw_mem_free(buf);
+    return bytes;
+}
+
+static bool is_packed_matrix(const kw_gguf_tensor *t, bool tied) {
+    static const char *suffixes[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
+                                     ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"};
+    const char *n = t->name.s;
+    if (t->n_dims != 2 || !n) return false;
+    if (!strcmp(n, "output.weight") || (tied && !strcmp(n, "token_embd.weight"))) return true;
+    if (strncmp(n, "blk.", 4)) return false;
+    size_t len = strlen(n);
+    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
+        size_t sl = strlen(suffixes[i]);
+        if (len > sl && !strcmp(n + len - sl, suffixes[i])) return true;
+    }
+    return false;
+}
+
+typedef struct { uint32_t type; int64_t cols; uint64_t a, b; } pack_fit;
+
+static uint64_t repack_bytes(const kw_gguf *g) {
+    pack_fit fits[16];
+    int n_fits = 0;
+    bool tied = kw_gguf_find_tensor(g, "output.weight") == NULL;
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kw_gguf_tensor *t = &g->tensors[i];
+        if (!is_packed_matrix(t, tied)) continue;
+        int64_t rows = t->ne[1];
+        if (rows < KW_PLAN_PACK_ROWS) { total += pack_probe(t->type, t->ne[0], rows); continue; }
+        pack_fit *f = NULL;
+        for (int k = 0; k < n_fits; k++)
+            if (fits[k].type == t->type && fits[k].cols == t->ne[0]) f = &fits[k];
+        if (!f && n_fits < 16) {
+            uint64_t p1 = pack_probe(t->type, t->ne[0], KW_PLAN_PACK_ROWS);
+            uint64_t p2 = pack_probe(t->type, t->ne[0], 2 * KW_PLAN_PACK_ROWS);
+            f = &fits[n_fits++];
+            *f = (pack_fit){t->type, t->ne[0], p2 >= p1 ? 2 * p1 - p2 : 0, p2 >= p1 ? p2 - p1 : 0};
+            if (p1 == 0 || p2 == 0) f->a = f->b = 0;
+        }
+        if (f) total += f->a + f->b * (uint64_t)(rows / KW_PLAN_PACK_ROWS);
+    }
+    return total;
+}
+
 /* Bytes of the tensor type that holds the most weight bytes. */
 static uint32_t dominant_type(const kw_gguf *g) {
     uint64_t by_type[KW_TYPE_COUNT] = {0};
@@ -70,7 +135,8 @@ int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     uint64_t w = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) w += g->tensors[i].nbytes;
     m->weight_bytes = w;
-    m->resident_bytes = g->size > w ? g->size : w;
+    m->repack_bytes = repack_bytes(g);
+    m->resident_bytes = (g->size > w ? g->size : w) + m->repack_bytes;
     m->read_bytes_per_token = read_bytes_per_token(g, w);
     m->main_type = dominant_type(g);
     m->tokenizer_bytes = measure_tokenizer(g, &m->tokenizer_measured);

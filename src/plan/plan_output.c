@@ -92,6 +92,9 @@ static void print_model(const kw_plan_model *m, const kw_plan *p, const char *pa
             kw_format_bytes(m->weight_bytes, a, sizeof a), commas(m->weight_bytes, b, sizeof b),
             m->main_type < KW_TYPE_COUNT ? ", mostly " : "", m->main_type < KW_TYPE_COUNT ? kw_plan_type_name(m->main_type) : "",
             kw_format_bytes(p->bytes_per_token, c, sizeof c), commas(p->bytes_per_token, d, sizeof d));
+    if (m->repack_bytes)
+        fprintf(out, "  load-time repack for the %s kernels: %s more (a heap copy beside the mapped file)\n",
+                kw_kernel_name(), kw_format_bytes(m->repack_bytes, a, sizeof a));
 }
 
 static void print_kv(const kw_plan_model *m, const kw_plan *p, FILE *out) {
@@ -137,7 +140,8 @@ static void print_budget(const kw_plan_model *m, const kw_plan *p, FILE *out) {
             kw_format_bytes(p->ram, a, sizeof a), p->ram_measured ? " (MemAvailable now)" : "",
             kw_format_bytes(p->reserve, b, sizeof b), kw_format_bytes(p->memory_limit, c, sizeof c));
     struct { const char *what; uint64_t v; } rows[] = {
-        {"weights (mapped file)", p->weights}, {"prefill workspace", p->workspace_bytes},
+        {m->repack_bytes ? "weights (mapped file + load-time repack)" : "weights (mapped file)", p->weights},
+        {"prefill workspace", p->workspace_bytes},
         {m->tokenizer_measured ? "tokenizer (measured)" : "tokenizer (estimate)", p->tokenizer},
         {"fixed overhead (process, libraries, server)", p->overhead},
     };
@@ -233,6 +237,7 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(jm, "n_ctx_train", hp->n_ctx_train);
     num(jm, "weight_bytes", (double)m->weight_bytes);
     num(jm, "resident_bytes", (double)m->resident_bytes);
+    num(jm, "repack_bytes", (double)m->repack_bytes);
     num(jm, "read_bytes_per_token", (double)m->read_bytes_per_token);
     if (m->main_type < KW_TYPE_COUNT) cJSON_AddStringToObject(jm, "main_type", kw_plan_type_name(m->main_type));
     else cJSON_AddNullToObject(jm, "main_type");

@@ -163,7 +163,8 @@ static void test_budget_and_cache(void) {
     KW_CHECK_EQ_INT(p.overhead, 64 * MiB);
     KW_CHECK_EQ_INT(p.tokenizer, 151936ULL * 64);
     KW_CHECK(p.workspace_bytes > 0);
-    KW_CHECK_EQ_INT(p.workspace_bytes, kw_plan_workspace_bytes(&m, 512, 8192, 2));
+    /* the server's batch: 1 decoding sequence + one 512-token prefill chunk */
+    KW_CHECK_EQ_INT(p.workspace_bytes, kw_plan_workspace_bytes(&m, 1 + 512, 8192, 2));
     KW_CHECK_EQ_INT(p.fixed, p.weights + p.workspace_bytes + p.tokenizer + p.overhead);
     KW_CHECK_EQ_INT(p.live_kv, 147456ULL * 8192);
     KW_CHECK_EQ_INT(p.needed, p.fixed + p.live_kv);

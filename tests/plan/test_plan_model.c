@@ -1,0 +1,68 @@
+/* test_plan_model.c - the plan's predictions against what loading the model
+ * really allocates, for every conformance model: the weights line (mapped
+ * file + load-time repack) equals the growth of the accounted weights after
+ * kw_model_load, the tokenizer line equals what the model's tokenizer holds,
+ * and the workspace line equals what kw_ctx_create allocates. This is the
+ * "plan within 5% of the server's ledger" check, made per line and exact
+ * where the sizes are whole packing groups. */
+#include "testutil.h"
+#include "kvwise/memory.h"
+#include "kvwise/model.h"
+#include "kvwise/plan.h"
+#include <string.h>
+
+/* The repack estimate floors a matrix's rows to a multiple of 64 (packing
+ * works on groups that divide 64); a matrix whose rows are not a multiple
+ * of 64 (gpt-2's 50257-token tied embedding) can differ by up to 63 rows of
+ * packed data: 63 x 272 bytes for a 256-wide Q8_0 row. 0.1% of the weights
+ * line covers that. */
+#define WEIGHTS_REL_TOL 0.001
+
+static const char *models[] = {"llama-q8_0", "llama-q4_0", "llama-f16", "llama-q4_k_m", "llama-q6_k",
+                               "gpt2bpe-q8_0", "qwen2-q8_0", "qwen3-q8_0", "stories260K"};
+
+int main(void) {
+    const char *dir = kw_test_path(kw_test_shared_dir(), "conformance/models");
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, models[i]);
+        kw_err err = {{0}};
+        kw_gguf *g = kw_gguf_open(path, &err);
+        KW_CHECK_MSG(g != NULL, "%s: %s", models[i], err.msg);
+        if (!g) continue;
+        kw_plan_model pm;
+        KW_CHECK_MSG(kw_plan_model_from_gguf(g, &pm, &err) == 0, "%s: %s", models[i], err.msg);
+        kw_gguf_close(g);
+
+        uint64_t w0 = kw_mem_current(KW_MEM_WEIGHTS), t0 = kw_mem_current(KW_MEM_TOKENIZER);
+        kw_model *m = kw_model_load(path, NULL, &err);
+        KW_CHECK_MSG(m != NULL, "%s: %s", models[i], err.msg);
+        if (!m) continue;
+        uint64_t weights = kw_mem_current(KW_MEM_WEIGHTS) - w0, tok = kw_mem_current(KW_MEM_TOKENIZER) - t0;
+        printf("%-14s plan weights %llu (repack %llu), loaded %llu; tokenizer plan %llu, loaded %llu\n", models[i],
+               (unsigned long long)pm.resident_bytes, (unsigned long long)pm.repack_bytes,
+               (unsigned long long)weights, (unsigned long long)pm.tokenizer_bytes, (unsigned long long)tok);
+        KW_CHECK_NEAR((double)pm.resident_bytes, (double)weights, WEIGHTS_REL_TOL * (double)weights);
+        KW_CHECK_EQ_INT(pm.tokenizer_bytes, tok);
+
+        kw_plan_opts o;
+        kw_plan_opts_default(&o);
+        o.ram = 4ULL << 30;
+        o.ctx = 512;
+        o.prefill_step = 128;
+        o.overhead = 0;
+        kw_plan p;
+        KW_CHECK(kw_plan_compute(&pm, &o, &p, &err) == 0);
+        int32_t tokens = o.concurrency + o.prompt_concurrency * o.prefill_step;  /* the server's batch */
+        kw_pool *pool = kw_pool_create(o.n_threads);
+        uint64_t s0 = kw_mem_current(KW_MEM_WORKSPACE) + kw_mem_current(KW_MEM_SCRATCH);
+        kw_ctx *c = kw_ctx_create(m, pool, tokens, o.ctx, &err);
+        KW_CHECK_MSG(c != NULL, "%s: %s", models[i], err.msg);
+        uint64_t ws = kw_mem_current(KW_MEM_WORKSPACE) + kw_mem_current(KW_MEM_SCRATCH) - s0;
+        KW_CHECK_EQ_INT(p.workspace_bytes, ws);
+        kw_ctx_free(c);
+        kw_pool_destroy(pool);
+        kw_model_free(m);
+    }
+    return kw_test_finish();
+}
