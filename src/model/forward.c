@@ -15,6 +15,7 @@
  * built by repeated multiplication by base^(-2/d), softmax sums in double,
  * and a F16 (Q8_0) K cache rounds q to F16 (Q8_0) before the dot product,
  * a F16 V cache rounds the probabilities to F16 before the weighted sum.
+ * The attention inner loops have an AVX2/F16C version (attn_avx2.c).
  * The matmuls (kw_matmul) quantize activations to the weight's dot type. */
 #include "model_internal.h"
 #include "kvwise/memory.h"
@@ -87,9 +88,9 @@ static void plan_workspace(const kw_hparams *hp, int32_t T, int32_t C, int n_thr
     p->rope = take(&off, t * (size_t)hp->rope_dim * f);
     p->rows = take(&off, t * sizeof(int32_t));
     p->work_bytes = off;
-    /* per thread: scores[C], q copy[hk], accumulator[hv], dequantized row[max(hk,hv)] */
-    size_t hmax = hk > hv ? hk : hv;
-    p->att_floats = round64(((size_t)C + hk + hv + hmax) * f) / f;
+    /* per thread, for the G query heads of one KV head: scores[G][C], q[G][hk], acc[G][hv] */
+    size_t G = (size_t)(hp->n_head / hp->n_head_kv);
+    p->att_floats = round64(G * ((size_t)C + hk + hv) * f) / f;
     p->mm_bytes = round64(matmul_scratch_model(hp, T));
     p->scratch_bytes = p->mm_bytes + (size_t)(n_threads > 0 ? n_threads : 1) * p->att_floats * f;
 }
@@ -259,13 +260,6 @@ static void store_row(uint32_t type, const float *src, void *dst, int n) {
     } else kw_quantize_row(type, src, dst, n);
 }
 
-/* Returns a pointer to the row as F32: the row itself, or buf after conversion. */
-static const float *load_row(uint32_t type, const void *src, float *buf, int n) {
-    if (type == KW_TYPE_F32) return src;
-    kw_dequantize_row(type, src, buf, n);
-    return buf;
-}
-
 static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     const kw_hparams *hp = &c->m->hp;
     int bt = kv->lay.block_tokens, nkv = hp->n_head_kv, hk = hp->head_dim_k, hv = hp->head_dim_v;
@@ -279,26 +273,101 @@ static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     }
 }
 
-/* ---- attention ---- */
+/* ---- attention ----
+ * One work item is (token, KV head): the n_head/n_head_kv query heads that
+ * share that KV head are scored together, so each K and V row is read once
+ * per group. Rows are read in place (F32, F16) or per Q8_0 block. */
 
-static float dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+typedef struct attn_ops {
+    float (*dot_f32)(const float *q, const float *k, int n);
+    float (*dot_f16)(const float *q, const uint16_t *k, int n);
+    void (*axpy_f32)(float *acc, float p, const float *v, int n);
+    void (*axpy_f16)(float *acc, float p, const uint16_t *v, int n);
+    void (*round_f16)(float *x, int n);
+} attn_ops;
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) s[l] += a[i + l] * b[i + l];
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += a[i] * b[i];
+    return t;
 }
 
-/* q as the K cache's dot type sees it: F16 or Q8_0 rounding, or unchanged. */
-static const float *q_for_cache(uint32_t type, const float *q, float *buf, int n) {
-    if (type == KW_TYPE_F32) return q;
-    if (type == KW_TYPE_F16) {
-        for (int i = 0; i < n; i++) buf[i] = kw_f16_to_f32(kw_f32_to_f16(q[i]));
-        return buf;
+static float dot_f16(const float *q, const uint16_t *k, int n) {
+    float t = 0.0f;
+    for (int i = 0; i < n; i++) t += q[i] * kw_f16_to_f32(k[i]);
+    return t;
+}
+
+static void axpy_f32(float *acc, float p, const float *v, int n) {
+    for (int i = 0; i < n; i++) acc[i] += p * v[i];
+}
+
+static void axpy_f16(float *acc, float p, const uint16_t *v, int n) {
+    for (int i = 0; i < n; i++) acc[i] += p * kw_f16_to_f32(v[i]);
+}
+
+static void round_f16(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = kw_f16_to_f32(kw_f32_to_f16(x[i]));
+}
+
+static const attn_ops *attn_ops_get(void) {
+    static const attn_ops scalar = {dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16};
+    static const attn_ops avx2 = {kw_attn_dot_f32_avx2, kw_attn_dot_f16_avx2, kw_attn_axpy_f32_avx2,
+                                  kw_attn_axpy_f16_avx2, kw_attn_round_f16_avx2};
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    return ci && ci->avx2 && ci->fma && ci->f16c ? &avx2 : &scalar;
+}
+
+/* Q8_0 block: 2-byte F16 scale, then 32 int8 values. */
+static float dot_q8_0(const float *q, const uint8_t *k, int n) {
+    float t = 0.0f;
+    for (int b = 0; b < n / 32; b++, k += 34) {
+        uint16_t d16;
+        memcpy(&d16, k, 2);
+        const int8_t *qs = (const int8_t *)(k + 2);
+        float s = 0.0f;
+        for (int i = 0; i < 32; i++) s += q[b * 32 + i] * (float)qs[i];
+        t += kw_f16_to_f32(d16) * s;
     }
-    uint8_t blk[34 * 64];          /* q8_0 of up to 2048 values */
-    if ((size_t)n > 32 * 64) return q;
-    kw_quantize_row(type, q, blk, n);
-    kw_dequantize_row(type, blk, buf, n);
-    return buf;
+    return t;
+}
+
+static void axpy_q8_0(float *acc, float p, const uint8_t *v, int n) {
+    for (int b = 0; b < n / 32; b++, v += 34) {
+        uint16_t d16;
+        memcpy(&d16, v, 2);
+        const int8_t *qs = (const int8_t *)(v + 2);
+        float pd = p * kw_f16_to_f32(d16);
+        for (int i = 0; i < 32; i++) acc[b * 32 + i] += pd * (float)qs[i];
+    }
+}
+
+static float dot_row(const attn_ops *op, uint32_t type, const float *q, const void *k, int n) {
+    if (type == KW_TYPE_F32) return op->dot_f32(q, k, n);
+    if (type == KW_TYPE_F16) return op->dot_f16(q, k, n);
+    return dot_q8_0(q, k, n);
+}
+
+static void axpy_row(const attn_ops *op, uint32_t type, float *acc, float p, const void *v, int n) {
+    if (type == KW_TYPE_F32) op->axpy_f32(acc, p, v, n);
+    else if (type == KW_TYPE_F16) op->axpy_f16(acc, p, v, n);
+    else axpy_q8_0(acc, p, v, n);
+}
+
+/* q as the K cache's dot type sees it (llama.cpp converts q to the K type's
+ * vec-dot type): F16 rounding, Q8_0 quantization, or unchanged. */
+static void q_for_cache(const attn_ops *op, uint32_t type, const float *q, float *out, int n) {
+    memcpy(out, q, (size_t)n * sizeof(float));
+    if (type == KW_TYPE_F16) op->round_f16(out, n);
+    else if (type == KW_TYPE_Q8_0 && n <= 32 * 64) {
+        uint8_t blk[34 * 64];
+        kw_quantize_row(type, q, blk, n);
+        kw_dequantize_row(type, blk, out, n);
+    }
 }
 
 /* softmax(scores[0..n)) in place; sum in double. */
@@ -311,41 +380,46 @@ static void softmax(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
-/* One (token, head): out[hv] = softmax(q . K[0..pos] / sqrt(hk)) . V[0..pos]. */
-static void attend_one(kw_ctx *c, int32_t i, int h, float *scr) {
+/* Token i, KV head kvh: for each query head h of the group,
+ * out_h = softmax(q_h . K[0..pos] / sqrt(hk)) . V[0..pos]. */
+static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, float *scr) {
     const kw_hparams *hp = &c->m->hp;
     kw_kv_pool *kv = c->kv;
     const kw_batch *b = c->b;
     int hk = hp->head_dim_k, hv = hp->head_dim_v, bt = kv->lay.block_tokens;
-    int kvh = h / (hp->n_head / hp->n_head_kv);
+    int G = hp->n_head / hp->n_head_kv, h0 = kvh * G;
     uint32_t type = kv->lay.type;
     const kw_block_table *t = b->tables[b->seq[i]];
-    int32_t n = b->pos[i] + 1;
-    float *scores = scr, *qbuf = scr + c->max_ctx, *acc = qbuf + hk, *row = acc + hv;
-    const float *q = q_for_cache(type, c->q + ((int64_t)i * hp->n_head + h) * hk, qbuf, hk);
+    int32_t n = b->pos[i] + 1, C = c->max_ctx;
+    float *scores = scr, *qs = scores + (size_t)G * C, *acc = qs + (size_t)G * hk;
     float scale = 1.0f / sqrtf((float)hk);
-    for (int32_t j = 0; j < n; j++) {
-        const float *kr = load_row(type, kw_kv_k(kv, t->ids[j / bt], c->layer, kvh, j % bt), row, hk);
-        scores[j] = dot(q, kr, hk) * scale;
+    for (int g = 0; g < G; g++) q_for_cache(op, type, c->q + ((int64_t)i * hp->n_head + h0 + g) * hk, qs + g * hk, hk);
+    for (int32_t j0 = 0; j0 < n; j0 += bt) {           /* a block's rows of one head are contiguous */
+        const uint8_t *kb = kw_kv_k(kv, t->ids[j0 / bt], c->layer, kvh, 0);
+        for (int32_t j = j0; j < n && j < j0 + bt; j++, kb += kv->k_row_bytes)
+            for (int g = 0; g < G; g++) scores[(size_t)g * C + j] = dot_row(op, type, qs + g * hk, kb, hk) * scale;
     }
-    softmax(scores, n);
-    if (type == KW_TYPE_F16)
-        for (int32_t j = 0; j < n; j++) scores[j] = kw_f16_to_f32(kw_f32_to_f16(scores[j]));
-    memset(acc, 0, (size_t)hv * sizeof(float));
-    for (int32_t j = 0; j < n; j++) {
-        const float *vr = load_row(type, kw_kv_v(kv, t->ids[j / bt], c->layer, kvh, j % bt), row, hv);
-        float p = scores[j];
-        for (int d = 0; d < hv; d++) acc[d] += p * vr[d];
+    for (int g = 0; g < G; g++) {
+        softmax(scores + (size_t)g * C, n);
+        if (type == KW_TYPE_F16) op->round_f16(scores + (size_t)g * C, n);  /* llama.cpp: KQ to F16 for an F16 V */
     }
-    memcpy(c->att + ((int64_t)i * hp->n_head + h) * hv, acc, (size_t)hv * sizeof(float));
+    memset(acc, 0, (size_t)G * hv * sizeof(float));
+    for (int32_t j0 = 0; j0 < n; j0 += bt) {
+        const uint8_t *vb = kw_kv_v(kv, t->ids[j0 / bt], c->layer, kvh, 0);
+        for (int32_t j = j0; j < n && j < j0 + bt; j++, vb += kv->v_row_bytes)
+            for (int g = 0; g < G; g++) axpy_row(op, type, acc + g * hv, scores[(size_t)g * C + j], vb, hv);
+    }
+    for (int g = 0; g < G; g++)
+        memcpy(c->att + ((int64_t)i * hp->n_head + h0 + g) * hv, acc + g * hv, (size_t)hv * sizeof(float));
 }
 
 static void attention_task(void *arg, int ith, int nth) {
     kw_ctx *c = arg;
-    int64_t n_head = c->m->hp.n_head, items = (int64_t)c->b->n_tokens * n_head;
+    const attn_ops *op = attn_ops_get();
+    int64_t n_kv = c->m->hp.n_head_kv, items = (int64_t)c->b->n_tokens * n_kv;
     int64_t lo = items * ith / nth, hi = items * (ith + 1) / nth;
     float *scr = (float *)((uint8_t *)c->scratch + c->plan.mm_bytes) + (size_t)ith * c->plan.att_floats;
-    for (int64_t it = lo; it < hi; it++) attend_one(c, (int32_t)(it / n_head), (int)(it % n_head), scr);
+    for (int64_t it = lo; it < hi; it++) attend_group(c, op, (int32_t)(it / n_kv), (int)(it % n_kv), scr);
 }
 
 static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {

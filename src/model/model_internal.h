@@ -30,4 +30,11 @@ struct kw_model {
     kw_layer *layers;
 };
 
+/* attn_avx2.c (used when the CPU has AVX2 + FMA + F16C) */
+float kw_attn_dot_f32_avx2(const float *q, const float *k, int n);
+float kw_attn_dot_f16_avx2(const float *q, const uint16_t *k, int n);
+void kw_attn_axpy_f32_avx2(float *acc, float p, const float *v, int n);
+void kw_attn_axpy_f16_avx2(float *acc, float p, const uint16_t *v, int n);
+void kw_attn_round_f16_avx2(float *x, int n);
+
 #endif
