@@ -7,6 +7,7 @@
 #include <time.h>
 #include "cli.h"
 #include "kvwise/gguf.h"
+#include "kvwise/memory.h"
 #include "kvwise/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -132,7 +133,8 @@ int cmd_tokenize(int argc, char **argv) {
         rc = 1;
     } else {
         if (timing)
-            fprintf(stderr, "load %.2f ms, tokenize %.2f ms (%zu bytes -> %zu tokens)\n", t1 - t0, now_ms() - t1, len, n);
+            fprintf(stderr, "load %.2f ms, tokenize %.2f ms (%zu bytes -> %zu tokens), tokenizer tables %.1f MiB\n",
+                    t1 - t0, now_ms() - t1, len, n, kw_mem_peak(KW_MEM_TOKENIZER) / 1048576.0);
         size_t skip = (no_bos && n > 0 && kw_tokenizer_adds_bos(t) && ids[0] == kw_token_bos(t)) ? 1 : 0;
         print_ids(t, ids + skip, n - skip, json, pieces);
     }

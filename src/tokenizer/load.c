@@ -126,19 +126,12 @@ static int build_raw_tables(kw_tokenizer *t, kw_err *err) {
     uint64_t total = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) total += t->tok[i].text_len;
     t->raw_pool = kw_mem_alloc(KW_MEM_TOKENIZER, total ? total : 1);
-    t->raw_off = kw_mem_alloc(KW_MEM_TOKENIZER, (size_t)t->n_vocab * sizeof *t->raw_off);
-    t->raw_len = kw_mem_alloc(KW_MEM_TOKENIZER, (size_t)t->n_vocab * sizeof *t->raw_len);
-    if (!t->raw_pool || !t->raw_off || !t->raw_len || tk_map_init(&t->raw_map, (uint32_t)t->n_vocab, t->raw_pool) != 0)
+    if (!t->raw_pool || tk_map_init(&t->raw_map, (uint32_t)t->n_vocab, t->raw_pool) != 0)
         return kw_err_set(err, "tokenizer: out of memory for the byte-level tables");
     uint32_t off = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         size_t n = 0;
-        t->raw_off[i] = off;
-        if (!byte_level_decode(tok_text(t, i), t->tok[i].text_len, t->raw_pool + off, &n)) {
-            t->raw_len[i] = UINT32_MAX;
-            continue;
-        }
-        t->raw_len[i] = (uint32_t)n;
+        if (!byte_level_decode(tok_text(t, i), t->tok[i].text_len, t->raw_pool + off, &n)) continue;
         if (tk_map_put(&t->raw_map, off, (uint32_t)n, 0, i, true) != 0) return kw_err_set(err, "tokenizer: raw map overflow");
         off += (uint32_t)n;
     }
@@ -511,8 +504,6 @@ void kw_tokenizer_free(kw_tokenizer *t) {
     kw_mem_free(t->text_pool);
     kw_mem_free(t->piece_pool);
     kw_mem_free(t->raw_pool);
-    kw_mem_free(t->raw_off);
-    kw_mem_free(t->raw_len);
     kw_mem_free(t->merge_pool);
     kw_mem_free(t->special);
     kw_mem_free(t);

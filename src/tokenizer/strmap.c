@@ -1,7 +1,7 @@
 /* strmap.c - the tokenizer's hash maps (tok_internal.h) and small helpers.
  *
- * Open addressing with linear probing, capacity a power of two at least
- * twice the expected count, so a lookup touches one or two cache lines.
+ * Open addressing with linear probing, capacity a power of two with a load
+ * factor of at most 3/4, so a lookup touches one or two cache lines.
  * Keys are byte strings in a caller-owned pool (token texts, merges); a key
  * may carry a split point so one entry can stand for a pair of strings.
  * Hashes are XXH3 (header-only) seeded with the split. Slots come from
@@ -21,7 +21,7 @@ static uint64_t key_hash(const char *s, size_t len, uint32_t split) {
 int tk_map_init(tk_map *m, uint32_t expected, const char *pool) {
     memset(m, 0, sizeof *m);
     uint64_t cap = 16;
-    while (cap < (uint64_t)expected * 2) cap <<= 1;
+    while (cap * 3 < (uint64_t)expected * 4 + 3) cap <<= 1;
     if (cap > (1ull << 31)) return -1;
     m->slots = kw_mem_alloc(KW_MEM_TOKENIZER, (size_t)cap * sizeof *m->slots);
     if (!m->slots) return -1;
@@ -49,7 +49,7 @@ int tk_map_put(tk_map *m, uint32_t off, uint32_t len, uint32_t split, int32_t va
     for (uint32_t i = (uint32_t)(h64 >> 32) & m->mask, probes = 0; probes <= m->mask; i = (i + 1) & m->mask, probes++) {
         tk_map_entry *e = &m->slots[i];
         if (e->val < 0) {
-            if ((uint64_t)(m->n + 1) * 2 > (uint64_t)m->mask + 1) return -1; /* keep load <= 1/2 */
+            if ((uint64_t)(m->n + 1) * 4 > ((uint64_t)m->mask + 1) * 3) return -1; /* keep load <= 3/4 */
             e->off = off; e->len = len; e->split = split; e->val = val; e->hash = h;
             m->n++;
             return 0;

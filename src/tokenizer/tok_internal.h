@@ -106,8 +106,7 @@ struct kw_tokenizer {
     tk_token *tok;
     char *text_pool;    /* token texts, each NUL-terminated */
     char *piece_pool;
-    char *raw_pool;     /* byte-level: each token's text mapped back to raw bytes */
-    uint32_t *raw_off, *raw_len; /* per token; raw_len = UINT32_MAX: not decodable */
+    char *raw_pool;     /* byte-level: each token's text mapped back to raw bytes (keys of raw_map) */
     tk_map text_map;    /* text -> id (SPM merges, lookups, specials) */
     tk_map raw_map;     /* byte-level: raw bytes -> id */
     char *merge_pool;   /* byte-level: "left right" merges as raw bytes (no space) */
