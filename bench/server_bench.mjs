@@ -57,13 +57,32 @@ function stream(port, prompt, maxTokens) {
   });
 }
 
+function health(port) {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path: '/health' }, (res) => {
+      let b = '';
+      res.on('data', (d) => { b += d; });
+      res.on('end', () => resolve(JSON.parse(b)));
+    }).on('error', reject);
+  });
+}
+
+// Client view: generated tok/s over the whole requests. Engine view
+// (from /health): tokens per second of engine time, the forward share of each
+// step, and the time per step spent outside the forward pass.
 async function decodeRate(port, nStreams, maxTokens) {
+  const h0 = await health(port);
   const t0 = performance.now();
   const res = await Promise.all(Array.from({ length: nStreams }, (_, i) => stream(port, `Stream ${i} begins here`, maxTokens)));
-  const firstDone = Math.max(...res.map((r) => r.firstMs));
-  const tokens = res.reduce((a, r) => a + r.tokens - 1, 0);
-  const span = (Math.max(...res.map((r) => r.lastMs)) - t0 - firstDone) / 1e3;
-  return { tokens, tokPerS: tokens / span, res };
+  const h1 = await health(port);
+  // (whole requests: a short prompt is one prefill step; random-weight models emit many
+  // tokens with no text, so the first text chunk does not mark the first token)
+  const tokens = res.reduce((a, r) => a + r.tokens, 0);
+  const span = (Math.max(...res.map((r) => r.lastMs)) - t0) / 1e3;
+  const steps = h1.steps - h0.steps, fwd = h1.forward_seconds - h0.forward_seconds, stepS = h1.step_seconds - h0.step_seconds;
+  const gen = h1.tokens_generated - h0.tokens_generated;
+  return { tokens, tokPerS: tokens / span, engineTokPerS: gen / stepS, stepMs: (stepS / steps) * 1e3,
+           outsideMs: ((stepS - fwd) / steps) * 1e3, tokensPerStep: gen / steps };
 }
 
 async function main() {
@@ -81,10 +100,14 @@ async function main() {
   const srv = await start(['-m', MODEL, '--ctx-size', String(TOKENS + 64), '--decode-concurrency', '4', '--threads', THREADS]);
   await stream(srv.port, 'warm up', 8);
   const one = await decodeRate(srv.port, 1, TOKENS);
-  const stepMs = 1e3 / one.tokPerS;
-  console.log(`1 stream : ${one.tokPerS.toFixed(2)} tok/s decode (model step ${stepMs.toFixed(2)} ms); overhead ${(perTokUs / 1e3 / stepMs * 100).toFixed(2)}% of a step`);
+  const fmt = (r) => `client ${r.tokPerS.toFixed(2)} tok/s, engine ${r.engineTokPerS.toFixed(2)} tok/s, ` +
+    `${r.tokensPerStep.toFixed(2)} tokens/step, step ${r.stepMs.toFixed(2)} ms of which ${r.outsideMs.toFixed(3)} ms outside the forward pass`;
+  console.log(`1 stream : ${fmt(one)}`);
+  console.log(`overhead : HTTP+JSON+SSE ${(perTokUs / 1e3 / one.stepMs * 100).toFixed(3)}% of a step, scheduling+sampling ` +
+              `${(one.outsideMs / one.stepMs * 100).toFixed(3)}% of a step`);
   const four = await decodeRate(srv.port, 4, TOKENS);
-  console.log(`4 streams: ${four.tokPerS.toFixed(2)} tok/s aggregate = ${(four.tokPerS / one.tokPerS).toFixed(2)}x one stream`);
+  console.log(`4 streams: ${fmt(four)}`);
+  console.log(`scaling  : client ${(four.tokPerS / one.tokPerS).toFixed(2)}x, engine ${(four.engineTokPerS / one.engineTokPerS).toFixed(2)}x one stream`);
   srv.proc.kill('SIGTERM');
   await new Promise((res) => srv.proc.on('exit', res));
 }

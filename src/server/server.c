@@ -319,8 +319,12 @@ static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route
     case R_HEALTH: {
         kw_sbuf b = {0};
         if (ready)
-            kw_sbuf_printf(&b, "{\"status\":\"ok\",\"slots_active\":%d,\"queued\":%d,\"requests_done\":%llu}",
-                           st.active, st.waiting, (unsigned long long)st.requests_done);
+            kw_sbuf_printf(&b, "{\"status\":\"ok\",\"slots_active\":%d,\"queued\":%d,\"requests_done\":%llu,"
+                           "\"steps\":%llu,\"tokens_generated\":%llu,\"tokens_prefilled\":%llu,"
+                           "\"forward_seconds\":%.3f,\"step_seconds\":%.3f}",
+                           st.active, st.waiting, (unsigned long long)st.requests_done, (unsigned long long)st.steps,
+                           (unsigned long long)st.tokens_generated, (unsigned long long)st.tokens_prefilled,
+                           st.forward_seconds, st.step_seconds);
         else
             kw_sbuf_puts(&b, s->stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"loading\"}");
         return send_body(s, mc, ready ? 200 : 503, "application/json", kw_sbuf_take(&b));
