@@ -152,14 +152,47 @@ static int32_t keep_min_p(const cand *c, int32_t n, float min_p) {
     return k;
 }
 
+/* a is "worse" than b: lower logit, or equal logit and higher id. */
+static bool cand_worse(const cand *a, const cand *b) {
+    return a->logit < b->logit || (a->logit == b->logit && a->id > b->id);
+}
+
+static void heap_sift_down(cand *h, int32_t k, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k && cand_worse(&h[l], &h[w])) w = l;
+        if (r < k && cand_worse(&h[r], &h[w])) w = r;
+        if (w == i) return;
+        cand t = h[i]; h[i] = h[w]; h[w] = t;
+        i = w;
+    }
+}
+
+/* The k best of work[0..n) into cands[0..k), sorted best first: a min-heap
+ * of size k over the vocabulary (O(n log k)) instead of a full sort. */
+static void select_top_k(kw_sampler *s, int32_t k) {
+    cand *h = s->cands;
+    for (int32_t i = 0; i < k; i++) h[i] = (cand){i, s->work[i], 0.0f};
+    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift_down(h, k, i);
+    for (int32_t i = k; i < s->n_vocab; i++) {
+        cand c = {i, s->work[i], 0.0f};
+        if (cand_worse(&h[0], &c)) { h[0] = c; heap_sift_down(h, k, 0); }
+    }
+    qsort(h, (size_t)k, sizeof *h, cand_cmp);
+}
+
 int32_t kw_sampler_sample(kw_sampler *s, const float *logits) {
     if (!s || !logits) return -1;
     apply_penalties(s, logits);
     if (s->p.temp <= 0.0f) return kw_argmax(s->work, s->n_vocab);
     int32_t n = s->n_vocab;
-    for (int32_t i = 0; i < n; i++) s->cands[i] = (cand){i, s->work[i], 0.0f};
-    qsort(s->cands, (size_t)n, sizeof *s->cands, cand_cmp);
-    if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        n = s->p.top_k;
+        select_top_k(s, n);
+    } else {
+        for (int32_t i = 0; i < n; i++) s->cands[i] = (cand){i, s->work[i], 0.0f};
+        qsort(s->cands, (size_t)n, sizeof *s->cands, cand_cmp);
+    }
     cand_softmax(s->cands, n, 1.0f);
     n = keep_top_p(s->cands, n, s->p.top_p);
     cand_softmax(s->cands, n, 1.0f);

@@ -65,6 +65,27 @@ static void test_top_k(void) {
     kw_sampler_free(s);
 }
 
+/* top-k through the heap path equals the reference order: the k largest,
+ * ties by lowest id, on a larger vocabulary with many equal logits. */
+static void test_top_k_heap(void) {
+    enum { V = 1000 };
+    static float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)((i * 7919) % 97) * 0.1f;   /* values repeat ~10x */
+    kw_sampler_params p = plain(1e-4f, 3);   /* near-greedy: always the best of the kept set */
+    p.top_k = 5;
+    kw_sampler *s = kw_sampler_create(&p, V, NULL);
+    int32_t first = kw_sampler_sample(s, l);
+    KW_CHECK_EQ_INT(first, kw_argmax(l, V));
+    KW_CHECK_NEAR(l[first], 9.6, 1e-5);
+    kw_sampler_free(s);
+    /* k = 1 is greedy whatever the temperature */
+    p = plain(5.0f, 4);
+    p.top_k = 1;
+    s = kw_sampler_create(&p, V, NULL);
+    for (int i = 0; i < 20; i++) KW_CHECK_EQ_INT(kw_sampler_sample(s, l), kw_argmax(l, V));
+    kw_sampler_free(s);
+}
+
 static void test_top_p(void) {
     float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
     double f[8];
@@ -176,6 +197,7 @@ int main(void) {
     test_greedy();
     test_temperature();
     test_top_k();
+    test_top_k_heap();
     test_top_p();
     test_min_p();
     test_penalties();
