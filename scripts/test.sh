@@ -10,5 +10,5 @@ scripts/build.sh release
 scripts/build.sh asan
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j 2 -L 'unit|conformance|sanitize' --timeout 900)
-# libFuzzer smoke run of every fuzz/fuzz_*.c target (clang, ASan+UBSan), 20 s each by default.
-scripts/fuzz.sh --smoke "${KW_FUZZ_SECONDS:-20}"
+# libFuzzer smoke run of every fuzz/fuzz_*.c target (clang, ASan+UBSan), 12 s each by default (CI budget).
+scripts/fuzz.sh --smoke "${KW_FUZZ_SECONDS:-12}"

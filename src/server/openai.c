@@ -25,6 +25,9 @@ int kw_http_error_set(kw_http_error *e, int status, const char *param, const cha
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    /* Messages may quote request text (a role, a field): keep them one line. */
+    for (char *p = e->message; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
     return -1;
 }
 
