@@ -422,11 +422,18 @@ static void attention_task(void *arg, int ith, int nth) {
     for (int64_t it = lo; it < hi; it++) attend_group(c, op, (int32_t)(it / n_kv), (int)(it % n_kv), scr);
 }
 
+/* Below this many multiply-adds a wake-up of the pool costs more than it saves. */
+#define KW_ATTN_PARALLEL_MIN (1 << 17)
+
 static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     c->kv = kv;
     c->b = b;
     c->layer = il;
-    if (c->pool) kw_pool_run(c->pool, attention_task, c);
+    const kw_hparams *hp = &c->m->hp;
+    int64_t work = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) work += (int64_t)b->pos[i] + 1;
+    work *= (int64_t)hp->n_head * (hp->head_dim_k + hp->head_dim_v);
+    if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_ATTN_PARALLEL_MIN) kw_pool_run(c->pool, attention_task, c);
     else attention_task(c, 0, 1);
 }
 

@@ -3,7 +3,7 @@
  *   - two sequences interleaved in one batch = each run alone;
  *   - continuous batching (one sequence mid-decode, another prefilling);
  *   - a prompt split into prefill chunks = one batch;
- *   - block_tokens 16 = 32;
+ *   - block_tokens 16 = 32; one thread = two threads;
  *   - KV f16 / q8_0 vs f32 within measured tolerances; q8_0 with
  *     head_dim % 32 != 0 is a clear error;
  *   - kw_ctx_workspace_bytes() = what kw_ctx_create() allocates;
@@ -186,8 +186,9 @@ static void test_chunks_and_blocks(const char *name, kw_pool *pool) {
     kw_model *m = load(name);
     if (!m) return;
     enum { N = 60 };
-    runner r16, r32;
-    if (runner_init(&r16, m, pool, KW_TYPE_F32, 16, N, 8) == 0 && runner_init(&r32, m, pool, KW_TYPE_F32, 32, N, 4) == 0) {
+    runner r16, r32, r1;
+    if (runner_init(&r16, m, pool, KW_TYPE_F32, 16, N, 8) == 0 && runner_init(&r32, m, pool, KW_TYPE_F32, 32, N, 4) == 0 &&
+        runner_init(&r1, m, NULL, KW_TYPE_F32, 16, N, 8) == 0) {
         int V = r16.n_vocab;
         int32_t T[N];
         make_tokens(T, N, V, 3);
@@ -196,13 +197,17 @@ static void test_chunks_and_blocks(const char *name, kw_pool *pool) {
         run_alone(&r16, T, N, 7, chunked);
         run_alone(&r32, T, N, N, b32);
         double dc = max_diff(one, chunked, (size_t)N * V), db = max_diff(one, b32, (size_t)N * V);
+        run_alone(&r1, T, N, N, chunked);                /* no thread pool: one thread */
+        double dt = max_diff(one, chunked, (size_t)N * V);
+        KW_CHECK_MSG(dt <= TOL_BATCH, "%s 1 thread vs 2: %.3g", name, dt);
         KW_CHECK_MSG(dc <= TOL_BATCH, "%s chunks of 7 vs one batch: %.3g", name, dc);
         KW_CHECK_MSG(db <= TOL_BATCH, "%s block_tokens 16 vs 32: %.3g", name, db);
-        printf("%s: chunked prefill vs one batch %.3g, block 16 vs 32 %.3g\n", name, dc, db);
+        printf("%s: chunked prefill vs one batch %.3g, block 16 vs 32 %.3g, 1 vs 2 threads %.3g\n", name, dc, db, dt);
         free(one); free(chunked); free(b32);
     }
     runner_free(&r16);
     runner_free(&r32);
+    runner_free(&r1);
     kw_model_free(m);
 }
 
@@ -315,6 +320,7 @@ int main(void) {
     test_interleaved("qwen3-q8_0", pool);
     test_chunks_and_blocks("stories260K", pool);
     test_chunks_and_blocks("qwen2-q8_0", pool);
+    test_chunks_and_blocks("llama-q4_k_m", pool);
     test_kv_types("llama-q4_0", pool);
     test_kv_types("qwen3-q8_0", pool);
     test_kv_types("llama-f16", pool);
