@@ -330,6 +330,7 @@ static const op_entry OPS[] = {
 };
 
 static bool starts(const lexer *L, size_t pos, const char *seq) {
+    if (pos >= L->t.n || L->t.s[pos] != seq[0]) return false;
     size_t l = strlen(seq);
     return pos + l <= L->t.n && memcmp(L->t.s + pos, seq, l) == 0;
 }

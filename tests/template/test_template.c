@@ -95,6 +95,7 @@ static void test_statements(void) {
     EXPECT("{% filter upper %}abc{% endfilter %}", NULL, "ABC");
     EXPECT("{{ raise_exception('bad role') if false }}ok", NULL, "ok");
     EXPECT("{% for i in range(3) %}{{ i }}{% endfor %}{% for i in range(1, 7, 2) %}{{ i }}{% endfor %}", NULL, "012135");
+    EXPECT("{{ strftime_now('%Y')|length }}|{{ strftime_now('%d %b')|length }}|{{ strftime_now('%%') }}", NULL, "4|6|%");
 }
 
 static void test_filters(void) {
