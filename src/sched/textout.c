@@ -79,8 +79,8 @@ static int append(kw_textout *t, const char *s, size_t n) {
     unsigned char *in = tmp;
     size_t m = tail + n;
     if (m > sizeof tmp && !(in = malloc(m))) return -1;
-    memcpy(in, t->buf + t->len - tail, tail);
-    memcpy(in + tail, s, n);
+    if (tail) memcpy(in, t->buf + t->len - tail, tail);
+    if (n) memcpy(in + tail, s, n);
     t->len -= tail;
     if (reserve(t, m * 3) < 0) { t->len += tail; if (in != tmp) free(in); return -1; }
     size_t i = 0;

@@ -217,6 +217,23 @@ async function main() {
   r = await request(P, 'POST', '/v1/chat/completions', { body: { messages: msgs('x'), max_tokens: 2, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }], tool_choice: 'auto', unknown_field: { a: 1 } } });
   check(r.status === 200, 'tools + tool_choice + unknown fields accepted', r.json);
   checkErrorShape(await request(P, 'POST', '/v1/chat/completions', { body: { messages: msgs('x'), n: 2 } }), 400, 'n > 1');
+  // an OpenCode-shaped agent turn: ten tools, tool_choice auto, streaming with usage, a huge
+  // max_tokens (clamped), a tool round trip in the history, session headers
+  {
+    const tools = Array.from({ length: 10 }, (_, i) => ({ type: 'function', function: { name: `tool${i}`, description: 'd', parameters: { type: 'object', properties: { p: { type: 'string' } }, required: ['p'] } } }));
+    const history = [
+      { role: 'system', content: 'You are an agent. '.repeat(20) },
+      { role: 'user', content: 'read the file' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'tool0', arguments: '{"p":"a.txt"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'file contents' },
+    ];
+    r = await request(P, 'POST', '/v1/chat/completions', { headers: { 'x-session-id': 's1', 'x-session-affinity': 's1' },
+      body: { model: 'm', messages: history, tools, tool_choice: 'auto', stream: true, stream_options: { include_usage: true }, max_tokens: 32000, temperature: 0 } });
+    s = parseSSE(r.text);
+    const fr = s.chunks.filter((c) => c.choices?.[0]?.finish_reason).map((c) => c.choices[0].finish_reason);
+    check(r.status === 200 && s.done && fr.length === 1 && ['stop', 'length'].includes(fr[0]) && s.chunks[s.chunks.length - 1]?.usage?.total_tokens > 0,
+          'agent-shaped streaming turn: 200, one finish_reason, usage last, [DONE]', { status: r.status, fr, body: r.text.slice(0, 300) });
+  }
 
   stage('CORS');
   // CORS
