@@ -117,7 +117,7 @@ static void print_text(const kw_gguf *g, const char *path, const model_summary *
     printf("file size     %llu (%s)\n", (unsigned long long)g->size, kw_format_bytes(g->size, b2, sizeof b2));
 }
 
-static int print_json(const kw_gguf *g, const char *path, const model_summary *s) {
+static int print_json(const kw_gguf *g, const char *path, const model_summary *s, bool tensors) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "file", path);
     cJSON_AddNumberToObject(o, "gguf_version", g->version);
@@ -162,12 +162,39 @@ static int print_json(const kw_gguf *g, const char *path, const model_summary *s
     cJSON_AddNumberToObject(o, "n_params", (double)s->n_params);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)s->weight_bytes);
     cJSON_AddNumberToObject(o, "file_bytes", (double)g->size);
+    if (tensors) {
+        cJSON *arr = cJSON_AddArrayToObject(o, "tensors");
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const kw_gguf_tensor *t = &g->tensors[i];
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "name", t->name.s);
+            cJSON_AddStringToObject(x, "type", kw_type_name(t->type));
+            cJSON *ne = cJSON_AddArrayToObject(x, "ne");
+            for (uint32_t d = 0; d < t->n_dims; d++) cJSON_AddItemToArray(ne, cJSON_CreateNumber((double)t->ne[d]));
+            cJSON_AddNumberToObject(x, "offset", (double)(g->data_offset + t->offset));
+            cJSON_AddNumberToObject(x, "bytes", (double)t->nbytes);
+            cJSON_AddItemToArray(arr, x);
+        }
+    }
     char *txt = cJSON_Print(o);
     cJSON_Delete(o);
     if (!txt) { fprintf(stderr, "kvwise info: out of memory\n"); return 1; }
     printf("%s\n", txt);
     cJSON_free(txt);
     return 0;
+}
+
+static void print_tensors(const kw_gguf *g) {
+    printf("\n%-40s %-6s %-28s %14s %14s\n", "tensor", "type", "shape (ne0 first)", "offset", "bytes");
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kw_gguf_tensor *t = &g->tensors[i];
+        char shape[64];
+        int o = 0;
+        for (uint32_t d = 0; d < t->n_dims && o < (int)sizeof shape; d++)
+            o += snprintf(shape + o, sizeof shape - (size_t)o, d ? " x %lld" : "%lld", (long long)t->ne[d]);
+        printf("%-40s %-6s %-28s %14llu %14llu\n", t->name.s, kw_type_name(t->type), shape,
+               (unsigned long long)(g->data_offset + t->offset), (unsigned long long)t->nbytes);
+    }
 }
 
 static void usage(FILE *f) {
@@ -179,6 +206,7 @@ static void usage(FILE *f) {
                "weight bytes and file size.\n\n"
                "  -m, --model FILE   the GGUF file\n"
                "  --json             one JSON object instead of text\n"
+               "  --tensors          also list every tensor (type, shape, file offset, bytes)\n"
                "  -h, --help         this help\n\n"
                "Exit codes: 0 ok, 2 bad usage or a file the reader refuses (the one-line\n"
                "reason is printed on stderr).\n");
@@ -186,11 +214,12 @@ static void usage(FILE *f) {
 
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    bool json = false;
+    bool json = false, tensors = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
         else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--tensors")) tensors = true;
         else { fprintf(stderr, "kvwise info: unknown or incomplete option '%s'\n", argv[i]); usage(stderr); return 2; }
     }
     if (!path) { fprintf(stderr, "kvwise info: -m MODEL is required\n"); usage(stderr); return 2; }
@@ -200,8 +229,9 @@ int cmd_info(int argc, char **argv) {
     model_summary s;
     summarize(g, &s);
     int rc = 0;
-    if (json) rc = print_json(g, path, &s);
+    if (json) rc = print_json(g, path, &s, tensors);
     else print_text(g, path, &s);
+    if (tensors && !json) print_tensors(g);
     kw_gguf_close(g);
     return rc;
 }

@@ -18,6 +18,10 @@ check "text tied" 'grep -q "tied to token_embd" <<<"$out"'
 js=$("$BIN" info -m "$M/llama-q4_k_m.gguf" --json); rc=$?
 check "json exit 0" '[ $rc -eq 0 ]'
 check "json counts" 'node -e "const j=JSON.parse(process.argv[1]); if (j.tensor_type_counts.Q4_K!==25||j.tensor_type_counts.Q6_K!==5||j.n_layer!==4||j.n_vocab!==512||j.file_bytes!==$(stat -c %s "$M/llama-q4_k_m.gguf")) process.exit(1)" "$js"'
+js=$("$BIN" info -m "$M/stories260K.gguf" --json --tensors)
+check "json tensors" 'node -e "const j=JSON.parse(process.argv[1]); const t=j.tensors.find(x=>x.name===\"blk.0.ffn_gate.weight\"); if (j.tensors.length!==48||!t||t.type!==\"f32\"||t.ne.join()!==\"64,172\"||t.bytes!==64*172*4) process.exit(1)" "$js"'
+txt=$("$BIN" info -m "$M/stories260K.gguf" --tensors)
+check "text tensors" 'grep -qE "^blk.4.attn_v.weight +f32 +64 x 32 " <<<"$txt"'
 head -c 3000 "$M/llama-q4_0.gguf" > "$tmp/cut.gguf"
 err=$("$BIN" info -m "$tmp/cut.gguf" 2>&1 >/dev/null); rc=$?
 check "truncated exit 2" '[ $rc -eq 2 ]'
