@@ -138,3 +138,15 @@ export async function measuredOverhead(args) {
   await s.stop();
   return m.budget.lines.overhead.bytes;
 }
+
+// The budget's fixed lines (everything but KV: weights, workspace, scratch,
+// tokenizer, overhead) and the KV bytes per token, as a server started with
+// `args` reports them.
+export async function measuredFixed(args) {
+  const s = await startServer(args);
+  const m = (await getJSON(s.base, '/v1/memory')).body;
+  await s.stop();
+  const l = m.budget.lines;
+  return { fixed: m.budget.used - l.kv_live.bytes - l.kv_cached.bytes,
+           perToken: m.kv_pool.block_bytes / m.kv_pool.block_tokens };
+}
