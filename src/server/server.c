@@ -458,6 +458,24 @@ static int resolve_host(const char *host, int port, struct sockaddr_storage *ss,
     return 0;
 }
 
+static void on_signal(int sig) {
+    (void)sig;
+    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], "x", 1); (void)w; }
+}
+
+/* SIGTERM/SIGINT only write a byte to a pipe that kw_server_wait reads.
+ * Installed when the server starts, so a signal during model loading is
+ * remembered (the server then shuts down cleanly once loading ends). */
+static int install_signals(void) {
+    if (sig_pipe[0] < 0 && pipe(sig_pipe) < 0) return -1;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return 0;
+}
+
 static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
 
 kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
@@ -474,6 +492,7 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     s->started = (long)time(NULL);
     pthread_rwlock_init(&s->lk, NULL);
     signal(SIGPIPE, SIG_IGN);
+    install_signals();
     struct sockaddr_storage ss;
     if (resolve_host(s->host, o->port, &ss, err) < 0) { kw_server_stop(s); return NULL; }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
@@ -522,19 +541,9 @@ void kw_server_set_config(kw_server *s, const char *json) {
     pthread_rwlock_unlock(&s->lk);
 }
 
-static void on_signal(int sig) {
-    (void)sig;
-    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], "x", 1); (void)w; }
-}
-
 void kw_server_wait(kw_server *s) {
     (void)s;
-    if (sig_pipe[0] < 0 && pipe(sig_pipe) < 0) return;
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (install_signals() < 0) return;
     char ch;
     while (read(sig_pipe[0], &ch, 1) < 0 && errno == EINTR) {}
 }
