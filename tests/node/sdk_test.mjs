@@ -12,6 +12,10 @@ const BIN = process.env.KW_BIN;
 // Every path ends in process.exit(); an event loop that drains first means a
 // promise never settled (e.g. a server that died early): that is a failure.
 process.on('beforeExit', () => { console.error('test ended without finishing'); process.exit(1); });
+// Servers this test started never outlive it, whatever way it ends.
+const children = new Set();
+const spawnServer = (...a) => { const c = spawn(...a); children.add(c); c.on('exit', () => children.delete(c)); return c; };
+process.on('exit', () => { for (const c of children) { try { c.kill('SIGKILL'); } catch { /* gone */ } } });
 let passed = 0, failed = 0;
 function check(cond, what, extra) {
   if (cond) passed++;
@@ -25,7 +29,7 @@ const mk = spawnSync(BIN, ['mkmodel', '--preset', 'tiny', '--seed', '5', '-o', m
 const useModel = mk.status === 0;
 const args = ['serve', '--port', '0', '--api-key', 'sdk-key', '--ctx-size', '512'];
 if (useModel) args.push('-m', model, '--threads', '1'); else args.push('--stub-engine');
-const proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+const proc = spawnServer(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
 const exited = new Promise((r) => proc.on('exit', (code, sig) => r(code ?? sig)));
 let log = '';
 proc.stderr.on('data', (d) => { log += d; });

@@ -15,6 +15,10 @@ const BIN = process.env.KW_BIN;
 // Every path ends in process.exit(); an event loop that drains first means a
 // promise never settled (e.g. a server that died early): that is a failure.
 process.on('beforeExit', () => { console.error('test ended without finishing'); process.exit(1); });
+// Servers this test started never outlive it, whatever way it ends.
+const children = new Set();
+const spawnServer = (...a) => { const c = spawn(...a); children.add(c); c.on('exit', () => children.delete(c)); return c; };
+process.on('exit', () => { for (const c of children) { try { c.kill('SIGKILL'); } catch { /* gone */ } } });
 if (!BIN) { console.error('KW_BIN not set'); process.exit(2); }
 let passed = 0, failed = 0;
 function check(cond, what, extra) {
@@ -42,7 +46,7 @@ async function startServer(extra = []) {
     '--decode-concurrency', '4', '--prefill-step-size', '64', '--max-body', '65536', ...extra];
   // one compute thread: tests share a loaded machine, where a spinning pool only costs time
   if (useModel) args.push('-m', modelPath, '--threads', '1'); else args.push('--stub-engine', '--stub-step-us', '1000');
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawnServer(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   proc.stderr.on('data', (d) => { log += d.toString(); });
   const t0 = Date.now();
@@ -305,7 +309,7 @@ async function main() {
   {
     const args = ['serve', '--stub-engine', '--stub-step-us', '2000', '--port', '0', '--decode-concurrency', '1',
       '--max-queue', '1', '--queue-timeout', '1', '--ctx-size', '4096'];
-    const p2 = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    const p2 = spawnServer(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let log2 = '';
     p2.stderr.on('data', (d) => { log2 += d; });
     while (!/ready on http:\/\/[^:]+:(\d+)/.test(log2)) {
@@ -349,7 +353,7 @@ async function main() {
     for (const f of ['llama-q8_0.gguf', 'qwen2-q8_0.gguf']) {
       const mp = path.join(shared, 'conformance/models', f);
       if (!fs.existsSync(mp)) continue;
-      const p3 = spawn(BIN, ['serve', '-m', mp, '--port', '0', '--threads', '1', '--ctx-size', '256'], { stdio: ['ignore', 'ignore', 'pipe'] });
+      const p3 = spawnServer(BIN, ['serve', '-m', mp, '--port', '0', '--threads', '1', '--ctx-size', '256'], { stdio: ['ignore', 'ignore', 'pipe'] });
       let log3 = '';
       p3.stderr.on('data', (d) => { log3 += d; });
       while (!/ready on http:\/\/[^:]+:(\d+)/.test(log3)) {
