@@ -42,7 +42,7 @@ static void usage(FILE *f) {
         "  --prefill-step-size N      tokens per prefill chunk (512)\n"
         "  --kv-type f16|q8_0|f32     KV element type (f16)\n"
         "  --prompt-cache-size N      conversations the prompt cache should hold (concurrency + 1)\n"
-        "  -t, --threads N            threads (sizes per-thread scratch; 2)\n"
+        "  -t, --threads N            threads (sizes per-thread scratch; default: physical cores, as serve)\n"
         "  --bandwidth GB/s           memory bandwidth for the decode ceiling (default: a short probe)\n"
         "  --no-bandwidth-probe       do not measure bandwidth (the ceiling is then not shown)\n"
         "  --probe                    load the model and time a short prefill and decode: prints the\n"
@@ -116,6 +116,8 @@ typedef struct plan_args {
 static int parse_args(int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
     kw_plan_opts_default(&a->o);
+    int cores = kw_cpu_physical_cores();
+    if (cores > 0) a->o.n_threads = cores;      /* as `kvwise serve` defaults */
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -11,6 +11,8 @@
 #include "kvwise/tensor.h"
 #include "plan_internal.h"
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #define KIB 1024ULL
@@ -109,8 +111,6 @@ static int32_t largest_ctx(const kw_plan_model *m, const kw_plan *p, cfg c, int3
 }
 
 static void warn(kw_plan *p, const char *fmt, ...) KW_PRINTF(2, 3);
-#include <stdarg.h>
-#include <stdio.h>
 static void warn(kw_plan *p, const char *fmt, ...) {
     if (p->n_warnings >= KW_PLAN_MAX_WARNINGS) return;
     va_list ap;
@@ -255,6 +255,10 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
     if (m->n_experts > 0)
         warn(p, "mixture of experts: a token reads only %d of %d experts, so decode can beat the ceiling shown "
              "(it divides by all weights)", m->n_experts_used, m->n_experts);
+    if (!strcmp(m->source, "hf-config") &&
+        (plan_pack_probe(KW_TYPE_Q4_0, 256, 64) > 0 || plan_pack_probe(KW_TYPE_Q8_0, 256, 64) > 0))
+        warn(p, "on this CPU (%s kernels) Q4_0/Q8_0 weights also get a repacked heap copy at load (about their size "
+             "again), not counted in --weights-bytes: plan the GGUF file for the exact weights line", kw_kernel_name());
     if (m->kv_layers_sliding_as_full)
         warn(p, "sliding-window layers are counted as full attention (an upper bound on KV)");
 }

@@ -50,7 +50,7 @@ static uint64_t measure_tokenizer(const kw_gguf *g, bool *measured) {
  * divide 64). A family that does not pack gives 0. */
 #define KW_PLAN_PACK_ROWS 64
 
-static uint64_t pack_probe(uint32_t type, int64_t cols, int64_t rows) {
+uint64_t plan_pack_probe(uint32_t type, int64_t cols, int64_t rows) {
     size_t rb = kw_row_bytes(type, cols);
     if (rb == 0 || rows < 1) return 0;
     void *buf = kw_mem_calloc(KW_MEM_OTHER, rb * (size_t)rows);
@@ -88,13 +88,13 @@ static uint64_t repack_bytes(const kw_gguf *g) {
         const kw_gguf_tensor *t = &g->tensors[i];
         if (!is_packed_matrix(t, tied)) continue;
         int64_t rows = t->ne[1];
-        if (rows < KW_PLAN_PACK_ROWS) { total += pack_probe(t->type, t->ne[0], rows); continue; }
+        if (rows < KW_PLAN_PACK_ROWS) { total += plan_pack_probe(t->type, t->ne[0], rows); continue; }
         pack_fit *f = NULL;
         for (int k = 0; k < n_fits; k++)
             if (fits[k].type == t->type && fits[k].cols == t->ne[0]) f = &fits[k];
         if (!f && n_fits < 16) {
-            uint64_t p1 = pack_probe(t->type, t->ne[0], KW_PLAN_PACK_ROWS);
-            uint64_t p2 = pack_probe(t->type, t->ne[0], 2 * KW_PLAN_PACK_ROWS);
+            uint64_t p1 = plan_pack_probe(t->type, t->ne[0], KW_PLAN_PACK_ROWS);
+            uint64_t p2 = plan_pack_probe(t->type, t->ne[0], 2 * KW_PLAN_PACK_ROWS);
             f = &fits[n_fits++];
             *f = (pack_fit){t->type, t->ne[0], p2 >= p1 ? 2 * p1 - p2 : 0, p2 >= p1 ? p2 - p1 : 0};
             if (p1 == 0 || p2 == 0) f->a = f->b = 0;

@@ -25,5 +25,8 @@
 /* the forward pass's workspace: the same function sizes the real one (model.h) */
 #define plan_ctx_workspace_bytes kw_ctx_workspace_bytes
 const char *kw_plan_type_name(uint32_t type);
+/* Bytes kw_matrix_pack() allocates for a rows x cols matrix of `type` on
+ * this CPU's kernels (0: no packed form), measured on a zero matrix. */
+uint64_t plan_pack_probe(uint32_t type, int64_t cols, int64_t rows);
 
 #endif

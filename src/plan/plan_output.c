@@ -60,9 +60,10 @@ void kw_plan_serve_line(const kw_plan *p, const char *model_path, char *buf, siz
     char lim[32], cb[32];
     const kw_plan_opts *o = &p->o;
     int n = snprintf(buf, cap, "kvwise serve -m %s --memory-limit %s --ctx-size %d --kv-type %s "
-                     "--decode-concurrency %d --prompt-concurrency %d --prefill-step-size %d",
+                     "--decode-concurrency %d --prompt-concurrency %d --prefill-step-size %d --threads %d",
                      model_path ? model_path : "MODEL.gguf", flag_bytes(p->memory_limit, lim, sizeof lim),
-                     o->ctx, kw_plan_type_name(o->kv_type), o->concurrency, o->prompt_concurrency, o->prefill_step);
+                     o->ctx, kw_plan_type_name(o->kv_type), o->concurrency, o->prompt_concurrency, o->prefill_step,
+                     o->n_threads);
     if (n >= 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, " --prompt-cache-size %d --prompt-cache-bytes %s --kv-block-size %d --kv-blocks %d",
                  p->prompt_cache_size, flag_bytes(p->prompt_cache_bytes, cb, sizeof cb), o->block_tokens,
