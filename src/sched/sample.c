@@ -118,6 +118,24 @@ static int32_t sample_sorted(cand *c, int32_t m, const kw_sampling *sp, uint64_t
     return id;
 }
 
+/* Temperature (+ min-p) over the whole vocabulary in O(n_vocab), no sort:
+ * the OpenAI default request (temperature 1, top_p 1) on a 150k vocabulary. */
+static int32_t sample_unsorted(const float *logits, int32_t n_vocab, const kw_sampling *sp, uint64_t *rng) {
+    int32_t best = argmax(logits, n_vocab);
+    double mx = logits[best], inv_t = 1.0 / sp->temperature, tot = 0;
+    /* min-p keeps p_i >= min_p * p_max, i.e. logit_i >= max + T * ln(min_p) */
+    double floor_logit = sp->min_p > 0.0f ? mx + sp->temperature * log((double)sp->min_p) : -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (logits[i] >= floor_logit) tot += exp(((double)logits[i] - mx) * inv_t);
+    double r = rng_uniform(rng) * tot;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (logits[i] < floor_logit) continue;
+        r -= exp(((double)logits[i] - mx) * inv_t);
+        if (r < 0) return i;
+    }
+    return best;
+}
+
 int32_t kw_sched_sample(float *logits, int32_t n_vocab, const kw_sampling *sp,
                         const int32_t *history, int32_t n_history, uint64_t *rng,
                         int32_t top_logprobs, kw_tok_logprob *lp) {
@@ -125,15 +143,18 @@ int32_t kw_sched_sample(float *logits, int32_t n_vocab, const kw_sampling *sp,
     int32_t id;
     if (sp->temperature <= 0.0f || sp->top_k == 1) {
         id = argmax(logits, n_vocab);
+    } else if ((sp->top_k <= 0 || sp->top_k >= n_vocab) && !(sp->top_p > 0.0f && sp->top_p < 1.0f)) {
+        id = sample_unsorted(logits, n_vocab, sp, rng);   /* no top-k/top-p: nothing to sort */
     } else {
-        /* Candidates: top_k if set, otherwise everything (sorted once). */
+        /* Candidates: the top_k if set, otherwise all, sorted once for top-p. */
         int32_t k = sp->top_k > 0 && sp->top_k < n_vocab ? sp->top_k : n_vocab;
-        cand *c = malloc(sizeof(cand) * (size_t)k);
+        bool small_k = k < n_vocab && k <= 256;
+        cand *c = malloc(sizeof(cand) * (size_t)(small_k ? k : n_vocab));
         if (!c) {
             id = argmax(logits, n_vocab);
         } else {
             int32_t m;
-            if (k < n_vocab && k <= 256) {
+            if (small_k) {
                 m = top_candidates(logits, n_vocab, k, c);
             } else {
                 /* Tokens more than 30 temperature-scaled nats below the best

@@ -125,6 +125,30 @@ static void test_sampler(void) {
         bad += id != 1 && id != 3;
     }
     KW_CHECK_EQ_INT(bad, 0);
+    /* no top-k/top-p: the O(vocab) path; min_p = 0.5 keeps only ids 1, 3, 6 (p >= 0.5 p_max) */
+    kw_sampling mp = {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.5f};
+    bad = 0;
+    int seen6 = 0;
+    for (int i = 0; i < 300; i++) {
+        memcpy(tmp, logits, sizeof tmp);
+        int32_t id = kw_sched_sample(tmp, 8, &mp, NULL, 0, &rng, 0, NULL);
+        bad += id != 1 && id != 3 && id != 6;
+        seen6 += id == 6;
+    }
+    KW_CHECK_EQ_INT(bad, 0);
+    KW_CHECK(seen6 > 0);          /* p(6) ~ 0.31 of the kept mass: 300 draws all missing it ~ 1e-48 */
+    /* top_k above 256 on a larger vocabulary (the sorted path) stays within the top k */
+    enum { V = 1000 };
+    static float big[V], bt[V];
+    for (int i = 0; i < V; i++) big[i] = (float)((i * 7919) % V) / 100.0f;   /* a permutation of 0..9.99 */
+    kw_sampling k300 = {.temperature = 2.0f, .top_p = 0.99f, .top_k = 300};
+    bad = 0;
+    for (int i = 0; i < 100; i++) {
+        memcpy(bt, big, sizeof bt);
+        int32_t id = kw_sched_sample(bt, V, &k300, NULL, 0, &rng, 0, NULL);
+        bad += big[id] < 7.0f;    /* the top 300 of the permutation are the values >= 7.00 */
+    }
+    KW_CHECK_EQ_INT(bad, 0);
     /* same seed -> same sequence */
     kw_sampling t1 = {.temperature = 1.0f, .top_p = 0.95f};
     uint64_t r1 = 42, r2 = 42;
