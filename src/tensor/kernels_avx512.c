@@ -416,14 +416,15 @@ KW_INLINE void bf16_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_
 KW_GEMM(bf16, 1)
 
 
-/* ---------------- K-quants x Q8_K: one (row, activation) pair at a time ----------------
- * Q4_K/Q5_K: each 64-value step is one vpdpbusd of unsigned levels with the
- * activation bytes (lanes 0-7: sub-block 2j, lanes 8-15: 2j+1), converted
- * to float and scaled by d*dx*sc per sub-block; the mins term uses the
- * activation's bsums. Q6_K: levels are 0..63 (unsigned) and the -32 offset
- * is removed through bsums as well. */
+/* ---------------- K-quants x Q8_K: one weight row x up to 4 activation rows ----------------
+ * Q4_K/Q5_K: each 64-value step is one vpdpbusd per activation row of the
+ * unsigned levels (unpacked once for all rows; lanes 0-7: sub-block 2j,
+ * lanes 8-15: 2j+1), converted to float and scaled by sc * d_w * d_x; the
+ * mins term uses the activation's bsums. Q6_K: levels 0..63 (unsigned),
+ * the -32 offset is removed through bsums as well. The per-output
+ * operations are the same for any number of activation rows. */
 
-/* Unpacks the 12-byte 6-bit scales/mins of a Q4_K/Q5_K block into floats. */
+/* Unpacks the 12-byte 6-bit scales/mins of a Q4_K/Q5_K block. */
 KW_INLINE void k4_scales(const uint8_t *q, float sc[8], int mn[8]) {
     for (int j = 0; j < 8; j++) {
         uint8_t a, b;
@@ -433,74 +434,83 @@ KW_INLINE void k4_scales(const uint8_t *q, float sc[8], int mn[8]) {
     }
 }
 
-static float dot_q4_K_512(const kw_block_q4_K *w, const kw_block_q8_K *x, int64_t nb) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m512 acc = _mm512_setzero_ps();
-    float mins_acc = 0;
-    for (int64_t i = 0; i < nb; i++) {
-        float scf[8];
-        int mn[8];
-        k4_scales(w[i].scales, scf, mn);
-        float d = kw_f16_to_f32(w[i].d) * x[i].d, dmin = kw_f16_to_f32(w[i].dmin) * x[i].d;
-        int summ = 0;
-        for (int j = 0; j < 8; j++) summ += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        mins_acc += dmin * (float)summ;
-        __m512 scv = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_loadu_ps(scf)), _mm512_set1_ps(d));
-        for (int j = 0; j < 4; j++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
-                                           _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
-            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(x[i].qs + 64 * j));
-            const __m512i idx = _mm512_set_epi32(2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
-                                                 2 * j + 1, 2 * j + 1, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scv), acc);
-        }
-    }
-    return _mm512_reduce_add_ps(acc) - mins_acc;
+KW_INLINE __m512i pair_idx(int j) {
+    return _mm512_set_epi32(2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                            2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j);
 }
 
-static float dot_q5_K_512(const kw_block_q5_K *w, const kw_block_q8_K *x, int64_t nb) {
+/* Q4_K (qh == NULL) or Q5_K levels of 64-value step j of a block. */
+KW_INLINE __m512i k45_levels(const uint8_t *qs, const uint8_t *qh, int j) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m512i b4 = _mm512_set1_epi8(0x10);
-    __m512 acc = _mm512_setzero_ps();
-    float mins_acc = 0;
-    for (int64_t i = 0; i < nb; i++) {
-        float scf[8];
-        int mn[8];
-        k4_scales(w[i].scales, scf, mn);
-        float d = kw_f16_to_f32(w[i].d) * x[i].d, dmin = kw_f16_to_f32(w[i].dmin) * x[i].d;
-        int summ = 0;
-        for (int j = 0; j < 8; j++) summ += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        mins_acc += dmin * (float)summ;
-        __m512 scv = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_loadu_ps(scf)), _mm512_set1_ps(d));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
-        for (int j = 0; j < 4; j++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
-                                           _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
-            __mmask32 h0 = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << (2 * j))));
-            __mmask32 h1 = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << (2 * j + 1))));
-            u = _mm512_or_si512(u, _mm512_maskz_mov_epi8((__mmask64)h0 | ((__mmask64)h1 << 32), b4));
-            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(x[i].qs + 64 * j));
-            const __m512i idx = _mm512_set_epi32(2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
-                                                 2 * j + 1, 2 * j + 1, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scv), acc);
-        }
+    __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+    __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
+                                   _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
+    if (qh) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+        __mmask32 h0 = _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(1 << (2 * j))));
+        __mmask32 h1 = _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(1 << (2 * j + 1))));
+        u = _mm512_or_si512(u, _mm512_maskz_mov_epi8((__mmask64)h0 | ((__mmask64)h1 << 32), _mm512_set1_epi8(0x10)));
     }
-    return _mm512_reduce_add_ps(acc) - mins_acc;
+    return u;
 }
 
-static float dot_q6_K_512(const kw_block_q6_K *w, const kw_block_q8_K *x, int64_t nb) {
+KW_INLINE void k45_tile(const uint8_t *wrow, size_t bsz, int q5, const uint8_t *x0, size_t xs, int64_t nb, float *y,
+                        int64_t ldy, const int C) {
+    __m512 acc[4];
+    float mins[4];
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) { acc[c] = _mm512_setzero_ps(); mins[c] = 0; }
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = wrow + (size_t)i * bsz;
+        /* Q4_K and Q5_K share the head: d, dmin, scales[12]; Q5_K has qh before qs */
+        uint16_t dh, dmh;
+        memcpy(&dh, blk, 2);
+        memcpy(&dmh, blk + 2, 2);
+        const uint8_t *scales = blk + 4, *qh = q5 ? blk + 16 : NULL, *qs = q5 ? blk + 48 : blk + 16;
+        float scf[8];
+        int mn[8];
+        k4_scales(scales, scf, mn);
+        float d = kw_f16_to_f32(dh), dmin = kw_f16_to_f32(dmh);
+        __m512 scv = _mm512_castps256_ps512(_mm256_loadu_ps(scf));
+        const kw_block_q8_K *xb[4];
+        __m512 dx[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+            xb[c] = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
+            int summ = 0;
+            for (int j = 0; j < 8; j++) summ += mn[j] * (xb[c]->bsums[2 * j] + xb[c]->bsums[2 * j + 1]);
+            mins[c] += dmin * xb[c]->d * (float)summ;
+            dx[c] = _mm512_set1_ps(d * xb[c]->d);
+        }
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            __m512i u = k45_levels(qs, qh, j);
+            __m512 sp = _mm512_permutexvar_ps(pair_idx(j), scv);
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xb[c]->qs + 64 * j));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sp, dx[c]), acc[c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) y[c * ldy] = _mm512_reduce_add_ps(acc[c]) - mins[c];
+}
+
+KW_INLINE void q6k_tile(const kw_block_q6_K *w, const uint8_t *x0, size_t xs, int64_t nb, float *y, int64_t ldy,
+                        const int C) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-    __m512 acc = _mm512_setzero_ps();
-    float off_acc = 0;
+    __m512 acc[4];
+    float off[4];
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) { acc[c] = _mm512_setzero_ps(); off[c] = 0; }
     for (int64_t i = 0; i < nb; i++) {
-        float d = kw_f16_to_f32(w[i].d) * x[i].d;
+        float d = kw_f16_to_f32(w[i].d);
         __m512i sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w[i].scales));
-        __m512i bs32 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)x[i].bsums));
-        off_acc += d * 32.0f * (float)_mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bs32));
-        __m512 scv = _mm512_mul_ps(_mm512_cvtepi32_ps(sc32), _mm512_set1_ps(d));
-        for (int h = 0; h < 2; h++) {
+        __m512 scv = _mm512_cvtepi32_ps(sc32);
+        const kw_block_q8_K *xb[4];
+        __m512 dx[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+            xb[c] = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
+            __m512i bs32 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)xb[c]->bsums));
+            off[c] += d * xb[c]->d * 32.0f * (float)_mm512_reduce_add_epi32(_mm512_mullo_epi32(sc32, bs32));
+            dx[c] = _mm512_set1_ps(d * xb[c]->d);
+        }
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             __m512i ql = _mm512_loadu_si512(w[i].ql + 64 * h);
             __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
             __m512i hA = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 2), 1);
@@ -508,33 +518,73 @@ static float dot_q6_K_512(const kw_block_q6_K *w, const kw_block_q8_K *x, int64_
             __m512i uA = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(hA, m2), 4));
             __m512i uB = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                          _mm512_slli_epi16(_mm512_and_si512(hB, m2), 4));
-            __m512i dA = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uA, _mm512_loadu_si512(x[i].qs + 128 * h));
-            __m512i dB = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uB, _mm512_loadu_si512(x[i].qs + 128 * h + 64));
             /* lanes 4s..4s+3 of a 64-value step belong to 16-value sub-block s */
             const int s0 = 8 * h;
             const __m512i iA = _mm512_set_epi32(s0 + 3, s0 + 3, s0 + 3, s0 + 3, s0 + 2, s0 + 2, s0 + 2, s0 + 2,
                                                 s0 + 1, s0 + 1, s0 + 1, s0 + 1, s0, s0, s0, s0);
-            const __m512i iB = _mm512_add_epi32(iA, _mm512_set1_epi32(4));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dA), _mm512_permutexvar_ps(iA, scv), acc);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dB), _mm512_permutexvar_ps(iB, scv), acc);
+            __m512 spA = _mm512_permutexvar_ps(iA, scv);
+            __m512 spB = _mm512_permutexvar_ps(_mm512_add_epi32(iA, _mm512_set1_epi32(4)), scv);
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                __m512i dA = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uA, _mm512_loadu_si512(xb[c]->qs + 128 * h));
+                __m512i dB = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uB, _mm512_loadu_si512(xb[c]->qs + 128 * h + 64));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dA), _mm512_mul_ps(spA, dx[c]), acc[c]);
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dB), _mm512_mul_ps(spB, dx[c]), acc[c]);
+            }
         }
     }
-    return _mm512_reduce_add_ps(acc) - off_acc;
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) y[c * ldy] = _mm512_reduce_add_ps(acc[c]) - off[c];
 }
 
-#define KW_KQ_GEMM(T)                                                                                    \
-    static void gemm_##T(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, \
-                         float *Y, int64_t ldy) {                                                         \
-        int64_t nb = W->cols / KW_QK_K;                                                                   \
-        for (int64_t r = r0; r < r1; r++) {                                                               \
-            const kw_block_##T *w = (const kw_block_##T *)((const uint8_t *)W->data + (size_t)r * W->row_bytes); \
-            for (int64_t i = 0; i < nx; i++)                                                              \
-                Y[i * ldy + r] = dot_##T##_512(w, (const kw_block_q8_K *)((const uint8_t *)X + (size_t)i * xs), nb); \
-        }                                                                                                 \
+#define KW_K_SWITCH(CALL)                      \
+    switch (C) {                               \
+    case 1: CALL(1); break;                    \
+    case 2: CALL(2); break;                    \
+    case 3: CALL(3); break;                    \
+    default: CALL(4); break;                   \
     }
-KW_KQ_GEMM(q4_K)
-KW_KQ_GEMM(q5_K)
-KW_KQ_GEMM(q6_K)
+
+static void gemm_k45(const kw_matrix *W, int q5, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
+                     float *Y, int64_t ldy) {
+    int64_t nb = W->cols / KW_QK_K;
+    size_t bsz = q5 ? sizeof(kw_block_q5_K) : sizeof(kw_block_q4_K);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+        for (int64_t i = 0; i < nx; i += 4) {
+            int C = (int)(nx - i < 4 ? nx - i : 4);
+            const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
+            float *y = Y + i * ldy + r;
+#define KW_K45(CC) k45_tile(w, bsz, q5, x0, xs, nb, y, ldy, CC)
+            KW_K_SWITCH(KW_K45)
+#undef KW_K45
+        }
+    }
+}
+
+static void gemm_q4_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    gemm_k45(W, 0, r0, r1, X, xs, nx, Y, ldy);
+}
+
+static void gemm_q5_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    gemm_k45(W, 1, r0, r1, X, xs, nx, Y, ldy);
+}
+
+static void gemm_q6_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    int64_t nb = W->cols / KW_QK_K;
+    for (int64_t r = r0; r < r1; r++) {
+        const kw_block_q6_K *w = (const kw_block_q6_K *)((const uint8_t *)W->data + (size_t)r * W->row_bytes);
+        for (int64_t i = 0; i < nx; i += 4) {
+            int C = (int)(nx - i < 4 ? nx - i : 4);
+            const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
+            float *y = Y + i * ldy + r;
+#define KW_Q6(CC) q6k_tile(w, x0, xs, nb, y, ldy, CC)
+            KW_K_SWITCH(KW_Q6)
+#undef KW_Q6
+        }
+    }
+}
 
 void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->name = "avx512";

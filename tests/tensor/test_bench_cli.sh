@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# test_bench_cli.sh - `kvwise bench` end to end on the tiny random model:
+# the JSON report has the figures it promises (positive rates, a ceiling
+# and a percentage consistent with them), the text report prints, and bad
+# usage exits 2 with a message.
+set -u
+BIN=${KW_BIN:?KW_BIN not set}
+fail=0; pass=0
+check() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+j() { node -e "const j=JSON.parse(require('fs').readFileSync(0,'utf8')); process.stdout.write(String($1))"; }
+
+"$BIN" mkmodel -q --preset tiny --type q4_0 -o "$tmp/t.gguf" || { echo "mkmodel failed"; exit 1; }
+out=$("$BIN" bench -m "$tmp/t.gguf" -p 16 -n 4 -t 2 -r 2 --json 2>/dev/null); rc=$?
+check "json exit 0" '[ $rc -eq 0 ]'
+check "rates positive" '[ "$(j "j.pp_tok_s.median>0 && j.tg_tok_s.median>0 && j.bandwidth_bytes_s.median>1e8" <<<"$out")" = true ]'
+check "min <= median <= max" '[ "$(j "j.tg_tok_s.min<=j.tg_tok_s.median && j.tg_tok_s.median<=j.tg_tok_s.max" <<<"$out")" = true ]'
+check "ceiling = bw / bytes" '[ "$(j "Math.abs(j.tg_ceiling_tok_s - j.bandwidth_bytes_s.median/j.decode_bytes_per_token) < 1e-6*j.tg_ceiling_tok_s" <<<"$out")" = true ]'
+check "pct consistent" '[ "$(j "Math.abs(j.tg_pct_of_ceiling - 100*j.tg_tok_s.median/j.tg_ceiling_tok_s) < 1e-6" <<<"$out")" = true ]'
+check "bytes <= weights" '[ "$(j "j.decode_bytes_per_token>0 && j.decode_bytes_per_token<=j.weight_bytes" <<<"$out")" = true ]'
+check "fields" '[ "$(j "[j.n_prompt,j.n_gen,j.threads,j.repetitions].join()" <<<"$out")" = "16,4,2,2" ]'
+txt=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 2 -r 1 -t 1 2>/dev/null)
+check "text report" 'grep -q "^tg2 " <<<"$txt" && grep -q "% of ceiling" <<<"$txt" && grep -q "^pp8 " <<<"$txt"'
+"$BIN" bench -m "$tmp/t.gguf" -r 0 >/dev/null 2>"$tmp/err"; rc=$?
+check "bad -r exits 2" '[ $rc -eq 2 ] && grep -q "\-r needs an integer" "$tmp/err"'
+"$BIN" bench >/dev/null 2>"$tmp/err"; rc=$?
+check "missing -m exits 2" '[ $rc -eq 2 ] && grep -q "MODEL is required" "$tmp/err"'
+"$BIN" bench -m "$tmp/missing.gguf" >/dev/null 2>"$tmp/err"; rc=$?
+check "missing file exits 2" '[ $rc -eq 2 ] && [ -s "$tmp/err" ]'
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
