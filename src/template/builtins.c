@@ -601,6 +601,18 @@ bool tpl_apply_test(tpl_rt *rt, tv v, const char *name, const tv *argp) {
 }
 
 /* ---- filters --------------------------------------------------------------- */
+tv tpl_str_chars(tpl_rt *rt, const tstr *s) {
+    tv out = tv_list(rt->ar, 0);
+    for (size_t i = 0; i < s->len;) {
+        tpl_step(rt);
+        size_t l = tpl_utf8_len((unsigned char)s->s[i]);
+        if (i + l > s->len) l = s->len - i;
+        tlist_push(rt->ar, out.u.l, tv_str(rt->ar, s->s + i, l));
+        i += l;
+    }
+    return out;
+}
+
 tv tpl_attr_path(tv item, const char *path, size_t len) {
     tv cur = item;
     size_t i = 0;
@@ -764,6 +776,7 @@ static tv round_filter(tpl_rt *rt, tv v, const tpl_args *a) {
 }
 
 static tv select_items(tpl_rt *rt, tv list, const tpl_args *a, bool attr_mode, bool select, const char *fname) {
+    if (list.t == TV_STR) list = tpl_str_chars(rt, list.u.s);   /* Python Jinja iterates a string */
     if (list.t != TV_LIST) tpl_rt_fail(rt, "filter '%s' needs a list, not %s", fname, tv_type_name(list));
     for (int i = 0; i < a->npos; i++)
         if (a->pos[i].t != TV_STR && !(i == 2 && attr_mode) && !(i == 1 && !attr_mode))
@@ -778,8 +791,8 @@ static tv select_items(tpl_rt *rt, tv list, const tpl_args *a, bool attr_mode, b
         tv item = list.u.l->v[i];
         bool res;
         if (attr_mode) {
-            if (item.t != TV_DICT && item.t != TV_NS) tpl_rt_fail(rt, "'%s' can only be applied to a list of objects", fname);
-            tv *v = tdict_get(item.u.d, a->pos[0].u.s->s, a->pos[0].u.s->len);
+            /* an item without attributes (a string's character) has none: it never matches */
+            tv *v = (item.t == TV_DICT || item.t == TV_NS) ? tdict_get(item.u.d, a->pos[0].u.s->s, a->pos[0].u.s->len) : NULL;
             res = v ? (test ? tpl_apply_test(rt, *v, test, targ) : tv_truthy(*v)) : false;
         } else {
             res = test ? tpl_apply_test(rt, item, test, targ) : tv_truthy(item);
@@ -966,6 +979,8 @@ tv tpl_apply_filter(tpl_rt *rt, tv v, const char *name, const tpl_args *a, bool 
         no_filter(rt, name, v);
     }
     if (v.t == TV_STR) {
+        if (NAME_IS(name, "selectattr") || NAME_IS(name, "rejectattr"))
+            return select_items(rt, v, a, true, NAME_IS(name, "selectattr"), name);
         if (NAME_IS(name, "indent")) {
             tv *w = arg(a, 0, "width");
             if (w && w->t != TV_INT) tpl_rt_fail(rt, "indent width must be an integer");

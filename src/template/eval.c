@@ -554,7 +554,12 @@ static void exec_for(tpl_rt *rt, tpl_scope *outer, const tpl_node *n) {
     size_t cnt;
     tv keys;
     if (it.t == TV_LIST) { src = it.u.l->v; cnt = it.u.l->n; }
-    else if (it.t == TV_DICT) {
+    else if (it.t == TV_STR) {
+        /* as Python Jinja (the reference refuses): a string iterates over its characters */
+        keys = tpl_str_chars(rt, it.u.s);
+        src = keys.u.l->v;
+        cnt = keys.u.l->n;
+    } else if (it.t == TV_DICT) {
         keys = tv_list(rt->ar, it.u.d->n);
         for (size_t i = 0; i < it.u.d->n; i++) tlist_push(rt->ar, keys.u.l, tv_strv(it.u.d->k[i]));
         src = keys.u.l->v;

@@ -231,6 +231,8 @@ tv tpl_method(tpl_rt *rt, tv obj, const char *name, size_t len);
 tv tpl_apply_filter(tpl_rt *rt, tv operand, const char *name, const tpl_args *args, bool has_call);
 bool tpl_apply_test(tpl_rt *rt, tv operand, const char *name, const tv *arg);
 tv *tpl_args_kw(const tpl_args *a, const char *name);
+/* a string's characters (code points) as a list of strings */
+tv tpl_str_chars(tpl_rt *rt, const tstr *s);
 /* attribute path "a.b.0" lookup used by map/sort */
 tv tpl_attr_path(tv item, const char *path, size_t len);
 

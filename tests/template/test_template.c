@@ -82,6 +82,8 @@ static void test_statements(void) {
     EXPECT("{% for x in xs if x != 'b' %}{{ x }}{{ loop.length }}{% endfor %}", ctx, "a2c2");
     EXPECT("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", ctx, "k1=1;k2=2;");
     EXPECT("{% for k in d %}{{ k }}{% endfor %}", ctx, "k1k2");
+    EXPECT("{% for c in 'h\xc3\xa9y' %}{{ c }}|{% endfor %}", NULL, "h|\xc3\xa9|y|");   /* Python: strings iterate */
+    EXPECT("{{ 'ab'|selectattr('type')|list }}|{{ 'ab'|rejectattr('type')|list }}", NULL, "[]|[\"a\", \"b\"]");
     EXPECT("{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}", ctx, "a");
     EXPECT("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% endfor %}", ctx, "ac");
     EXPECT("{% if 0 %}a{% elif 1 %}b{% else %}c{% endif %}", NULL, "b");
