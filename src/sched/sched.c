@@ -83,6 +83,20 @@ static void reject_unadmitted(kw_sched_req *r, int status, const char *code, con
     emit(r, &ev);
 }
 
+/* Test hook, never set in production: KVWISE_TEST_FAIL_ALLOC=N makes every
+ * N-th admission fail as if the memory to admit it could not be allocated,
+ * so tests/reliability/faults.mjs can check the 503 path and that the
+ * server lives on. Read once; engine thread only. */
+static bool test_admission_alloc_fails(void) {
+    static long every = -1, count;
+    if (every < 0) {
+        const char *v = getenv("KVWISE_TEST_FAIL_ALLOC");
+        every = v ? atol(v) : 0;
+        if (every < 0) every = 0;
+    }
+    return every > 0 && ++count % every == 0;
+}
+
 /* ---- per-sequence helpers --------------------------------------------- */
 
 static int seq_push_tok(seq *q, int32_t id) {
@@ -286,6 +300,10 @@ static void admit_waiting(kw_sched *s) {
         }
         int32_t room = e->n_ctx - r->n_prompt;
         int32_t max_gen = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
+        if (test_admission_alloc_fails()) {
+            reject_unadmitted(r, 503, "out_of_memory", "could not allocate the memory to admit this request; retry");
+            continue;
+        }
         int32_t cached = e->seq_begin(e, slot, r->prompt, r->n_prompt, r->n_prompt + max_gen);
         if (cached == KW_ENGINE_NEVER || (cached < 0 && n_active(s) == 0)) {
             /* Nothing else holds memory (or the engine says so): it can never fit. */
