@@ -153,7 +153,8 @@ kw_engine *kw_engine_stub_create(int32_t n_ctx, int32_t n_slots, int32_t max_bat
     e->n_slots = n_slots;
     e->max_batch = max_batch;
     e->chat_template = "{% for message in messages %}<|im_start|>{{ message.role }}\n"
-                       "{{ message.content }}<|im_end|>\n{% endfor %}";
+                       "{{ message.content }}<|im_end|>\n{% endfor %}"
+                       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
     e->bos_text = "";
     e->eos_text = "<|endoftext|>";
     e->tokenize = stub_tokenize;

@@ -12,10 +12,15 @@ typedef enum kw_tpl_family {
     KW_TPL_COUNT
 } kw_tpl_family;
 
+struct kw_template;
+
 typedef struct kw_chat_template {
-    kw_tpl_family family;
+    kw_tpl_family family;   /* the built-in family (used when jinja is NULL or fails) */
     char source[64];        /* "model", "fallback", "--chat-template NAME", "FILE path" */
     char bos[32];           /* BOS text the family writes at the start ("" = none) */
+    struct kw_template *jinja;  /* the model's (or FILE's) own template, rendered as written */
+    bool object_arguments;  /* it wants tool-call arguments as objects (kw_template_probe) */
+    char bos_token[64], eos_token[64];  /* the vocab's, for the Jinja context */
 } kw_chat_template;
 
 typedef struct kw_chat_msg { const char *role; const char *content; } kw_chat_msg;
@@ -26,15 +31,28 @@ int kw_tpl_family_from_name(const char *name);
 /* Family from template text; -1 if it matches none. */
 int kw_tpl_detect(const char *text);
 
-/* Chooses the template: override (a name or a file holding template text)
- * wins, then the model's text, then ChatML (note says why). */
+/* Chooses the template: override (a family name, or a file holding template
+ * text) wins, then the model's text, then ChatML (note says why). Template
+ * text is parsed as Jinja (src/template/) and rendered as written; the
+ * family recognised in it is the fallback when it does not parse or a render
+ * fails. */
 int kw_chat_template_choose(kw_chat_template *t, const char *override, const char *model_text,
                             const char *bos_text, char *note, size_t note_cap, kw_err *err);
+/* Same, with the vocab's EOS text for the Jinja context. */
+int kw_chat_template_choose2(kw_chat_template *t, const char *override, const char *model_text,
+                             const char *bos_text, const char *eos_text, char *note, size_t note_cap, kw_err *err);
+void kw_chat_template_free(kw_chat_template *t);
+/* "jinja (model), fallback chatml" or "chatml (model)" */
+void kw_chat_template_describe(const kw_chat_template *t, char *buf, size_t cap);
 
 /* true if role is one the templates know (system, developer, user, assistant, tool). */
 bool kw_chat_role_valid(const char *role);
 
-/* Renders messages + the assistant generation prompt. Returns malloc'd text or NULL (err). */
-char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, kw_err *err);
+/* Renders messages + the assistant generation prompt. request (may be NULL)
+ * is the whole chat request: with a Jinja template its messages (text parts
+ * joined, tool calls, tool results), tools and chat_template_kwargs go into
+ * the template context. Returns malloc'd text or NULL (err). */
+struct cJSON;
+char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, const struct cJSON *request, kw_err *err);
 
 #endif

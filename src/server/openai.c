@@ -201,7 +201,7 @@ static char *render_chat(const cJSON *root, const kw_chat_template *tpl, kw_http
         i++;
     }
     kw_err err = {{0}};
-    out = kw_chat_apply(tpl, m, n, &err);
+    out = kw_chat_apply(tpl, m, n, root, &err);
     if (!out) kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg);
 done:
     for (int k = 0; texts && k < n; k++) kw_sbuf_free(&texts[k]);
@@ -305,7 +305,10 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         char *text = render_chat(root, tpl, e);
         if (!text) goto fail;
         kw_err err = {{0}};
-        int rc = eng->tokenize(eng, text, strlen(text), tpl->bos[0] == 0, true, &ids, &n_ids, &err);
+        /* BOS: written by the template (then not added again) or added as the vocab says */
+        bool has_bos = (tpl->bos_token[0] && !strncmp(text, tpl->bos_token, strlen(tpl->bos_token))) ||
+                       (tpl->bos[0] && !strncmp(text, tpl->bos, strlen(tpl->bos)));
+        int rc = eng->tokenize(eng, text, strlen(text), !has_bos, true, &ids, &n_ids, &err);
         free(text);
         if (rc < 0) { kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg); goto fail; }
     } else if (completion_prompt(root, eng, &ids, &n_ids, e) < 0) {

@@ -520,11 +520,13 @@ int kw_server_port(const kw_server *s) { return s->port; }
 int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note, size_t note_cap, kw_err *err) {
     kw_chat_template t;
     char n[256];
-    if (kw_chat_template_choose(&t, s->o.chat_template, e->chat_template, e->bos_text, n, sizeof n, err) < 0) return -1;
+    if (kw_chat_template_choose2(&t, s->o.chat_template, e->chat_template, e->bos_text, e->eos_text,
+                                 n, sizeof n, err) < 0) return -1;
     if (note && note_cap) snprintf(note, note_cap, "%s", n);
     pthread_rwlock_wrlock(&s->lk);
     s->tpl = t;
-    snprintf(s->tpl_desc, sizeof s->tpl_desc, "%s (%s)", kw_tpl_family_name(t.family), t.source);
+    kw_chat_template_free(&s->tpl);
+    kw_chat_template_describe(&t, s->tpl_desc, sizeof s->tpl_desc);
     s->engine = e;
     s->sched = sched;
     pthread_rwlock_unlock(&s->lk);
@@ -566,6 +568,7 @@ void kw_server_stop(kw_server *s) {
     }
     if (s->d) MHD_stop_daemon(s->d);
     pthread_rwlock_destroy(&s->lk);
+    kw_chat_template_free(&s->tpl);
     free(s->api_key);
     free(s->origins);
     free(s->config_json);

@@ -123,6 +123,7 @@ async function main() {
   check(r.status === 200 && r.json?.ctx_size === CTX && r.json?.decode_concurrency === 4 &&
         r.json?.prefill_step_size === 64 && r.json?.api_key_set === true, 'config reflects flags', r.json);
   check(srv.log().includes('effective settings') && srv.log().includes('prefill_step_size'), 'startup report in log');
+  check(/^jinja \(model\)/.test(r.json?.chat_template ?? ''), "the model's own chat template is rendered (Jinja)", r.json?.chat_template);
 
   stage('non-stream chat + stream chat');
   // non-stream chat + stream chat (greedy): same text, usage consistent

@@ -2,15 +2,51 @@
  * by name, ChatML fallback note, and the rendered text of each family. */
 #include <string.h>
 #include <stdlib.h>
+#include <cjson/cJSON.h>
 #include "server/chat_template.h"
 #include "testutil.h"
 
-static char *render(const char *override, const char *model_text, const kw_chat_msg *m, int n) {
+static char *render_req(const char *override, const char *model_text, const kw_chat_msg *m, int n, const cJSON *req) {
     kw_chat_template t;
     char note[256];
     kw_err err = {{0}};
     if (kw_chat_template_choose(&t, override, model_text, "", note, sizeof note, &err) < 0) return NULL;
-    return kw_chat_apply(&t, m, n, &err);
+    char *out = kw_chat_apply(&t, m, n, req, &err);
+    kw_chat_template_free(&t);
+    return out;
+}
+static char *render(const char *override, const char *model_text, const kw_chat_msg *m, int n) {
+    return render_req(override, model_text, m, n, NULL);
+}
+
+/* A ChatML template as models ship it (Jinja). */
+static const char *chatml_jinja =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static void test_jinja(void) {
+    kw_chat_msg m[] = {{"system", "S"}, {"user", "U"}};
+    char *j = render(NULL, chatml_jinja, m, 2);
+    char *f = render("chatml", NULL, m, 2);
+    KW_CHECK(j && f && !strcmp(j, f));      /* the model's own template, rendered as written == the family format */
+    free(j); free(f);
+    /* tools, tool calls (arguments as given) and chat_template_kwargs reach the template */
+    const char *tpl = "{{ tools | length }}|{{ messages[1].tool_calls[0].function.name }}|{{ messages[1].content is none }}|"
+                      "{{ enable_thinking }}|{{ messages[2].role }}:{{ messages[2].content }}";
+    cJSON *req = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},"
+                             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+                             "\"function\":{\"name\":\"read\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"ok\"}],"
+                             "\"tools\":[{\"type\":\"function\"},{\"type\":\"function\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}");
+    kw_chat_msg m2[] = {{"user", "a"}, {"assistant", ""}, {"tool", "ok"}};
+    j = render_req(NULL, tpl, m2, 3, req);
+    KW_CHECK(j && !strcmp(j, "2|read|true|false|tool:ok"));
+    if (j && strcmp(j, "2|read|true|false|tool:ok")) fprintf(stderr, "got: %s\n", j);
+    free(j);
+    /* a template that refuses (raise_exception) falls back to the family format */
+    j = render_req(NULL, "{{ raise_exception('no') }}<|im_start|>", m, 2, NULL);
+    KW_CHECK(j && strstr(j, "<|im_start|>user\nU<|im_end|>") != NULL);
+    free(j);
+    cJSON_Delete(req);
 }
 
 int main(void) {
@@ -25,7 +61,7 @@ int main(void) {
     KW_CHECK_EQ_INT(kw_tpl_family_from_name("nope"), -1);
 
     kw_chat_msg m[] = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
-    char *s = render(NULL, "<|im_start|>", m, 4);
+    char *s = render(NULL, chatml_jinja, m, 4);
     KW_CHECK(s && !strcmp(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
                             "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n"));
     free(s);
@@ -57,6 +93,7 @@ int main(void) {
     KW_CHECK(strstr(err.msg, "/no/such/template") != NULL);
     /* unknown roles are refused */
     kw_chat_msg bad[] = {{"wizard", "x"}};
-    KW_CHECK(kw_chat_apply(&t, bad, 1, &err) == NULL);
+    KW_CHECK(kw_chat_apply(&t, bad, 1, NULL, &err) == NULL);
+    test_jinja();
     return kw_test_finish();
 }
