@@ -270,6 +270,11 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
     return led;
 }
 
+/* 127.0.0.0/8, ::1 and localhost: reachable from this machine only. */
+static bool host_is_loopback(const char *h) {
+    return !strncmp(h, "127.", 4) || !strcmp(h, "::1") || !strcmp(h, "[::1]") || !strcmp(h, "localhost");
+}
+
 int cmd_serve(int argc, char **argv) {
     serve_opts o;
     if (parse_args(argc, argv, &o) < 0) return 2;
@@ -279,6 +284,9 @@ int cmd_serve(int argc, char **argv) {
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
                          .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led};
+    if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))
+        fprintf(stderr, "kvwise serve: WARNING: listening on %s without --api-key: anyone who can reach this "
+                "address can use the model (see docs/SECURITY.md)\n", o.host);
     /* Listen first so /health answers 503 "loading" while the model loads. */
     kw_server *srv = kw_server_start(&so, &err);
     if (!srv) { fprintf(stderr, "kvwise serve: %s\n", err.msg); kw_ledger_destroy(led); return 1; }

@@ -8,7 +8,8 @@
 //     Retry-After, stream or not, the others succeed, slots return to 0;
 //  4. the model file replaced (rename over it) while served: the mapping
 //     keeps the old inode, answers are unchanged; truncated while mapped:
-//     the behaviour is recorded (docs/RELIABILITY.md).
+//     the behaviour is recorded (docs/RELIABILITY.md);
+//  5. the off-loopback-without---api-key warning (nothing is bound off-loopback).
 import fs from 'node:fs';
 import path from 'node:path';
 import { check, finish, stage, makeModel, startServer, request, parseSSE, health, sleep, waitExit, tmp, BIN } from './lib.mjs';
@@ -124,6 +125,18 @@ async function main() {
     // or the process dies with SIGBUS; never a 200 with different (garbage) text.
     check(same || (died && r2.status !== 200), 'model truncated while mapped: unchanged answer or SIGBUS, never silent garbage', { status: r2.status, died });
     if (!died) { srv.proc.kill('SIGTERM'); await waitExit(srv.proc, 10000); }
+  }
+  // 5. security default: a warning when binding off-loopback without --api-key. Checked without
+  // binding anything: 192.0.2.1 (TEST-NET-1) is not on this machine, so the bind fails after the warning.
+  stage('off-loopback warning');
+  {
+    const { spawnSync } = await import('node:child_process');
+    const run = (extra) => spawnSync(BIN, ['serve', '--host', '192.0.2.1', '--port', '0', '-m', model, ...extra], { encoding: 'utf8', timeout: 10000 });
+    const w = run([]);
+    check(/WARNING: listening on 192\.0\.2\.1 without --api-key/.test(w.stderr) && w.status !== 0, 'off-loopback without --api-key: warning', w.stderr);
+    const k = run(['--api-key', 'k']);
+    check(!/WARNING/.test(k.stderr), 'off-loopback with --api-key: no warning', k.stderr);
+    check(!/WARNING: listening/.test(servers[0].log()), 'loopback: no warning');
   }
   finish('faults', servers);
 }
