@@ -1,0 +1,64 @@
+/* kvwise/toolcall.h - a streaming parser that splits a model's generated
+ * text into content, reasoning (<think>...</think>) and tool calls.
+ *
+ * Formats understood: Qwen/Hermes `<tool_call>{"name":..,"arguments":..}</tool_call>`,
+ * Llama 3 `<|python_tag|>{...}` and a bare JSON object at the start of the
+ * output (`{"name":..,"parameters":..}`, only with KW_TC_BARE_JSON), Mistral
+ * `[TOOL_CALLS][{...}, ...]`. Text is fed as it is generated; anything that
+ * could still be the start of a tag is held back (like a stop string), a
+ * call is reported once it is complete. Output that looks like a call but
+ * is not valid falls back to plain content: the parser never fails on
+ * model output (only on out-of-memory). */
+#ifndef KVWISE_TOOLCALL_H
+#define KVWISE_TOOLCALL_H
+#include "kvwise/common.h"
+
+typedef enum kw_tc_ev_type {
+    KW_TC_CONTENT = 0,      /* text: ordinary answer text */
+    KW_TC_REASONING,        /* text: inside <think>...</think> */
+    KW_TC_CALL              /* index, id, name, arguments (a JSON text) */
+} kw_tc_ev_type;
+
+typedef struct kw_tc_event {
+    kw_tc_ev_type type;
+    const char *text; size_t len;     /* CONTENT / REASONING (not NUL-terminated) */
+    int32_t index;                    /* CALL: 0, 1, ... in output order */
+    const char *id, *name, *arguments;/* CALL: NUL-terminated */
+} kw_tc_event;
+
+typedef void (*kw_tc_cb)(void *user, const kw_tc_event *ev);
+
+enum {
+    KW_TC_TOOLS = 1,        /* recognise tool calls at all */
+    KW_TC_BARE_JSON = 2,    /* a leading `{"name":...}` object is a call (Llama 3 style) */
+    KW_TC_START_IN_THINK = 4/* the prompt already opened <think> */
+};
+
+typedef struct kw_tc_chan { char *pend; size_t n_pend, cap_pend; bool started; } kw_tc_chan;
+
+typedef struct kw_toolparse {
+    unsigned flags;
+    int state;
+    char *buf; size_t len, cap;       /* text not yet decided */
+    const char *marker;               /* the tag that opened the current call (fallback text) */
+    kw_tc_chan content, reasoning;
+    bool seen_nonws;                  /* any non-whitespace output yet (bare JSON detection) */
+    bool strip_lead;                  /* content starts after reasoning/calls: drop its leading whitespace */
+    int32_t n_calls;
+    uint64_t id_seed;
+    int oom;
+    kw_tc_cb cb; void *user;
+} kw_toolparse;
+
+void kw_toolparse_init(kw_toolparse *p, unsigned flags, kw_tc_cb cb, void *user);
+/* Feeds generated text; events are delivered through cb before it returns. -1 on out of memory. */
+int kw_toolparse_feed(kw_toolparse *p, const char *s, size_t n);
+/* End of output: everything held back is decided and delivered. */
+int kw_toolparse_finish(kw_toolparse *p);
+void kw_toolparse_free(kw_toolparse *p);
+
+/* true if the rendered prompt leaves a <think> block open at its end
+ * (the template started the model's reasoning): use KW_TC_START_IN_THINK. */
+bool kw_toolparse_prompt_opens_think(const char *prompt);
+
+#endif

@@ -1,0 +1,141 @@
+/* test_toolcall.c - the streaming tool-call / reasoning parser: every
+ * format, fed whole, split at every byte boundary and byte by byte (the
+ * transcript of events must not depend on how the text arrives), and
+ * malformed calls falling back to content. */
+#include <string.h>
+#include "testutil.h"
+#include "kvwise/toolcall.h"
+
+/* Transcript: consecutive text of one kind merged: "C[..]R[..]T0(name,args)". */
+typedef struct { char s[8192]; size_t n; int last; char ids[8][40]; } transcript;
+
+static void put(transcript *t, const char *s, size_t n) {
+    if (t->n + n >= sizeof t->s) n = sizeof t->s - 1 - t->n;
+    memcpy(t->s + t->n, s, n);
+    t->n += n;
+    t->s[t->n] = 0;
+}
+
+static void on_ev(void *user, const kw_tc_event *ev) {
+    transcript *t = user;
+    if (ev->type == KW_TC_CALL) {
+        if (t->last >= 0 && t->last != KW_TC_CALL) put(t, "]", 1);
+        char b[1024];
+        int n = snprintf(b, sizeof b, "T%d(%s,%s)", ev->index, ev->name, ev->arguments);
+        put(t, b, (size_t)n);
+        if (ev->index < 8) snprintf(t->ids[ev->index], sizeof t->ids[0], "%s", ev->id);
+        t->last = KW_TC_CALL;
+        return;
+    }
+    if (ev->len == 0) return;
+    if ((int)ev->type != t->last) {
+        if (t->last >= 0 && t->last != KW_TC_CALL) put(t, "]", 1);
+        put(t, ev->type == KW_TC_CONTENT ? "C[" : "R[", 2);
+        t->last = (int)ev->type;
+    }
+    put(t, ev->text, ev->len);
+}
+
+static void close_t(transcript *t) { if (t->last >= 0 && t->last != KW_TC_CALL) put(t, "]", 1); t->last = -1; }
+
+/* Runs text through the parser in pieces of the given split points. */
+static void run_split(const char *text, unsigned flags, size_t cut, bool bytewise, transcript *t) {
+    memset(t, 0, sizeof *t);
+    t->last = -1;
+    kw_toolparse p;
+    kw_toolparse_init(&p, flags, on_ev, t);
+    size_t n = strlen(text);
+    if (bytewise) for (size_t i = 0; i < n; i++) kw_toolparse_feed(&p, text + i, 1);
+    else { kw_toolparse_feed(&p, text, cut); kw_toolparse_feed(&p, text + cut, n - cut); }
+    kw_toolparse_finish(&p);
+    kw_toolparse_free(&p);
+    close_t(t);
+}
+
+static void expect(const char *text, unsigned flags, const char *want) {
+    transcript t;
+    run_split(text, flags, strlen(text), false, &t);
+    KW_CHECK_MSG(!strcmp(t.s, want), "whole %s\n got  %s\n want %s", text, t.s, want);
+    run_split(text, flags, 0, true, &t);
+    KW_CHECK_MSG(!strcmp(t.s, want), "bytewise %s\n got  %s\n want %s", text, t.s, want);
+    int bad = 0;
+    for (size_t cut = 0; cut <= strlen(text); cut++) {
+        run_split(text, flags, cut, false, &t);
+        if (strcmp(t.s, want)) { if (!bad) fprintf(stderr, "split at %zu: %s\n", cut, t.s); bad++; }
+    }
+    KW_CHECK_MSG(bad == 0, "%d split points differ for %s", bad, text);
+}
+
+/* Streaming: content before a call must come out before the call completes. */
+static void test_incremental(void) {
+    transcript t = {0};
+    t.last = -1;
+    kw_toolparse p;
+    kw_toolparse_init(&p, KW_TC_TOOLS, on_ev, &t);
+    kw_toolparse_feed(&p, "Let me look.<tool", 17);
+    KW_CHECK_MSG(!strcmp(t.s, "C[Let me look."), "got %s", t.s);
+    kw_toolparse_feed(&p, "_call>{\"name\":\"f\",\"arguments\":{\"a\":1}}", 38);
+    KW_CHECK(strstr(t.s, "T0") == NULL);      /* not complete yet */
+    kw_toolparse_feed(&p, "</tool_call>", 12);
+    KW_CHECK(strstr(t.s, "T0(f,{\"a\":1})") != NULL);
+    kw_toolparse_finish(&p);
+    kw_toolparse_free(&p);
+    /* ids: call_ + 16 hex, distinct per call */
+    transcript u;
+    run_split("<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\",\"arguments\":{}}</tool_call>",
+              KW_TC_TOOLS, 3, false, &u);
+    KW_CHECK_EQ_INT(strlen(u.ids[0]), 21);
+    KW_CHECK(!strncmp(u.ids[0], "call_", 5));
+    KW_CHECK(strcmp(u.ids[0], u.ids[1]) != 0);
+}
+
+int main(void) {
+    const unsigned T = KW_TC_TOOLS;
+    /* plain text is untouched, including edge whitespace */
+    expect("Hello, world!\n", T, "C[Hello, world!\n]");
+    expect(" a < b and [x] {y}", T, "C[ a < b and [x] {y}]");
+    expect("", T, "");
+    /* Qwen / Hermes */
+    expect("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", T,
+           "T0(get_weather,{\"city\":\"Paris\"})");
+    expect("I will check.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"</tool\"}}\n</tool_call>\n", T,
+           "C[I will check.]T0(a,{\"x\":\"</tool\"})");
+    expect("<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"b\",\"arguments\":{\"k\":[1,2]}}</tool_call>", T,
+           "T0(a,{})T1(b,{\"k\":[1,2]})");
+    /* arguments given as a JSON string are passed through */
+    expect("<tool_call>{\"name\":\"a\",\"arguments\":\"{\\\"q\\\":1}\"}</tool_call>", T, "T0(a,{\"q\":1})");
+    /* reasoning */
+    expect("<think>\nLet me think.\n</think>\n\nThe answer is 4.", T, "R[Let me think.]C[The answer is 4.]");
+    expect("Mulling it over.\n</think>\n\nDone", T | KW_TC_START_IN_THINK, "R[Mulling it over.]C[Done]");
+    expect("<think>I need a tool</think>\n<tool_call>{\"name\":\"s\",\"arguments\":{\"q\":\"x\"}}</tool_call>", T,
+           "R[I need a tool]T0(s,{\"q\":\"x\"})");
+    expect("<think>no tools here</think>ok", 0, "R[no tools here]C[ok]");
+    /* without KW_TC_TOOLS tags are text */
+    expect("<tool_call>{\"name\":\"a\"}</tool_call>", 0, "C[<tool_call>{\"name\":\"a\"}</tool_call>]");
+    /* Llama 3 */
+    expect("<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"cats\"}}", T, "T0(search,{\"q\":\"cats\"})");
+    expect("<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"z\": 0}}", T,
+           "T0(a,{})T1(b,{\"z\":0})");
+    expect("\n{\"name\": \"search\", \"parameters\": {\"q\": \"}\"}}", T | KW_TC_BARE_JSON, "T0(search,{\"q\":\"}\"})");
+    expect("{\"answer\": 42}", T | KW_TC_BARE_JSON, "C[{\"answer\": 42}]");
+    expect("{\"name\": \"x\"", T | KW_TC_BARE_JSON, "C[{\"name\": \"x\"]");
+    expect("text {\"name\": \"x\", \"parameters\": {}}", T | KW_TC_BARE_JSON, "C[text {\"name\": \"x\", \"parameters\": {}}]");
+    /* Mistral */
+    expect("[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"n\": 1}}, {\"name\": \"b\", \"arguments\": {}}]", T,
+           "T0(a,{\"n\":1})T1(b,{})");
+    /* malformed calls fall back to content, verbatim */
+    expect("<tool_call>{\"name\": \"a\", \"arguments\": {</tool_call>after", T,
+           "C[<tool_call>{\"name\": \"a\", \"arguments\": {</tool_call>after]");
+    expect("<tool_call>not json at all", T, "C[<tool_call>not json at all]");
+    expect("<tool_call>{\"arguments\": {}}</tool_call>", T, "C[<tool_call>{\"arguments\": {}}</tool_call>]");
+    expect("[TOOL_CALLS]oops", T, "C[[TOOL_CALLS]oops]");
+    expect("[TOOL_CALLS][{\"name\": 3}]", T, "C[[TOOL_CALLS][{\"name\": 3}]]");
+    expect("<|python_tag|>{\"name\": \"a\", \"par", T, "C[<|python_tag|>{\"name\": \"a\", \"par]");
+    expect("<think>never closed", T, "R[never closed]");
+    expect("<tool_call>{\"name\":\"a\",\"arguments\":{}}", T, "T0(a,{})");   /* missing close tag at the end */
+    test_incremental();
+    KW_CHECK(kw_toolparse_prompt_opens_think("<|im_start|>assistant\n<think>\n"));
+    KW_CHECK(!kw_toolparse_prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+    KW_CHECK(!kw_toolparse_prompt_opens_think("<|im_start|>assistant\n"));
+    return kw_test_finish();
+}
