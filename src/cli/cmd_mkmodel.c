@@ -1,6 +1,7 @@
 /* cmd_mkmodel.c - `kvwise mkmodel`: writes a deterministic random-weight
  * GGUF model of a named preset or custom shape, with a working byte-level
- * BPE tokenizer and a ChatML template (src/mkmodel/). */
+ * BPE tokenizer and a ChatML template (src/mkmodel/), or with an imported
+ * Hugging Face tokenizer and its chat template (--hf-tokenizer, src/hfimport/). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,9 @@ static void usage(FILE *f) {
         "                   to embd/heads unless --head-dim is given)\n"
         "  --tied / --untied   output.weight absent (tied to token_embd) or present\n"
         "  --name S         general.name\n"
+        "  --hf-tokenizer DIR  use the Hugging Face tokenizer in DIR (tokenizer.json and\n"
+        "                   tokenizer_config.json; byte-level BPE) instead of the trained one:\n"
+        "                   its tokens, merges, specials and chat template; vocab = its size\n"
         "  -o, --output FILE   where to write (required)\n"
         "  -q, --quiet      no summary line\n");
 }
@@ -44,7 +48,7 @@ static int parse_int(const char *opt, const char *v, int32_t *out) {
 }
 
 int cmd_mkmodel(int argc, char **argv) {
-    const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL;
+    const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL, *hf_dir = NULL;
     unsigned long long seed = 1;
     int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0;
     int tied = -1;
@@ -65,6 +69,7 @@ int cmd_mkmodel(int argc, char **argv) {
         else if (!strcmp(a, "--type")) { type_name = v; i++; }
         else if (!strcmp(a, "--arch")) { arch = v; i++; }
         else if (!strcmp(a, "--name")) { name = v; i++; }
+        else if (!strcmp(a, "--hf-tokenizer")) { hf_dir = v; i++; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { out = v; i++; }
         else if (!strcmp(a, "--seed")) {
             char *end;
@@ -91,6 +96,8 @@ int cmd_mkmodel(int argc, char **argv) {
     if (ctx) s.n_ctx = ctx;
     if (tied >= 0) s.tied = tied;
     if (name) snprintf(s.name, sizeof s.name, "%s", name);
+    if (hf_dir && vocab) { fprintf(stderr, "kvwise mkmodel: --vocab cannot be combined with --hf-tokenizer (the vocab is the tokenizer's)\n"); return 2; }
+    s.hf_tokenizer = hf_dir;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (kw_mk_write(&s, (uint32_t)wtype, seed, out, &err)) {
@@ -103,8 +110,11 @@ int cmd_mkmodel(int argc, char **argv) {
         long size = -1;
         if (f) { fseek(f, 0, SEEK_END); size = ftell(f); fclose(f); }
         char buf[32];
-        fprintf(stderr, "kvwise mkmodel: wrote %s (%s, %s, %d layers x %d embd, vocab %d, seed %llu): %s in %.2f s\n",
-                out, s.arch, kw_type_name((uint32_t)wtype), s.n_layer, s.n_embd, s.n_vocab, seed,
+        char vbuf[64];
+        if (hf_dir) snprintf(vbuf, sizeof vbuf, "vocab of %s", hf_dir);
+        else snprintf(vbuf, sizeof vbuf, "vocab %d", s.n_vocab);
+        fprintf(stderr, "kvwise mkmodel: wrote %s (%s, %s, %d layers x %d embd, %s, seed %llu): %s in %.2f s\n",
+                out, s.arch, kw_type_name((uint32_t)wtype), s.n_layer, s.n_embd, vbuf, seed,
                 kw_format_bytes(size > 0 ? (uint64_t)size : 0, buf, sizeof buf),
                 (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     }

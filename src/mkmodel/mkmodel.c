@@ -1,6 +1,7 @@
 /* mkmodel.c - random-weight GGUF models (mkmodel.h): presets, metadata,
  * the tensor list of the llama / qwen2 / qwen3 layouts, and deterministic
- * weights streamed to the GGUF writer.
+ * weights streamed to the GGUF writer. The vocab is the trained one
+ * (bpe_train.c) or an imported Hugging Face tokenizer (src/hfimport/).
  *
  * Weights: matrices N(0, 0.02^2), norm gains 1 + N(0, 0.05^2), biases
  * N(0, 0.02^2), so activations stay finite at any depth. Every row has its
@@ -10,6 +11,7 @@
  * reference quantizer (kw_quantize_row). */
 #include "mkmodel.h"
 #include "kvwise/gguf.h"
+#include "kvwise/hfimport.h"
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
 #include <stdio.h>
@@ -25,13 +27,13 @@
 typedef struct preset { const char *name; kw_mk_shape s; } preset;
 
 static const preset k_presets[] = {
-    {"tiny", {"llama", "kvwise-tiny-random", 4, 256, 8, 2, 32, 768, 1024, 2048, 10000.0f, 1e-5f, false, false, false}},
+    {"tiny", {"llama", "kvwise-tiny-random", 4, 256, 8, 2, 32, 768, 1024, 2048, 10000.0f, 1e-5f, false, false, false, NULL}},
     {"llama3.2-1b", {"llama", "kvwise-llama3.2-1b-random", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f,
-                     true, false, false}},
+                     true, false, false, NULL}},
     {"qwen2.5-0.5b", {"qwen2", "kvwise-qwen2.5-0.5b-random", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f,
-                      true, true, false}},
+                      true, true, false, NULL}},
     {"qwen3-0.6b", {"qwen3", "kvwise-qwen3-0.6b-random", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f,
-                    true, false, true}},
+                    true, false, true, NULL}},
 };
 
 int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err) {
@@ -268,15 +270,23 @@ int kw_mk_write(const kw_mk_shape *shape, uint32_t wtype, uint64_t seed, const c
     if (!tr || file_type_of(wtype) < 0)
         return kw_err_set(err, "weight type %s is not one mkmodel writes (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k)",
                           kw_type_name(wtype));
-    kw_mk_vocab v;
-    if (kw_mk_vocab_build(s.n_vocab, &v, err)) return -1;
+    kw_mk_vocab v = {0};
+    kw_hf_vocab hf = {0};
+    if (s.hf_tokenizer) {
+        if (kw_hf_vocab_load(s.hf_tokenizer, &hf, err)) return -1;
+        s.n_vocab = hf.n_tokens;
+        if (kw_mk_shape_check(&s, err)) { kw_hf_vocab_free(&hf); return -1; }
+    } else if (kw_mk_vocab_build(s.n_vocab, &v, err)) {
+        return -1;
+    }
     mk_list l = {0};
     kw_gguf_writer *w = kw_gguf_writer_create();
     int rc = w ? 0 : kw_err_set(err, "out of memory");
     if (!rc && build_list(&s, wtype, &l)) rc = kw_err_set(err, "out of memory");
     if (!rc) {
         set_model_kvs(w, &s, wtype, seed);
-        set_tokenizer_kvs(w, &v);
+        if (s.hf_tokenizer) kw_hf_vocab_write_kvs(&hf, w);
+        else set_tokenizer_kvs(w, &v);
     }
     int64_t max_row = 0;
     for (int i = 0; i < l.n; i++) if (l.t[i].ne[0] > max_row) max_row = l.t[i].ne[0];
@@ -305,6 +315,7 @@ int kw_mk_write(const kw_mk_shape *shape, uint32_t wtype, uint64_t seed, const c
     kw_pool_destroy(run.pool);
     kw_gguf_writer_destroy(w);
     free(l.t);
-    kw_mk_vocab_free(&v);
+    if (s.hf_tokenizer) kw_hf_vocab_free(&hf);
+    else kw_mk_vocab_free(&v);
     return rc;
 }

@@ -19,6 +19,9 @@ typedef struct kw_mk_shape {
     bool tied;              /* no output.weight: token_embd is the LM head */
     bool qkv_bias;          /* qwen2: attn_q/k/v biases */
     bool qk_norm;           /* qwen3: per-head RMSNorm of q and k */
+    const char *hf_tokenizer; /* NULL, or a directory with a Hugging Face tokenizer.json
+                                 (+ tokenizer_config.json): its vocab, specials and chat
+                                 template replace the trained ones; n_vocab becomes its size */
 } kw_mk_shape;
 
 /* Fills *out with a preset ("tiny", "llama3.2-1b", "qwen2.5-0.5b",
