@@ -176,6 +176,8 @@ struct kw_sched_req {
     int32_t top_logprobs;       /* 0..KW_SCHED_MAX_TOP_LOGPROBS */
     bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     int client_fd;              /* polled for hang-up each step (-1 = none) */
+    const int32_t *replay;      /* TESTS ONLY (replay sampler): emit these tokens instead of sampling, then stop */
+    int32_t n_replay;
     kw_sched_cb on_event;
     void *user;
     /* set by the scheduler */

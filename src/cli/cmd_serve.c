@@ -28,6 +28,7 @@ typedef struct serve_opts {
     int cache_size;
     double queue_timeout;
     bool stub_kv;
+    bool test_replay;           /* --test-replay: honour a request's "test_replay" text (tests only) */
 } serve_opts;
 
 static void usage(FILE *f) {
@@ -49,6 +50,7 @@ static void usage(FILE *f) {
         "  --ctx-size N             positions per sequence: prompt + answer (default: the model's, at most 4096)\n"
         "  --chat-template NAME|FILE  chatml|llama3|llama2|mistral|gemma|phi3, or a file with template text\n"
         "  --mlock                  lock the weights in RAM\n"
+        "  --test-replay            TESTS ONLY: a request's \"test_replay\" text is emitted as the model's output\n"
         "  -t, --threads N          compute threads (default: physical cores)\n"
         "scheduling (continuous batching):\n"
         "  --decode-concurrency N   sequences decoding together in one batched step (default 8)\n"
@@ -126,6 +128,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
             if (kw_parse_bytes(v, &o->max_body, &err) < 0 || o->max_body == 0) { fprintf(stderr, "kvwise serve: --max-body: %s\n", err.msg[0] ? err.msg : "must be > 0"); return -1; }
         }
         else if (!strcmp(a, "--mlock")) o->mlock = true;
+        else if (!strcmp(a, "--test-replay")) o->test_replay = true;
         else if (!strcmp(a, "--memory-limit") || !strcmp(a, "--prompt-cache-bytes")) {
             TAKES_VALUE();
             kw_err err = {{0}};
@@ -283,7 +286,8 @@ int cmd_serve(int argc, char **argv) {
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
-                         .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led};
+                         .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led,
+                         .test_replay = o.test_replay};
     if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))
         fprintf(stderr, "kvwise serve: WARNING: listening on %s without --api-key: anyone who can reach this "
                 "address can use the model (see docs/SECURITY.md)\n", o.host);

@@ -176,6 +176,11 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
 static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     seq *q = &s->seqs[slot];
     kw_sched_req *r = q->r;
+    if (r->replay) {            /* the test-only replay sampler: scripted tokens, then end of generation */
+        if (q->n_gen >= r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+        seq_accept(s, slot, r->replay[q->n_gen]);
+        return;
+    }
     kw_tok_logprob *lp = r->logprobs ? seq_new_lp(q) : NULL;
     int32_t id = kw_sched_sample(row, s->e->n_vocab, &r->sp, q->toks + q->n_prompt, q->n_gen,
                                  &q->rng, r->top_logprobs, lp);

@@ -51,7 +51,15 @@ typedef struct kw_job {
     long created;
     char model[128];
     char *stop_store[KW_SCHED_MAX_STOP];
+    /* tool calls / reasoning (toolcall.h): the parser over the generated text, or NULL */
+    struct kw_toolparse *tp;
+    kw_sbuf reasoning;          /* non-stream reasoning_content */
+    cJSON *tool_calls;          /* non-stream message.tool_calls */
+    int32_t *replay_ids;        /* --test-replay: the scripted output's tokens */
 } kw_job;
+
+/* true if the server was started with --test-replay (tests only). */
+bool kw_server_test_replay(const struct kw_server *s);
 
 /* Parses the body of /v1/chat/completions (chat=true) or /v1/completions
  * into a new job (tokenized, context-checked). NULL + e on failure. */

@@ -12,6 +12,7 @@
 #include <time.h>
 #include "internal.h"
 #include "kvwise/kvmem.h"
+#include "kvwise/toolcall.h"
 
 /* ---- errors ------------------------------------------------------------- */
 
@@ -55,6 +56,10 @@ void kw_job_free(kw_job *j) {
     kw_sbuf_free(&j->out);
     kw_sbuf_free(&j->text);
     cJSON_Delete(j->lp);
+    if (j->tp) { kw_toolparse_free(j->tp); free(j->tp); }
+    kw_sbuf_free(&j->reasoning);
+    cJSON_Delete(j->tool_calls);
+    free(j->replay_ids);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -210,6 +215,49 @@ done:
     return out;
 }
 
+/* ---- tool calls and reasoning (toolcall.h) ------------------------------ */
+
+static void on_toolparse_event(void *user, const kw_tc_event *ev);
+
+/* Starts the output parser when the request has tools (tool_choice not
+ * "none") or the template / prompt uses <think>; plain requests (and
+ * tool-less ones asking for logprobs) keep the text path as it was. */
+static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template *tpl, kw_engine *eng,
+                           const char *prompt) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    bool use_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 &&
+                     !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
+    bool opens_think = kw_toolparse_prompt_opens_think(prompt);
+    bool thinks = opens_think || strstr(prompt, "<think>") ||
+                  (eng->chat_template && strstr(eng->chat_template, "<think>"));
+    if (!use_tools && (!thinks || j->logprobs)) return 0;
+    unsigned flags = (use_tools ? KW_TC_TOOLS : 0) | (opens_think ? KW_TC_START_IN_THINK : 0) |
+                     (use_tools && tpl->family == KW_TPL_LLAMA3 ? KW_TC_BARE_JSON : 0);
+    j->tp = malloc(sizeof *j->tp);
+    if (!j->tp) return -1;
+    kw_toolparse_init(j->tp, flags, on_toolparse_event, j);
+    if (!j->stream) {
+        j->tool_calls = cJSON_CreateArray();
+        if (!j->tool_calls) return -1;
+    }
+    return 0;
+}
+
+/* --test-replay only: the request's "test_replay" text becomes the output. */
+static int replay_setup(kw_job *j, const cJSON *root, kw_engine *eng, kw_http_error *e) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "test_replay");
+    if (!r || !kw_server_test_replay(j->srv)) return 0;
+    if (!cJSON_IsString(r)) return kw_http_error_set(e, 400, "test_replay", "invalid_type", "'test_replay' must be a string");
+    size_t n = 0;
+    kw_err err = {{0}};
+    if (eng->tokenize(eng, r->valuestring, strlen(r->valuestring), false, false, &j->replay_ids, &n, &err) < 0)
+        return kw_http_error_set(e, 400, "test_replay", NULL, "%s", err.msg);
+    j->req.replay = j->replay_ids;
+    j->req.n_replay = (int32_t)n;
+    return 0;
+}
+
 /* Completions prompt: a string, [string], or [token ids]. */
 static int completion_prompt(const cJSON *root, kw_engine *eng, int32_t **ids, size_t *n, kw_http_error *e) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
@@ -309,6 +357,10 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         bool has_bos = (tpl->bos_token[0] && !strncmp(text, tpl->bos_token, strlen(tpl->bos_token))) ||
                        (tpl->bos[0] && !strncmp(text, tpl->bos, strlen(tpl->bos)));
         int rc = eng->tokenize(eng, text, strlen(text), !has_bos, true, &ids, &n_ids, &err);
+        if (rc == 0 && toolparse_setup(j, root, tpl, eng, text) < 0) {
+            kw_http_error_set(e, 500, NULL, NULL, "out of memory");
+            free(text); free(ids); goto fail;
+        }
         free(text);
         if (rc < 0) { kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg); goto fail; }
     } else if (completion_prompt(root, eng, &ids, &n_ids, e) < 0) {
@@ -316,6 +368,7 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
     }
     j->req.prompt = ids;
     j->req.n_prompt = (int32_t)n_ids;
+    if (replay_setup(j, root, eng, e) < 0) goto fail;
     if (n_ids == 0) { kw_http_error_set(e, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty"); goto fail; }
     if ((int64_t)n_ids >= eng->n_ctx) {
         kw_http_error_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
@@ -490,6 +543,81 @@ static void sse_choice(kw_job *j, const char *text, size_t len, const kw_tok_log
     sse_emit(j, o);
 }
 
+/* finish_reason: "tool_calls" when the answer ended with calls. */
+static const char *finish_reason(kw_job *j, kw_finish f) {
+    if (f == KW_FINISH_STOP && j->tp && j->tp->n_calls > 0) return "tool_calls";
+    return kw_finish_name(f);
+}
+
+/* One streamed chat chunk carrying the given delta (taken). */
+static void sse_delta(kw_job *j, cJSON *delta) {
+    cJSON *o = chunk_base(j);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (!j->sent_role) { cJSON_AddStringToObject(delta, "role", "assistant"); j->sent_role = true; }
+    cJSON_AddItemToObject(c, "delta", delta);
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
+    if (j->include_usage) cJSON_AddNullToObject(o, "usage");
+    sse_emit(j, o);
+}
+
+static cJSON *string_n(const char *s, size_t n) {
+    char *tmp = malloc(n + 1);
+    if (!tmp) return NULL;
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    cJSON *v = cJSON_CreateString(tmp);
+    free(tmp);
+    return v;
+}
+
+/* The parser's events: content / reasoning_content / tool_calls, streamed
+ * as OpenAI deltas (a call: id, type and name first, then its arguments)
+ * or accumulated for the final message. */
+static void on_toolparse_event(void *user, const kw_tc_event *ev) {
+    kw_job *j = user;
+    if (ev->type == KW_TC_CONTENT) {
+        if (j->stream) sse_choice(j, ev->text, ev->len, NULL, 0, NULL);
+        else kw_sbuf_add(&j->text, ev->text, ev->len);
+    } else if (ev->type == KW_TC_REASONING) {
+        if (j->stream) {
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddItemToObject(d, "reasoning_content", string_n(ev->text, ev->len));
+            sse_delta(j, d);
+        } else {
+            kw_sbuf_add(&j->reasoning, ev->text, ev->len);
+        }
+    } else if (j->stream) {
+        cJSON *d = cJSON_CreateObject(), *calls = cJSON_AddArrayToObject(d, "tool_calls"), *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(calls, c);
+        cJSON_AddNumberToObject(c, "index", ev->index);
+        cJSON_AddStringToObject(c, "id", ev->id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", ev->name);
+        cJSON_AddStringToObject(f, "arguments", "");
+        sse_delta(j, d);
+        d = cJSON_CreateObject();
+        calls = cJSON_AddArrayToObject(d, "tool_calls");
+        c = cJSON_CreateObject();
+        cJSON_AddItemToArray(calls, c);
+        cJSON_AddNumberToObject(c, "index", ev->index);
+        f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "arguments", ev->arguments);
+        sse_delta(j, d);
+    } else if (j->tool_calls) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "id", ev->id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", ev->name);
+        cJSON_AddStringToObject(f, "arguments", ev->arguments);
+        cJSON_AddItemToArray(j->tool_calls, c);
+    }
+}
+
 static void stream_finish(kw_job *j, const kw_sched_event *ev) {
     if (ev->finish == KW_FINISH_ERROR || ev->finish == KW_FINISH_CANCELLED) {
         kw_http_error he = {0};
@@ -499,7 +627,7 @@ static void stream_finish(kw_job *j, const kw_sched_event *ev) {
         char *s = kw_http_error_json(&he);
         if (s) { kw_sbuf_printf(&j->out, "data: %s\n\n", s); free(s); }
     } else {
-        sse_choice(j, j->chat ? NULL : "", 0, NULL, 0, kw_finish_name(ev->finish));
+        sse_choice(j, j->chat ? NULL : "", 0, NULL, 0, finish_reason(j, ev->finish));
         if (j->include_usage) {
             cJSON *o = chunk_base(j);
             cJSON_AddArrayToObject(o, "choices");
@@ -522,7 +650,9 @@ void kw_openai_on_event(kw_job *j, const kw_sched_event *ev) {
         if (j->stream && ev->done < ev->total) kw_sbuf_printf(&j->out, ": prompt_progress %d/%d\n\n", ev->done, ev->total);
         break;
     case KW_EV_DELTA:
-        if (j->stream) {
+        if (j->tp) {
+            kw_toolparse_feed(j->tp, ev->text ? ev->text : "", ev->len);
+        } else if (j->stream) {
             sse_choice(j, ev->text, ev->len, ev->lp, ev->n_lp, NULL);
         } else {
             kw_sbuf_add(&j->text, ev->text ? ev->text : "", ev->len);
@@ -538,6 +668,7 @@ void kw_openai_on_event(kw_job *j, const kw_sched_event *ev) {
         j->reject_status = ev->http_status;
         j->reject_code = ev->code;
         if (ev->error) snprintf(j->error, sizeof j->error, "%s", ev->error);
+        if (j->tp && (ev->finish == KW_FINISH_STOP || ev->finish == KW_FINISH_LENGTH)) kw_toolparse_finish(j->tp);
         if (j->stream && j->admitted) stream_finish(j, ev);
         j->finished = true;
         break;
@@ -558,7 +689,11 @@ char *kw_openai_final_json(kw_job *j) {
     if (j->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", j->text.p);
+        bool has_calls = j->tool_calls && cJSON_GetArraySize(j->tool_calls) > 0;
+        if (has_calls && !j->text.len) cJSON_AddNullToObject(m, "content");
+        else cJSON_AddStringToObject(m, "content", j->text.p);
+        if (j->reasoning.len) cJSON_AddItemToObject(m, "reasoning_content", string_n(j->reasoning.p, j->reasoning.len));
+        if (has_calls) { cJSON_AddItemToObject(m, "tool_calls", j->tool_calls); j->tool_calls = NULL; }
         if (j->lp) {
             cJSON *l = cJSON_AddObjectToObject(c, "logprobs");
             cJSON_AddItemToObject(l, "content", j->lp);
@@ -571,7 +706,7 @@ char *kw_openai_final_json(kw_job *j) {
         if (j->lp) { cJSON_AddItemToObject(c, "logprobs", j->lp); j->lp = NULL; }
         else cJSON_AddNullToObject(c, "logprobs");
     }
-    cJSON_AddStringToObject(c, "finish_reason", kw_finish_name(j->finish));
+    cJSON_AddStringToObject(c, "finish_reason", finish_reason(j, j->finish));
     cJSON_AddItemToObject(o, "usage", usage_json(j));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -534,6 +534,7 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
 }
 
 const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
+bool kw_server_test_replay(const kw_server *s) { return s && s->o.test_replay; }
 
 void kw_server_set_config(kw_server *s, const char *json) {
     char *c = dup_or_null(json);
