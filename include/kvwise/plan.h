@@ -38,6 +38,7 @@ typedef struct kw_plan_model {
     uint64_t weight_bytes;          /* exact tensor bytes (GGUF) or --weights-bytes */
     uint64_t resident_bytes;        /* budget line: the mapped file + repack_bytes (GGUF), or weight_bytes */
     uint64_t repack_bytes;          /* heap copies made at load for this CPU's kernels (GGUF; 0 if none) */
+    uint64_t released_bytes;        /* mapped pages dropped at load because a packed copy serves them */
     uint64_t read_bytes_per_token;  /* weight bytes one decode step reads */
     uint32_t main_type;             /* tensor type holding the most bytes (GGUF), else KW_TYPE_COUNT */
     uint64_t tokenizer_bytes;       /* heap of the tokenizer tables */

@@ -77,6 +77,13 @@ typedef struct kw_matrix {
  * made for the family running now. kw_matrix_unpack() frees it. */
 int kw_matrix_pack(kw_matrix *W, kw_err *err);
 void kw_matrix_unpack(kw_matrix *W);
+/* Rows [0, n) of W served by its packed copy (0 when W is not packed). */
+int64_t kw_matrix_packed_rows(const kw_matrix *W);
+/* The whole pages inside [addr, addr + bytes): what can be dropped from a
+ * mapping once a packed copy serves those bytes. Sets *start; returns the
+ * length (0 if no whole page). Pure arithmetic: the planner calls it with
+ * file offsets (the mapping is page aligned), the model with addresses. */
+size_t kw_whole_pages(uint64_t addr, uint64_t bytes, uint64_t *start);
 
 /* Scratch bytes kw_matmul needs for n activation rows against W. */
 size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n);

@@ -6,6 +6,7 @@
  * binding them into a kw_model (weights stay in the read-only mapping),
  * and the KV layout a model needs. The forward pass is in forward.c. */
 #include "model_internal.h"
+#include "kvwise/memory.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,20 +262,42 @@ static int bind_model(kw_model *m, kw_err *err) {
     return 0;
 }
 
-static int pack_one(kw_matrix *W, kw_err *err) {
-    return kw_matrix_pack(W, err) < 0 ? -1 : 0;
+/* Once a packed copy serves rows [0, packed_rows) of W, the mapped pages of
+ * those rows are never read again: drop them from the process (the file
+ * stays in the page cache; a stray read would fault them back in from the
+ * file, so this is safe) and take them off the weights line, so weights are
+ * not held twice. Not for a tied embedding (its rows are also read as the
+ * token-embedding table): pack_weights() passes release = false for it. */
+static void release_packed_source(kw_model *m, const kw_matrix *W) {
+    int64_t rows = kw_matrix_packed_rows(W);
+    if (rows <= 0) return;
+    uint64_t start = 0;
+    size_t len = kw_whole_pages((uint64_t)(uintptr_t)W->data, (uint64_t)rows * W->row_bytes, &start);
+    if (len && madvise((void *)(uintptr_t)start, len, MADV_DONTNEED) == 0) {
+        kw_mem_note_mapped(KW_MEM_WEIGHTS, -(int64_t)len);
+        m->released_bytes += len;
+    }
 }
 
 /* Repacks every matrix for the active kernel family (accounted as
- * KW_MEM_WEIGHTS); types without a packed form stay as mapped. */
-static int pack_weights(kw_model *m, kw_err *err) {
+ * KW_MEM_WEIGHTS); types without a packed form stay as mapped. Each
+ * matrix's mapped pages are dropped right after its copy is made (unless
+ * they must stay: --mlock), so the load peak is the file plus one matrix,
+ * not twice the weights. */
+static int pack_one(kw_model *m, kw_matrix *W, bool release, kw_err *err) {
+    if (kw_matrix_pack(W, err) < 0) return -1;
+    if (release) release_packed_source(m, W);
+    return 0;
+}
+
+static int pack_weights(kw_model *m, bool release, kw_err *err) {
     for (int il = 0; il < m->hp.n_layer; il++) {
         kw_layer *L = &m->layers[il];
         kw_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (pack_one(ws[i], err)) return -1;
+            if (pack_one(m, ws[i], release, err)) return -1;
     }
-    return pack_one(&m->output, err);
+    return pack_one(m, &m->output, release && !m->hp.tied_output, err);
 }
 
 static void unpack_weights(kw_model *m) {
@@ -298,7 +321,7 @@ kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err
     kw_err tok_err = {{0}};
     m->tok = kw_tokenizer_load(m->gguf, &tok_err);
     if (!m->tok) snprintf(m->tok_error, sizeof m->tok_error, "%s", tok_err.msg);
-    if (!(opts && opts->no_repack) && pack_weights(m, err)) {
+    if (!(opts && opts->no_repack) && pack_weights(m, !(opts && opts->mlock), err)) {
         kw_model_free(m);
         return NULL;
     }
@@ -314,6 +337,7 @@ kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err
 void kw_model_free(kw_model *m) {
     if (!m) return;
     unpack_weights(m);
+    kw_mem_note_mapped(KW_MEM_WEIGHTS, (int64_t)m->released_bytes); /* kw_gguf_close takes off the whole mapping */
     kw_tokenizer_free(m->tok);
     free(m->layers);
     kw_gguf_close(m->gguf);

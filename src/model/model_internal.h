@@ -28,6 +28,7 @@ struct kw_model {
     kw_matrix output;           /* LM head (= tok_embd when tied) */
     kw_vec rope_freqs;          /* optional per-pair frequency divisors [rope_dim/2] */
     kw_layer *layers;
+    uint64_t released_bytes;    /* mapped weight pages dropped because a packed copy serves them */
 };
 
 /* attn_avx2.c (used when the CPU has AVX2 + FMA + F16C) */

@@ -104,6 +104,41 @@ static uint64_t repack_bytes(const kw_gguf *g) {
     return total;
 }
 
+/* Rows per packing group of the active kernel family for a type (0: no
+ * packed form): packing 1023 rows serves 1024 - group of them. */
+static int64_t pack_row_group(uint32_t type) {
+    int32_t bs = kw_type_traits_get(type) ? kw_type_traits_get(type)->block_size : 0;
+    size_t rb = bs > 0 ? kw_row_bytes(type, bs) : 0;
+    if (rb == 0) return 0;
+    void *buf = kw_mem_calloc(KW_MEM_OTHER, rb * 1023);
+    if (!buf) return 0;
+    kw_matrix W = {.type = type, .rows = 1023, .cols = bs, .row_bytes = rb, .data = buf};
+    int64_t served = kw_matrix_pack(&W, NULL) == 0 ? kw_matrix_packed_rows(&W) : 0;
+    kw_matrix_unpack(&W);
+    kw_mem_free(buf);
+    return served > 0 ? 1024 - served : 0;
+}
+
+/* The mapped pages kw_model_load() drops after packing (model.c
+ * release_packed_source): the whole pages inside the rows a packed copy
+ * serves, for every packed matrix but a tied embedding. */
+static uint64_t released_bytes(const kw_gguf *g) {
+    bool tied = kw_gguf_find_tensor(g, "output.weight") == NULL;
+    int64_t groups[KW_TYPE_COUNT];
+    for (int i = 0; i < KW_TYPE_COUNT; i++) groups[i] = -1;
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kw_gguf_tensor *t = &g->tensors[i];
+        if (!is_packed_matrix(t, tied) || !strcmp(t->name.s, "token_embd.weight") || t->type >= KW_TYPE_COUNT) continue;
+        if (groups[t->type] < 0) groups[t->type] = pack_row_group(t->type);
+        int64_t grp = groups[t->type], rows = t->ne[1];
+        if (grp <= 0 || rows < 16) continue;
+        uint64_t start = 0;
+        total += kw_whole_pages(g->data_offset + t->offset, (uint64_t)(rows - rows % grp) * kw_row_bytes(t->type, t->ne[0]), &start);
+    }
+    return total;
+}
+
 /* Bytes of the tensor type that holds the most weight bytes. */
 static uint32_t dominant_type(const kw_gguf *g) {
     uint64_t by_type[KW_TYPE_COUNT] = {0};
@@ -136,7 +171,8 @@ int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     for (uint64_t i = 0; i < g->n_tensors; i++) w += g->tensors[i].nbytes;
     m->weight_bytes = w;
     m->repack_bytes = repack_bytes(g);
-    m->resident_bytes = (g->size > w ? g->size : w) + m->repack_bytes;
+    m->released_bytes = released_bytes(g);
+    m->resident_bytes = (g->size > w ? g->size : w) + m->repack_bytes - m->released_bytes;
     m->read_bytes_per_token = read_bytes_per_token(g, w);
     m->main_type = dominant_type(g);
     m->tokenizer_bytes = measure_tokenizer(g, &m->tokenizer_measured);

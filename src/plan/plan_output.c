@@ -94,8 +94,8 @@ static void print_model(const kw_plan_model *m, const kw_plan *p, const char *pa
             m->main_type < KW_TYPE_COUNT ? ", mostly " : "", m->main_type < KW_TYPE_COUNT ? kw_plan_type_name(m->main_type) : "",
             kw_format_bytes(p->bytes_per_token, c, sizeof c), commas(p->bytes_per_token, d, sizeof d));
     if (m->repack_bytes)
-        fprintf(out, "  load-time repack for the %s kernels: %s more (a heap copy beside the mapped file)\n",
-                kw_kernel_name(), kw_format_bytes(m->repack_bytes, a, sizeof a));
+        fprintf(out, "  load-time repack for the %s kernels: %s heap copy; %s of mapped pages it replaces are dropped\n",
+                kw_kernel_name(), kw_format_bytes(m->repack_bytes, a, sizeof a), kw_format_bytes(m->released_bytes, b, sizeof b));
 }
 
 static void print_kv(const kw_plan_model *m, const kw_plan *p, FILE *out) {
@@ -239,6 +239,7 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(jm, "weight_bytes", (double)m->weight_bytes);
     num(jm, "resident_bytes", (double)m->resident_bytes);
     num(jm, "repack_bytes", (double)m->repack_bytes);
+    num(jm, "released_bytes", (double)m->released_bytes);
     num(jm, "read_bytes_per_token", (double)m->read_bytes_per_token);
     if (m->main_type < KW_TYPE_COUNT) cJSON_AddStringToObject(jm, "main_type", kw_plan_type_name(m->main_type));
     else cJSON_AddNullToObject(jm, "main_type");
