@@ -55,6 +55,7 @@ typedef struct kw_job {
     struct kw_toolparse *tp;
     kw_sbuf reasoning;          /* non-stream reasoning_content */
     cJSON *tool_calls;          /* non-stream message.tool_calls */
+    bool single_call;           /* parallel_tool_calls: false -> only the first call is reported */
     int32_t *replay_ids;        /* --test-replay: the scripted output's tokens */
 } kw_job;
 

@@ -237,6 +237,8 @@ static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template 
     j->tp = malloc(sizeof *j->tp);
     if (!j->tp) return -1;
     kw_toolparse_init(j->tp, flags, on_toolparse_event, j);
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(root, "parallel_tool_calls");
+    j->single_call = cJSON_IsFalse(par);
     if (!j->stream) {
         j->tool_calls = cJSON_CreateArray();
         if (!j->tool_calls) return -1;
@@ -589,6 +591,8 @@ static void on_toolparse_event(void *user, const kw_tc_event *ev) {
         } else {
             kw_sbuf_add(&j->reasoning, ev->text, ev->len);
         }
+    } else if (j->single_call && ev->index > 0) {
+        return;                 /* parallel_tool_calls: false */
     } else if (j->stream) {
         cJSON *d = cJSON_CreateObject(), *calls = cJSON_AddArrayToObject(d, "tool_calls"), *c = cJSON_CreateObject();
         cJSON_AddItemToArray(calls, c);

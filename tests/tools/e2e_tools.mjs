@@ -161,6 +161,11 @@ async function main() {
   const r3 = await post(port, { messages, tools: TOOLS, tool_choice: 'none', test_replay: CASES.one_call[0] });
   const m3 = JSON.parse(r3.text).choices[0];
   check(m3.message.content === CASES.one_call[0] && !m3.message.tool_calls && m3.finish_reason === 'stop', 'tool_choice none', m3);
+  // parallel_tool_calls: false reports only the first call
+  const r5 = await post(port, { messages, tools: TOOLS, parallel_tool_calls: false, test_replay: CASES.parallel[0] });
+  const m5 = JSON.parse(r5.text).choices[0];
+  check(m5.message.tool_calls?.length === 1 && m5.message.tool_calls[0].function.name === 'get_weather' &&
+        m5.finish_reason === 'tool_calls', 'parallel_tool_calls false', m5);
   // without --test-replay semantics the field is ignored by other servers; here a non-string is a clear 400
   const r4 = await post(port, { messages, test_replay: 5 });
   check(r4.status === 400, 'test_replay must be a string', r4.text);
