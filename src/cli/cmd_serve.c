@@ -3,9 +3,11 @@
  * served at GET /v1/config), starts listening (GET /health is 503 while the
  * model loads), loads the engine, starts the scheduler and runs until
  * SIGTERM/SIGINT, then shuts down gracefully and exits 0. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
 #include "kvwise/footprint.h"
@@ -278,9 +280,22 @@ static bool host_is_loopback(const char *h) {
     return !strncmp(h, "127.", 4) || !strcmp(h, "::1") || !strcmp(h, "[::1]") || !strcmp(h, "localhost");
 }
 
+/* The weights are mmap'd: if the file is truncated on disk while served, the
+ * next access to a page past its new end raises SIGBUS. Say why in one line,
+ * then die of the signal (no silent garbage; docs/RELIABILITY.md). */
+static void on_sigbus(int sig) {
+    static const char msg[] = "kvwise serve: fatal SIGBUS: a memory-mapped file (the model) was truncated or "
+                              "changed in place on disk; replace model files by renaming a new file over them\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int cmd_serve(int argc, char **argv) {
     serve_opts o;
     if (parse_args(argc, argv, &o) < 0) return 2;
+    signal(SIGBUS, on_sigbus);
     kw_err err = {{0}};
     kw_ledger *led = make_ledger(&o, &err);
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }

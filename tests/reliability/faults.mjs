@@ -124,6 +124,7 @@ async function main() {
     // Documented behaviour: either the answer is unchanged (the weights were repacked into memory at load)
     // or the process dies with SIGBUS; never a 200 with different (garbage) text.
     check(same || (died && r2.status !== 200), 'model truncated while mapped: unchanged answer or SIGBUS, never silent garbage', { status: r2.status, died });
+    if (died) check(/fatal SIGBUS: a memory-mapped file \(the model\)/.test(srv.log()), 'model truncated: the server says why it died', srv.log().slice(-300));
     if (!died) { srv.proc.kill('SIGTERM'); await waitExit(srv.proc, 10000); }
   }
   // 5. security default: a warning when binding off-loopback without --api-key. Checked without
