@@ -12,12 +12,12 @@
 
 #define KW_BW_BYTES ((size_t)256 << 20)
 
-typedef long long kw_v4i __attribute__((vector_size(32)));
+typedef unsigned long long kw_v4i __attribute__((vector_size(32)));   /* unsigned: sums wrap, no UB */
 
 typedef struct {
     const char *buf;
     size_t bytes;
-    long long sink[64];
+    unsigned long long sink[64];
 } bw_task;
 
 static double now_sec(void) {
