@@ -524,8 +524,8 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
                                  n, sizeof n, err) < 0) return -1;
     if (note && note_cap) snprintf(note, note_cap, "%s", n);
     pthread_rwlock_wrlock(&s->lk);
+    kw_chat_template_free(&s->tpl);     /* the previous template (if any), then the new one */
     s->tpl = t;
-    kw_chat_template_free(&s->tpl);
     kw_chat_template_describe(&t, s->tpl_desc, sizeof s->tpl_desc);
     s->engine = e;
     s->sched = sched;

@@ -25,11 +25,32 @@ const modelPath = path.join(dir, 'tiny.gguf');
 const mk = spawnSync(BIN, ['mkmodel', '--preset', 'tiny', '--seed', '7', '-o', modelPath], { encoding: 'utf8' });
 if (mk.status !== 0) { console.error('mkmodel failed: ' + mk.stderr); process.exit(1); }
 
-const srv = spawn(BIN, ['serve', '-m', modelPath, '--port', '0', '--ctx-size', '1024', '--threads', '1', '--test-replay'],
-  { stdio: ['ignore', 'ignore', 'pipe'] });
+// A Qwen3-style template (Jinja) that opens <think> in the prompt unless enable_thinking is false.
+const tplPath = path.join(dir, 'think.jinja');
+fs.writeFileSync(tplPath, "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+  "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n" +
+  "{% else %}<think>\n{% endif %}");
+
+function startServer(extra) {
+  const p = spawn(BIN, ['serve', '-m', modelPath, '--port', '0', '--ctx-size', '1024', '--threads', '1', '--test-replay', ...extra],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  p.log = '';
+  p.stderr.on('data', (d) => { p.log += d.toString(); });
+  return p;
+}
+async function portOf(p) {
+  const t0 = Date.now();
+  while (!/ready on http:\/\/[^:]+:(\d+)/.test(p.log)) {
+    if (p.exitCode !== null) throw new Error('server exited: ' + p.log);
+    if (Date.now() - t0 > 20000) throw new Error('server did not start: ' + p.log);
+    await sleep(20);
+  }
+  return Number(/ready on http:\/\/[^:]+:(\d+)/.exec(p.log)[1]);
+}
+const srv = startServer([]), srvThink = startServer(['--chat-template', tplPath]);
 let log = '';
 srv.stderr.on('data', (d) => { log += d.toString(); });
-const stop = () => { try { srv.kill('SIGTERM'); } catch { /* gone */ } };
+const stop = () => { for (const p of [srv, srvThink]) { try { p.kill('SIGTERM'); } catch { /* gone */ } } };
 process.on('exit', stop);
 
 function post(port, body) {
@@ -138,13 +159,7 @@ function checkStream(name, r, want) {
 }
 
 async function main() {
-  const t0 = Date.now();
-  while (!/ready on http:\/\/[^:]+:(\d+)/.test(log)) {
-    if (srv.exitCode !== null) throw new Error('server exited: ' + log);
-    if (Date.now() - t0 > 20000) throw new Error('server did not start: ' + log);
-    await sleep(20);
-  }
-  const port = Number(/ready on http:\/\/[^:]+:(\d+)/.exec(log)[1]);
+  const port = await portOf(srv);
   const messages = [{ role: 'system', content: 'You are a helpful agent.' }, { role: 'user', content: 'What is the weather in Paris?' }];
   for (const [name, [script, want]] of Object.entries(CASES)) {
     const body = { model: 'tiny', messages, tools: TOOLS, tool_choice: 'auto', temperature: 0, test_replay: script };
@@ -166,6 +181,26 @@ async function main() {
   const m5 = JSON.parse(r5.text).choices[0];
   check(m5.message.tool_calls?.length === 1 && m5.message.tool_calls[0].function.name === 'get_weather' &&
         m5.finish_reason === 'tool_calls', 'parallel_tool_calls false', m5);
+  // a template that opened <think> in the prompt: the output starts inside the reasoning;
+  // chat_template_kwargs.enable_thinking=false closes it in the prompt, so the output is content
+  const tp = await portOf(srvThink);
+  for (const stream of [false, true]) {
+    const a = await post(tp, { messages, stream, test_replay: 'Let me think.\n</think>\n\nParis is sunny.' });
+    const b = await post(tp, { messages, stream, chat_template_kwargs: { enable_thinking: false }, test_replay: 'Paris is sunny.' });
+    const got = (r) => {
+      if (!stream) { const m = JSON.parse(r.text).choices[0].message; return [m.content, m.reasoning_content ?? null]; }
+      let c = null, rc = null;
+      for (const e of r.text.split('\n\n')) {
+        if (!e.startsWith('data: {')) continue;
+        const d = JSON.parse(e.slice(6)).choices[0]?.delta || {};
+        if (d.content) c = (c ?? '') + d.content;
+        if (d.reasoning_content) rc = (rc ?? '') + d.reasoning_content;
+      }
+      return [c, rc];
+    };
+    check(JSON.stringify(got(a)) === JSON.stringify(['Paris is sunny.', 'Let me think.']), `think opened by the template (stream ${stream})`, got(a));
+    check(JSON.stringify(got(b)) === JSON.stringify(['Paris is sunny.', null]), `enable_thinking false (stream ${stream})`, got(b));
+  }
   // without --test-replay semantics the field is ignored by other servers; here a non-string is a clear 400
   const r4 = await post(port, { messages, test_replay: 5 });
   check(r4.status === 400, 'test_replay must be a string', r4.text);
