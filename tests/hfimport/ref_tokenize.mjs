@@ -1,5 +1,6 @@
 // ref_tokenize.mjs MODULES_DIR TOKENIZER_DIR CORPUS KVWISE MODEL
-// Encodes every text of CORPUS (a JSON array of strings) with the reference
+// Encodes every text of CORPUS (a JSON array of strings, plus 40 seeded
+// random ones) with the reference
 // implementation (@lenml/tokenizers, add_special_tokens false) and with
 // `kvwise tokenize --no-bos --special --json` on MODEL; exits 1 when any
 // text's ids differ (printing both), 0 when all are equal.
@@ -16,6 +17,17 @@ const tok = lib.TokenizerLoader.fromPreTrained({
   tokenizerConfig: JSON.parse(readFileSync(join(tokDir, "tokenizer_config.json"), "utf8")),
 });
 const corpus = JSON.parse(readFileSync(corpusPath, "utf8"));
+// Plus deterministic random texts over a mix of scripts, digits, spaces,
+// punctuation and emoji (xorshift32, fixed seed), to reach splits the
+// hand-written texts miss.
+const pool = Array.from("aAzZ éçñüß 你好世界中文 日本語カタカナ 한국어 Привет مرحبا 0123456789 \t\n\r  .,;:!?'\"()[]{}<>-_=+*/\\|@#$%^&~` 😀🎉👍🏽🦊 's 't 're 'll");
+let seed = 0x9e3779b9;
+const rnd = (n) => { seed ^= seed << 13; seed >>>= 0; seed ^= seed >>> 17; seed ^= seed << 5; seed >>>= 0; return seed % n; };
+for (let k = 0; k < 40; k++) {
+  let t = "";
+  for (let n = 1 + rnd(60); n > 0; n--) t += pool[rnd(pool.length)];
+  corpus.push(t);
+}
 // kvwise runs once: the texts joined by a special token that occurs in none
 // of them. Special tokens split the text before BPE (in both
 // implementations), so the ids split at that token are the per-text ids.
@@ -44,6 +56,16 @@ for (const [i, text] of corpus.entries()) {
   if (JSON.stringify(parts[i]) !== JSON.stringify(want)) {
     bad++;
     console.log(`MISMATCH text ${i} ${JSON.stringify(text)}\n  reference ${JSON.stringify(want)}\n  kvwise    ${JSON.stringify(parts[i])}`);
+  }
+}
+// add_special: BOS (or not) as the tokenizer's config / post-processor says
+{
+  const text = "Hello world";
+  const want = Array.from(tok.encode(text));
+  const got2 = JSON.parse(execFileSync(kvwise, ["tokenize", "-m", model, "--json", "-p", text], { encoding: "utf8" }));
+  if (JSON.stringify(got2) !== JSON.stringify(want)) {
+    bad++;
+    console.log(`MISMATCH with special tokens added\n  reference ${JSON.stringify(want)}\n  kvwise    ${JSON.stringify(got2)}`);
   }
 }
 console.log(`${corpus.length - bad}/${corpus.length} texts identical (${total} reference tokens, separator ${sep})`);

