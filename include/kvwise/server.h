@@ -23,6 +23,7 @@ typedef struct kw_server_opts {
     const char *allowed_origins;  /* comma-separated, "*" = any; NULL = no CORS headers */
     uint64_t max_body_bytes;      /* 413 above this */
     int timeout_s;                /* idle connection timeout */
+    int max_client_connections;   /* open connections per client address; 0 = unlimited */
     int http_threads;
     const char *chat_template;    /* --chat-template NAME|FILE or NULL */
     const char *model_alias;      /* id in /v1/models (default: the engine's) */

@@ -22,6 +22,7 @@ typedef struct serve_opts {
     const char *model, *host, *api_key, *origins, *chat_template, *alias, *kv_type;
     int port, ctx_size, decode_conc, prompt_conc, prefill_step, kv_blocks, kv_block_tokens;
     int timeout_s, http_threads, max_queue, stub_step_us, threads;
+    int max_client_conns;       /* -1 = default: unlimited on loopback, 64 elsewhere */
     uint64_t max_body;
     bool mlock, stub, quiet_progress;
     /* memory (docs/MEMORY.md) */
@@ -45,6 +46,9 @@ static void usage(FILE *f) {
         "  --allowed-origins LIST   CORS: comma-separated origins allowed to call from a browser, or '*'\n"
         "  --max-body BYTES         largest request body (default 16MiB; 413 above)\n"
         "  --timeout S              idle connection timeout in seconds (default 600)\n"
+        "  --max-client-connections N  open connections one client address may hold; more are closed at\n"
+        "                           once (default: unlimited on loopback, where every local tool shares\n"
+        "                           127.0.0.1; 64 when listening elsewhere; 0 = unlimited)\n"
         "  --http-threads N         HTTP I/O threads (default 2)\n"
         "model and context:\n"
         "  -m, --model PATH         GGUF model file\n"
@@ -95,7 +99,7 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) 
 
 static int parse_args(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .decode_conc = 8, .prompt_conc = 1,
-                      .prefill_step = 512, .kv_type = "f16", .kv_block_tokens = 32, .timeout_s = 600,
+                      .prefill_step = 512, .kv_type = "f16", .kv_block_tokens = 32, .timeout_s = 600, .max_client_conns = -1,
                       .http_threads = 2, .max_queue = 64, .max_body = 16u << 20,
                       .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};
     for (int i = 1; i < argc; i++) {
@@ -122,6 +126,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--kv-blocks")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 24, &o->kv_blocks); }
         else if (!strcmp(a, "--kv-block-size")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 4096, &o->kv_block_tokens); }
         else if (!strcmp(a, "--timeout")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 86400, &o->timeout_s); }
+        else if (!strcmp(a, "--max-client-connections")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 100000, &o->max_client_conns); }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1024, &o->threads); }
         else if (!strcmp(a, "--http-threads")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 64, &o->http_threads); }
         else if (!strcmp(a, "--max-body")) {
@@ -174,6 +179,7 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddStringToObject(c, "allowed_origins", o->origins ? o->origins : "");
     cJSON_AddNumberToObject(c, "max_body_bytes", (double)o->max_body);
     cJSON_AddNumberToObject(c, "timeout_s", o->timeout_s);
+    cJSON_AddNumberToObject(c, "max_client_connections", o->max_client_conns);
     cJSON_AddNumberToObject(c, "http_threads", o->http_threads);
     cJSON_AddNumberToObject(c, "ctx_size", e->n_ctx);
     cJSON_AddNumberToObject(c, "decode_concurrency", o->decode_conc < e->n_slots ? o->decode_conc : e->n_slots);
@@ -296,11 +302,13 @@ int cmd_serve(int argc, char **argv) {
     serve_opts o;
     if (parse_args(argc, argv, &o) < 0) return 2;
     signal(SIGBUS, on_sigbus);
+    if (o.max_client_conns < 0) o.max_client_conns = host_is_loopback(o.host) ? 0 : 64;
     kw_err err = {{0}};
     kw_ledger *led = make_ledger(&o, &err);
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
+                         .max_client_connections = o.max_client_conns,
                          .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led,
                          .test_replay = o.test_replay};
     if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))

@@ -502,6 +502,7 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->timeout_s > 0 ? o->timeout_s : 600),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_client_connections > 0 ? o->max_client_connections : 0),
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_END);
