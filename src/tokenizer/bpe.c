@@ -5,7 +5,7 @@
  * instead, against tables whose keys were mapped back to raw bytes at load
  * time (the map is a bijection, so this is the same computation). Each word
  * starts as one symbol per byte; adjacent pairs found in the merge table go
- * into a min-heap by rank (ties: leftmost first); popping a pair that is
+ * into the merge heap keyed by -rank (merge_heap.c; ties: leftmost first); popping a pair that is
  * still intact merges it and offers the new neighbours. O(n log n) per word.
  * With ignore_merges (llama3 and others) a word that is itself a token is
  * emitted whole. */
@@ -13,57 +13,19 @@
 #include "tok_internal.h"
 
 typedef struct bpe_sym { int32_t prev, next; uint32_t off, n; } bpe_sym;
-typedef struct bpe_pair { int32_t rank, left, right; uint32_t size; } bpe_pair;
 
 typedef struct bpe_work {
     bpe_sym *sym; size_t sym_cap;
-    bpe_pair *heap; size_t heap_cap, heap_n;
+    tk_heap heap;
 } bpe_work;
-
-static bool pair_before(const bpe_pair *a, const bpe_pair *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(bpe_work *w, bpe_pair p) {
-    if (w->heap_n == w->heap_cap) {
-        bpe_pair *nh = tk_scratch_grow(w->heap, &w->heap_cap, w->heap_n + 1, sizeof *nh);
-        if (!nh) return -1;
-        w->heap = nh;
-    }
-    size_t i = w->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &w->heap[parent])) break;
-        w->heap[i] = w->heap[parent];
-        i = parent;
-    }
-    w->heap[i] = p;
-    return 0;
-}
-
-static bpe_pair heap_pop(bpe_work *w) {
-    bpe_pair top = w->heap[0];
-    bpe_pair last = w->heap[--w->heap_n];
-    size_t i = 0, n = w->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!pair_before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n) w->heap[i] = last;
-    return top;
-}
 
 static int try_add_pair(const kw_tokenizer *t, bpe_work *w, const char *word, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return 0;
     const bpe_sym *l = &w->sym[left], *r = &w->sym[right];
     int32_t rank = tk_map_get(&t->merge_map, word + l->off, l->n + r->n, l->n);
     if (rank < 0) return 0;
-    bpe_pair p = {rank, left, right, l->n + r->n};
-    return heap_push(w, p);
+    tk_pair p = {-(float)rank, left, right, l->n + r->n};
+    return tk_heap_push(&w->heap, p);
 }
 
 /* A final symbol that is no token: llama.cpp then looks up each byte of its
@@ -95,11 +57,11 @@ static int bpe_word(const kw_tokenizer *t, bpe_work *w, const char *word, size_t
         ns[i].prev = (int32_t)i - 1;
         ns[i].next = i + 1 == n ? -1 : (int32_t)i + 1;
     }
-    w->heap_n = 0;
+    w->heap.n = 0;
     for (size_t i = 1; i < n; i++)
         if (try_add_pair(t, w, word, (int32_t)i - 1, (int32_t)i) != 0) return -1;
-    while (w->heap_n) {
-        bpe_pair p = heap_pop(w);
+    while (w->heap.n) {
+        tk_pair p = tk_heap_pop(&w->heap);
         bpe_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
         l->n += r->n;
@@ -130,7 +92,7 @@ int tk_bpe_encode(const kw_tokenizer *t, const char *text, size_t n, tk_ids *out
         pos += segs.len[i];
     }
     tk_scratch_free(w.sym);
-    tk_scratch_free(w.heap);
+    tk_scratch_free(w.heap.a);
     tk_seglist_free(&segs);
     if (rc != 0) return kw_err_set(err, "tokenize: out of memory (text of %zu bytes)", n);
     return 0;

@@ -147,7 +147,8 @@ static int build_raw_tables(kw_tokenizer *t, kw_err *err) {
 static int build_merges(kw_tokenizer *t, const kw_gguf_kv *merges, kw_err *err) {
     uint64_t total = 0;
     for (uint64_t i = 0; i < merges->arr_n; i++) total += merges->arr_str[i].len;
-    if (total > UINT32_MAX || merges->arr_n > INT32_MAX)
+    /* ranks become float heap keys (merge_heap.c): exact below 2^24 */
+    if (total > UINT32_MAX || merges->arr_n > (1u << 24))
         return kw_err_set(err, "tokenizer.ggml.merges: too large (%llu merges)", (unsigned long long)merges->arr_n);
     t->merge_pool = kw_mem_alloc(KW_MEM_TOKENIZER, total ? total : 1);
     if (!t->merge_pool || tk_map_init(&t->merge_map, (uint32_t)merges->arr_n, t->merge_pool) != 0)

@@ -13,51 +13,12 @@
 #include "tok_internal.h"
 
 typedef struct spm_sym { int32_t prev, next; uint32_t off, n; } spm_sym;
-typedef struct spm_pair { float score; int32_t left, right; uint32_t size; } spm_pair;
 
 typedef struct spm_work {
     char *text; size_t text_cap;
     spm_sym *sym; size_t sym_cap;
-    spm_pair *heap; size_t heap_cap; size_t heap_n;
+    tk_heap heap;
 } spm_work;
-
-/* a is popped before b */
-static bool pair_before(const spm_pair *a, const spm_pair *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int heap_push(spm_work *w, spm_pair p) {
-    if (w->heap_n == w->heap_cap) {
-        spm_pair *nh = tk_scratch_grow(w->heap, &w->heap_cap, w->heap_n + 1, sizeof *nh);
-        if (!nh) return -1;
-        w->heap = nh;
-    }
-    size_t i = w->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &w->heap[parent])) break;
-        w->heap[i] = w->heap[parent];
-        i = parent;
-    }
-    w->heap[i] = p;
-    return 0;
-}
-
-static spm_pair heap_pop(spm_work *w) {
-    spm_pair top = w->heap[0];
-    spm_pair last = w->heap[--w->heap_n];
-    size_t i = 0, n = w->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!pair_before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n) w->heap[i] = last;
-    return top;
-}
 
 static int try_add_pair(const kw_tokenizer *t, spm_work *w, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return 0;
@@ -65,8 +26,8 @@ static int try_add_pair(const kw_tokenizer *t, spm_work *w, int32_t left, int32_
     uint32_t size = l->n + r->n;
     int32_t id = tk_map_get(&t->text_map, w->text + l->off, size, 0);
     if (id < 0) return 0;
-    spm_pair p = {t->tok[id].score, left, right, size};
-    return heap_push(w, p);
+    tk_pair p = {t->tok[id].score, left, right, size};
+    return tk_heap_push(&w->heap, p);
 }
 
 /* " " -> U+2581 (E2 96 81), with an optional leading one. */
@@ -122,11 +83,11 @@ static bool sym_is_lower_block(const spm_work *w, const spm_sym *s) {
 
 /* Merges the pairs inside symbols [a, b) until none is left. */
 static int merge_range(const kw_tokenizer *t, spm_work *w, size_t a, size_t b) {
-    w->heap_n = 0;
+    w->heap.n = 0;
     for (size_t i = a + 1; i < b; i++)
         if (try_add_pair(t, w, (int32_t)i - 1, (int32_t)i) != 0) return -1;
-    while (w->heap_n) {
-        spm_pair p = heap_pop(w);
+    while (w->heap.n) {
+        tk_pair p = tk_heap_pop(&w->heap);
         spm_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
         l->n += r->n;
@@ -164,7 +125,7 @@ int tk_spm_encode(const kw_tokenizer *t, const char *text, size_t n, bool space_
     int rc = spm_run(t, &w, text, n, space_prefix, out);
     tk_scratch_free(w.text);
     tk_scratch_free(w.sym);
-    tk_scratch_free(w.heap);
+    tk_scratch_free(w.heap.a);
     if (rc != 0) return kw_err_set(err, "tokenize: out of memory (text of %zu bytes)", n);
     return 0;
 }

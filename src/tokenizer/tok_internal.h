@@ -148,4 +148,12 @@ size_t tk_utf8_len_lead(unsigned char c);
 void *tk_scratch_grow(void *p, size_t *cap, size_t need, size_t elem);
 void tk_scratch_free(void *p);
 
+/* Candidate merges of adjacent symbols (merge_heap.c): the highest key pops
+ * first, ties leftmost first. size = bytes of the merged pair, to spot stale
+ * entries. a is scratch memory (tk_scratch_free it). */
+typedef struct tk_pair { float key; int32_t left, right; uint32_t size; } tk_pair;
+typedef struct tk_heap { tk_pair *a; size_t cap, n; } tk_heap;
+int tk_heap_push(tk_heap *h, tk_pair p);
+tk_pair tk_heap_pop(tk_heap *h);
+
 #endif
