@@ -59,4 +59,26 @@ const kw_cpu_info *kw_cpu_info_raw(void);
 /* quant_ref.c */
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);
 
+/* Calls NAME##_tile(..., R, C) with R and C (1..4, in scope as ints) as
+ * constants, so each tile shape is its own unrolled code (AVX2 and AVX-512 GEMMs). */
+#define KW_TILE_SWITCH(NAME, ...)                          \
+    switch (R * 8 + C) {                                   \
+    case 8 * 1 + 1: NAME##_tile(__VA_ARGS__, 1, 1); break; \
+    case 8 * 1 + 2: NAME##_tile(__VA_ARGS__, 1, 2); break; \
+    case 8 * 1 + 3: NAME##_tile(__VA_ARGS__, 1, 3); break; \
+    case 8 * 1 + 4: NAME##_tile(__VA_ARGS__, 1, 4); break; \
+    case 8 * 2 + 1: NAME##_tile(__VA_ARGS__, 2, 1); break; \
+    case 8 * 2 + 2: NAME##_tile(__VA_ARGS__, 2, 2); break; \
+    case 8 * 2 + 3: NAME##_tile(__VA_ARGS__, 2, 3); break; \
+    case 8 * 2 + 4: NAME##_tile(__VA_ARGS__, 2, 4); break; \
+    case 8 * 3 + 1: NAME##_tile(__VA_ARGS__, 3, 1); break; \
+    case 8 * 3 + 2: NAME##_tile(__VA_ARGS__, 3, 2); break; \
+    case 8 * 3 + 3: NAME##_tile(__VA_ARGS__, 3, 3); break; \
+    case 8 * 3 + 4: NAME##_tile(__VA_ARGS__, 3, 4); break; \
+    case 8 * 4 + 1: NAME##_tile(__VA_ARGS__, 4, 1); break; \
+    case 8 * 4 + 2: NAME##_tile(__VA_ARGS__, 4, 2); break; \
+    case 8 * 4 + 3: NAME##_tile(__VA_ARGS__, 4, 3); break; \
+    default: NAME##_tile(__VA_ARGS__, 4, 4); break;        \
+    }
+
 #endif

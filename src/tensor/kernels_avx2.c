@@ -122,26 +122,6 @@ KW_INLINE float tail_f16(const uint8_t *p, int64_t k) { return h2f(((const uint1
 KW_FTILE2(f32, ldw_f32, tail_f32)
 KW_FTILE2(f16, ldw_f16, tail_f16)
 
-#define KW_TILE_SWITCH2(NAME, ...)                          \
-    switch (R * 8 + C) {                                    \
-    case 8 * 1 + 1: NAME##_tile(__VA_ARGS__, 1, 1); break;  \
-    case 8 * 1 + 2: NAME##_tile(__VA_ARGS__, 1, 2); break;  \
-    case 8 * 1 + 3: NAME##_tile(__VA_ARGS__, 1, 3); break;  \
-    case 8 * 1 + 4: NAME##_tile(__VA_ARGS__, 1, 4); break;  \
-    case 8 * 2 + 1: NAME##_tile(__VA_ARGS__, 2, 1); break;  \
-    case 8 * 2 + 2: NAME##_tile(__VA_ARGS__, 2, 2); break;  \
-    case 8 * 2 + 3: NAME##_tile(__VA_ARGS__, 2, 3); break;  \
-    case 8 * 2 + 4: NAME##_tile(__VA_ARGS__, 2, 4); break;  \
-    case 8 * 3 + 1: NAME##_tile(__VA_ARGS__, 3, 1); break;  \
-    case 8 * 3 + 2: NAME##_tile(__VA_ARGS__, 3, 2); break;  \
-    case 8 * 3 + 3: NAME##_tile(__VA_ARGS__, 3, 3); break;  \
-    case 8 * 3 + 4: NAME##_tile(__VA_ARGS__, 3, 4); break;  \
-    case 8 * 4 + 1: NAME##_tile(__VA_ARGS__, 4, 1); break;  \
-    case 8 * 4 + 2: NAME##_tile(__VA_ARGS__, 4, 2); break;  \
-    case 8 * 4 + 3: NAME##_tile(__VA_ARGS__, 4, 3); break;  \
-    default: NAME##_tile(__VA_ARGS__, 4, 4); break;         \
-    }
-
 #define KW_GEMM_AVX2(NAME, DIV)                                                                      \
     static void gemm_##NAME(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs,   \
                             int64_t nx, float *Y, int64_t ldy) {                                     \
@@ -151,7 +131,7 @@ KW_FTILE2(f16, ldw_f16, tail_f16)
             int R = (int)(r1 - r < 4 ? r1 - r : 4);                                                  \
             for (int64_t i = 0; i < nx; i += 4) {                                                    \
                 int C = (int)(nx - i < 4 ? nx - i : 4);                                              \
-                KW_TILE_SWITCH2(NAME, wd + (size_t)r * W->row_bytes, W->row_bytes,                   \
+                KW_TILE_SWITCH(NAME, wd + (size_t)r * W->row_bytes, W->row_bytes,                   \
                                 (const uint8_t *)X + (size_t)i * xs, xs, nb, Y + i * ldy + r, ldy)  \
             }                                                                                        \
         }                                                                                            \

@@ -134,27 +134,6 @@ KW_QTILE(q4_0, kw_block_q4_0, wq_q4_0, 8)
 KW_QTILE(q5_0, kw_block_q5_0, wq_q5_0, 16)
 KW_QTILE(q8_0, kw_block_q8_0, wq_q8_0, -128)
 
-/* Dispatches a tile with constant R, C so each shape is its own unrolled code. */
-#define KW_TILE_SWITCH(NAME, ...)                                                      \
-    switch (R * 8 + C) {                                                               \
-    case 8 * 1 + 1: NAME##_tile(__VA_ARGS__, 1, 1); break;                             \
-    case 8 * 1 + 2: NAME##_tile(__VA_ARGS__, 1, 2); break;                             \
-    case 8 * 1 + 3: NAME##_tile(__VA_ARGS__, 1, 3); break;                             \
-    case 8 * 1 + 4: NAME##_tile(__VA_ARGS__, 1, 4); break;                             \
-    case 8 * 2 + 1: NAME##_tile(__VA_ARGS__, 2, 1); break;                             \
-    case 8 * 2 + 2: NAME##_tile(__VA_ARGS__, 2, 2); break;                             \
-    case 8 * 2 + 3: NAME##_tile(__VA_ARGS__, 2, 3); break;                             \
-    case 8 * 2 + 4: NAME##_tile(__VA_ARGS__, 2, 4); break;                             \
-    case 8 * 3 + 1: NAME##_tile(__VA_ARGS__, 3, 1); break;                             \
-    case 8 * 3 + 2: NAME##_tile(__VA_ARGS__, 3, 2); break;                             \
-    case 8 * 3 + 3: NAME##_tile(__VA_ARGS__, 3, 3); break;                             \
-    case 8 * 3 + 4: NAME##_tile(__VA_ARGS__, 3, 4); break;                             \
-    case 8 * 4 + 1: NAME##_tile(__VA_ARGS__, 4, 1); break;                             \
-    case 8 * 4 + 2: NAME##_tile(__VA_ARGS__, 4, 2); break;                             \
-    case 8 * 4 + 3: NAME##_tile(__VA_ARGS__, 4, 3); break;                             \
-    default: NAME##_tile(__VA_ARGS__, 4, 4); break;                                    \
-    }
-
 /* Rows outer (a 4-row weight tile stays in L1), activation rows inner. */
 #define KW_GEMM(NAME, NB_DIV) KW_GEMM2(NAME, NAME, NB_DIV)
 #define KW_GEMM2(NAME, TILE, NB_DIV)                                                               \
