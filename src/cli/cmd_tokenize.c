@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "cli.h"
+#include "run_common.h"
 #include "kvwise/gguf.h"
 #include "kvwise/memory.h"
 #include "kvwise/tokenizer.h"
@@ -29,28 +30,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static char *read_whole_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (buf && ferror(f)) { free(buf); buf = NULL; }
-    fclose(f);
-    *len = n;
-    return buf;
 }
 
 static void print_escaped(const char *s, size_t n) {
@@ -110,7 +89,7 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len = 0;
     char *owned = NULL;
     if (file) {
-        owned = read_whole_file(file, &len);
+        owned = kw_run_read_file(file, &len);
         if (!owned) { fprintf(stderr, "kvwise tokenize: cannot read %s\n", file); return 2; }
     } else {
         len = strlen(prompt);

@@ -102,7 +102,7 @@ kw_model *kw_run_load(const kw_run_opts *o, double *ms) {
     return m;
 }
 
-static char *read_file(const char *path, size_t *len) {
+char *kw_run_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
@@ -128,7 +128,7 @@ static char *read_file(const char *path, size_t *len) {
 char *kw_run_prompt_text(const kw_run_opts *o, size_t *len) {
     if (o->prompt && o->file) { fprintf(stderr, "kvwise %s: give -p or -f, not both\n", o->cmd); return NULL; }
     if (o->file) {
-        char *t = read_file(o->file, len);
+        char *t = kw_run_read_file(o->file, len);
         if (!t) fprintf(stderr, "kvwise %s: cannot read %s: %s\n", o->cmd, o->file, strerror(errno));
         return t;
     }

@@ -31,6 +31,8 @@ int kw_run_float(const kw_run_opts *o, const char *opt, const char *s, double lo
 
 /* Loads the model (printing the error); *ms gets the load time. */
 kw_model *kw_run_load(const kw_run_opts *o, double *ms);
+/* Whole file, NUL-terminated (len excludes the NUL); NULL if it cannot be read. */
+char *kw_run_read_file(const char *path, size_t *len);
 /* The prompt text: -p as given, or the bytes of -f. malloc'd; NULL on error. */
 char *kw_run_prompt_text(const kw_run_opts *o, size_t *len);
 /* Tokenizes text (BOS as the vocab says unless --no-bos). malloc'd ids. */
