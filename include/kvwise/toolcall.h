@@ -5,10 +5,20 @@
  * Llama 3 `<|python_tag|>{...}` and a bare JSON object at the start of the
  * output (`{"name":..,"parameters":..}`, only with KW_TC_BARE_JSON), Mistral
  * `[TOOL_CALLS][{...}, ...]`. Text is fed as it is generated; anything that
- * could still be the start of a tag is held back (like a stop string), a
- * call is reported once it is complete. Output that looks like a call but
- * is not valid falls back to plain content: the parser never fails on
- * model output (only on out-of-memory). */
+ * could still be the start of a tag is held back (like a stop string).
+ *
+ * Calls stream: once the text of a call reads `{"name": "NAME", "arguments": {`
+ * (whitespace free, "parameters" for "arguments") the call is committed:
+ * CALL_BEGIN (index, id, name), then CALL_ARGS fragments of the arguments
+ * object as the model writes them (checked byte by byte by a JSON syntax
+ * validator), then CALL_END. Before that point, output that is not a call
+ * falls back to plain content, verbatim. A call in another shape (keys in
+ * another order, arguments as a JSON string) is reported whole when it is
+ * complete (BEGIN, one ARGS, END). If committed arguments stop being valid
+ * JSON (or the output ends inside them), CALL_END has `broken` set, the
+ * arguments stay as written up to that point, and the rest of the call's
+ * text (through its closing tag) goes out as content. The parser never fails
+ * on model output (only on out-of-memory). */
 #ifndef KVWISE_TOOLCALL_H
 #define KVWISE_TOOLCALL_H
 #include "kvwise/common.h"
@@ -16,14 +26,17 @@
 typedef enum kw_tc_ev_type {
     KW_TC_CONTENT = 0,      /* text: ordinary answer text */
     KW_TC_REASONING,        /* text: inside <think>...</think> */
-    KW_TC_CALL              /* index, id, name, arguments (a JSON text) */
+    KW_TC_CALL_BEGIN,       /* index, id, name */
+    KW_TC_CALL_ARGS,        /* index, text: the next fragment of the arguments (JSON text) */
+    KW_TC_CALL_END          /* index, broken */
 } kw_tc_ev_type;
 
 typedef struct kw_tc_event {
     kw_tc_ev_type type;
-    const char *text; size_t len;     /* CONTENT / REASONING (not NUL-terminated) */
-    int32_t index;                    /* CALL: 0, 1, ... in output order */
-    const char *id, *name, *arguments;/* CALL: NUL-terminated */
+    const char *text; size_t len;     /* CONTENT / REASONING / CALL_ARGS (not NUL-terminated) */
+    int32_t index;                    /* CALL_*: 0, 1, ... in output order */
+    const char *id, *name;            /* CALL_BEGIN: NUL-terminated */
+    bool broken;                      /* CALL_END: the arguments are not complete JSON */
 } kw_tc_event;
 
 typedef void (*kw_tc_cb)(void *user, const kw_tc_event *ev);
@@ -36,15 +49,28 @@ enum {
 
 typedef struct kw_tc_chan { char *pend; size_t n_pend, cap_pend; bool started; } kw_tc_chan;
 
+/* Incremental JSON syntax validator (one value). */
+#define KW_JV_MAX_DEPTH 64
+typedef struct kw_jv {
+    int state, sub;                   /* where in the grammar; sub: literal/number/\u position */
+    const char *lit;                  /* the literal being matched (true/false/null) */
+    int depth;
+    char stack[KW_JV_MAX_DEPTH];      /* '{' or '[' */
+} kw_jv;
+
 typedef struct kw_toolparse {
     unsigned flags;
     int state;
     char *buf; size_t len, cap;       /* text not yet decided */
     const char *marker;               /* the tag that opened the current call (fallback text) */
+    int group;                        /* how calls are delimited: <tool_call>, [..] list, ;-list */
     kw_tc_chan content, reasoning;
     bool seen_nonws;                  /* any non-whitespace output yet (bare JSON detection) */
     bool strip_lead;                  /* content starts after reasoning/calls: drop its leading whitespace */
     int32_t n_calls;
+    kw_jv jv;                         /* the committed call object being streamed */
+    int args_depth;                   /* jv depth inside which the arguments object lives */
+    bool in_args;
     uint64_t id_seed;
     int oom;
     kw_tc_cb cb; void *user;
@@ -60,5 +86,11 @@ void kw_toolparse_free(kw_toolparse *p);
 /* true if the rendered prompt leaves a <think> block open at its end
  * (the template started the model's reasoning): use KW_TC_START_IN_THINK. */
 bool kw_toolparse_prompt_opens_think(const char *prompt);
+
+/* The JSON syntax validator on its own: init, then feed bytes; returns
+ * 1 when the byte completed the value, 0 when more is needed, -1 when
+ * the byte cannot continue valid JSON (the validator is then stuck). */
+void kw_jv_init(kw_jv *v);
+int kw_jv_feed(kw_jv *v, unsigned char c);
 
 #endif

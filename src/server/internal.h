@@ -55,6 +55,8 @@ typedef struct kw_job {
     struct kw_toolparse *tp;
     kw_sbuf reasoning;          /* non-stream reasoning_content */
     cJSON *tool_calls;          /* non-stream message.tool_calls */
+    kw_sbuf call_args;          /* non-stream: the arguments of the call being written */
+    bool prefilling;            /* tool_choice prefill being fed to the parser: no output */
     bool single_call;           /* parallel_tool_calls: false -> only the first call is reported */
     int32_t *replay_ids;        /* --test-replay: the scripted output's tokens */
 } kw_job;

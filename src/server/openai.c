@@ -59,6 +59,7 @@ void kw_job_free(kw_job *j) {
     if (j->tp) { kw_toolparse_free(j->tp); free(j->tp); }
     kw_sbuf_free(&j->reasoning);
     cJSON_Delete(j->tool_calls);
+    kw_sbuf_free(&j->call_args);
     free(j->replay_ids);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -219,15 +220,107 @@ done:
 
 static void on_toolparse_event(void *user, const kw_tc_event *ev);
 
+/* tool_choice: "auto" (default), "none", "required" or {"type":"function","function":{"name":N}}. */
+enum { TC_AUTO = 0, TC_NONE, TC_REQUIRED, TC_NAMED };
+
+static bool tool_listed(const cJSON *tools, const char *name) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, name)) return true;
+    }
+    return false;
+}
+
+static int parse_tool_choice(const cJSON *root, int *mode, const char **named, kw_http_error *e) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    bool have_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    *mode = TC_AUTO;
+    *named = NULL;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsString(v)) {
+        if (!strcmp(v->valuestring, "auto")) *mode = TC_AUTO;
+        else if (!strcmp(v->valuestring, "none")) *mode = TC_NONE;
+        else if (!strcmp(v->valuestring, "required")) *mode = TC_REQUIRED;
+        else return kw_http_error_set(e, 400, "tool_choice", "invalid_value",
+                                      "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}, not \"%.64s\"", v->valuestring);
+    } else if (cJSON_IsObject(v)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(v, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(v, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(nm) || !nm->valuestring[0])
+            return kw_http_error_set(e, 400, "tool_choice", "invalid_value",
+                                     "a 'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        *mode = TC_NAMED;
+        *named = nm->valuestring;
+    } else {
+        return kw_http_error_set(e, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
+    }
+    if ((*mode == TC_REQUIRED || *mode == TC_NAMED) && !have_tools)
+        return kw_http_error_set(e, 400, "tool_choice", "invalid_value", "'tool_choice' %s needs 'tools'",
+                                 *mode == TC_REQUIRED ? "\"required\"" : "naming a function");
+    if (*mode == TC_NAMED && !tool_listed(tools, *named))
+        return kw_http_error_set(e, 400, "tool_choice", "invalid_value", "'tool_choice' names \"%.64s\", which is not in 'tools'", *named);
+    return 0;
+}
+
+/* The call format the model is prompted with, judged from the rendered prompt. */
+enum { FMT_NONE = 0, FMT_HERMES, FMT_LLAMA3, FMT_MISTRAL };
+
+static int call_format(const char *prompt, const kw_chat_template *tpl) {
+    if (strstr(prompt, "<tool_call>")) return FMT_HERMES;
+    if (strstr(prompt, "[AVAILABLE_TOOLS]")) return FMT_MISTRAL;
+    if (tpl->family == KW_TPL_LLAMA3) return FMT_LLAMA3;
+    return FMT_NONE;
+}
+
+/* tool_choice required / named, without constrained decoding: the assistant
+ * turn is prefilled with the format's call opener (and, for a named function,
+ * the call's name) so the model continues inside a call. Only when the
+ * template rendered the tools (their name is in the prompt) and the format is
+ * known; else "" (the model may still answer without a call). A prompt that
+ * left <think> open gets it closed first. malloc'd. */
+static char *tool_prefill(int mode, const char *named, const cJSON *tools, const char *prompt, const kw_chat_template *tpl) {
+    kw_sbuf b = {0};
+    if (mode == TC_REQUIRED || mode == TC_NAMED) {
+        const char *probe = named;
+        if (!probe) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 0), "function");
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            probe = cJSON_IsString(nm) ? nm->valuestring : NULL;
+        }
+        int fmt = call_format(prompt, tpl);
+        if (probe && fmt != FMT_NONE && strstr(prompt, probe)) {
+            if (kw_toolparse_prompt_opens_think(prompt)) kw_sbuf_puts(&b, "\n</think>\n\n");
+            if (fmt == FMT_HERMES) kw_sbuf_puts(&b, "<tool_call>\n");
+            else if (fmt == FMT_MISTRAL) kw_sbuf_puts(&b, "[TOOL_CALLS]");
+            if (mode == TC_NAMED) {
+                cJSON *s = cJSON_CreateString(named);
+                char *q = s ? cJSON_PrintUnformatted(s) : NULL;
+                if (q) kw_sbuf_printf(&b, "%s{\"name\": %s, \"%s\":", fmt == FMT_MISTRAL ? "[" : "", q,
+                                      fmt == FMT_LLAMA3 ? "parameters" : "arguments");
+                free(q);
+                cJSON_Delete(s);
+            } else if (fmt == FMT_LLAMA3) {
+                kw_sbuf_puts(&b, "{\"name\":");
+            }
+        }
+    }
+    kw_sbuf_add(&b, "", 0);
+    return kw_sbuf_take(&b);
+}
+
 /* Starts the output parser when the request has tools (tool_choice not
  * "none") or the template / prompt uses <think>; plain requests (and
- * tool-less ones asking for logprobs) keep the text path as it was. */
+ * tool-less ones asking for logprobs) keep the text path as it was. The
+ * prefill (already in the prompt) is fed to the parser first: it produces
+ * no output of its own, it puts the parser inside the call. */
 static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template *tpl, kw_engine *eng,
-                           const char *prompt) {
+                           const char *prompt, int choice, const char *prefill) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
-    bool use_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 &&
-                     !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
+    bool use_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 && choice != TC_NONE;
     bool opens_think = kw_toolparse_prompt_opens_think(prompt);
     bool thinks = opens_think || strstr(prompt, "<think>") ||
                   (eng->chat_template && strstr(eng->chat_template, "<think>"));
@@ -242,6 +335,11 @@ static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template 
     if (!j->stream) {
         j->tool_calls = cJSON_CreateArray();
         if (!j->tool_calls) return -1;
+    }
+    if (prefill && *prefill) {
+        j->prefilling = true;
+        kw_toolparse_feed(j->tp, prefill, strlen(prefill));
+        j->prefilling = false;
     }
     return 0;
 }
@@ -352,18 +450,32 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (chat) {
+        int choice;
+        const char *named;
+        if (parse_tool_choice(root, &choice, &named, e) < 0) goto fail;
+        /* tool_choice "none": the tools are not rendered (the model is not offered them) */
+        cJSON *hidden = choice == TC_NONE ? cJSON_DetachItemFromObjectCaseSensitive(root, "tools") : NULL;
         char *text = render_chat(root, tpl, e);
+        if (hidden) cJSON_AddItemToObject(root, "tools", hidden);
         if (!text) goto fail;
+        char *prefill = tool_prefill(choice, named, cJSON_GetObjectItemCaseSensitive(root, "tools"), text, tpl);
+        if (!prefill) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); free(text); goto fail; }
+        kw_sbuf full = {0};      /* the prompt the model reads: text + prefill */
+        kw_sbuf_puts(&full, text);
+        kw_sbuf_puts(&full, prefill);
+        if (full.oom) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); free(text); free(prefill); kw_sbuf_free(&full); goto fail; }
         kw_err err = {{0}};
         /* BOS: written by the template (then not added again) or added as the vocab says */
         bool has_bos = (tpl->bos_token[0] && !strncmp(text, tpl->bos_token, strlen(tpl->bos_token))) ||
                        (tpl->bos[0] && !strncmp(text, tpl->bos, strlen(tpl->bos)));
-        int rc = eng->tokenize(eng, text, strlen(text), !has_bos, true, &ids, &n_ids, &err);
-        if (rc == 0 && toolparse_setup(j, root, tpl, eng, text) < 0) {
+        int rc = eng->tokenize(eng, full.p, full.len, !has_bos, true, &ids, &n_ids, &err);
+        kw_sbuf_free(&full);
+        if (rc == 0 && toolparse_setup(j, root, tpl, eng, text, choice, prefill) < 0) {
             kw_http_error_set(e, 500, NULL, NULL, "out of memory");
-            free(text); free(ids); goto fail;
+            free(text); free(prefill); free(ids); goto fail;
         }
         free(text);
+        free(prefill);
         if (rc < 0) { kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg); goto fail; }
     } else if (completion_prompt(root, eng, &ids, &n_ids, e) < 0) {
         goto fail;
@@ -576,10 +688,49 @@ static cJSON *string_n(const char *s, size_t n) {
 }
 
 /* The parser's events: content / reasoning_content / tool_calls, streamed
- * as OpenAI deltas (a call: id, type and name first, then its arguments)
- * or accumulated for the final message. */
+ * as OpenAI deltas (a call: index, id, type and name first with arguments
+ * "", then each arguments fragment as the model writes it) or accumulated
+ * for the final message. */
+static void tool_call_delta(kw_job *j, const kw_tc_event *ev) {
+    cJSON *d = cJSON_CreateObject(), *calls = cJSON_AddArrayToObject(d, "tool_calls"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(calls, c);
+    cJSON_AddNumberToObject(c, "index", ev->index);
+    if (ev->type == KW_TC_CALL_BEGIN) {
+        cJSON_AddStringToObject(c, "id", ev->id);
+        cJSON_AddStringToObject(c, "type", "function");
+    }
+    cJSON *f = cJSON_AddObjectToObject(c, "function");
+    if (ev->type == KW_TC_CALL_BEGIN) {
+        cJSON_AddStringToObject(f, "name", ev->name);
+        cJSON_AddStringToObject(f, "arguments", "");
+    } else {
+        cJSON_AddItemToObject(f, "arguments", string_n(ev->text, ev->len));
+    }
+    sse_delta(j, d);
+}
+
+static void tool_call_accumulate(kw_job *j, const kw_tc_event *ev) {
+    if (!j->tool_calls) return;
+    if (ev->type == KW_TC_CALL_BEGIN) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "id", ev->id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", ev->name);
+        cJSON_AddItemToArray(j->tool_calls, c);
+        j->call_args.len = 0;
+    } else if (ev->type == KW_TC_CALL_ARGS) {
+        kw_sbuf_add(&j->call_args, ev->text, ev->len);
+    } else {
+        cJSON *c = cJSON_GetArrayItem(j->tool_calls, cJSON_GetArraySize(j->tool_calls) - 1);
+        cJSON *f = c ? cJSON_GetObjectItemCaseSensitive(c, "function") : NULL;
+        if (f) cJSON_AddItemToObject(f, "arguments", string_n(j->call_args.p ? j->call_args.p : "", j->call_args.len));
+    }
+}
+
 static void on_toolparse_event(void *user, const kw_tc_event *ev) {
     kw_job *j = user;
+    if (j->prefilling) return;      /* the prefilled opener is not output */
     if (ev->type == KW_TC_CONTENT) {
         if (j->stream) sse_choice(j, ev->text, ev->len, NULL, 0, NULL);
         else kw_sbuf_add(&j->text, ev->text, ev->len);
@@ -594,31 +745,9 @@ static void on_toolparse_event(void *user, const kw_tc_event *ev) {
     } else if (j->single_call && ev->index > 0) {
         return;                 /* parallel_tool_calls: false */
     } else if (j->stream) {
-        cJSON *d = cJSON_CreateObject(), *calls = cJSON_AddArrayToObject(d, "tool_calls"), *c = cJSON_CreateObject();
-        cJSON_AddItemToArray(calls, c);
-        cJSON_AddNumberToObject(c, "index", ev->index);
-        cJSON_AddStringToObject(c, "id", ev->id);
-        cJSON_AddStringToObject(c, "type", "function");
-        cJSON *f = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(f, "name", ev->name);
-        cJSON_AddStringToObject(f, "arguments", "");
-        sse_delta(j, d);
-        d = cJSON_CreateObject();
-        calls = cJSON_AddArrayToObject(d, "tool_calls");
-        c = cJSON_CreateObject();
-        cJSON_AddItemToArray(calls, c);
-        cJSON_AddNumberToObject(c, "index", ev->index);
-        f = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(f, "arguments", ev->arguments);
-        sse_delta(j, d);
-    } else if (j->tool_calls) {
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "id", ev->id);
-        cJSON_AddStringToObject(c, "type", "function");
-        cJSON *f = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(f, "name", ev->name);
-        cJSON_AddStringToObject(f, "arguments", ev->arguments);
-        cJSON_AddItemToArray(j->tool_calls, c);
+        if (ev->type != KW_TC_CALL_END) tool_call_delta(j, ev);
+    } else {
+        tool_call_accumulate(j, ev);
     }
 }
 

@@ -2,8 +2,12 @@
 // test-only replay sampler (--test-replay: a request's "test_replay" text is
 // emitted as the model's tokens, then end of generation). For each scripted
 // output (plain answer, one call, two parallel calls, reasoning then a call,
-// a malformed call) the non-streamed response and the streamed chunks are
-// checked field by field against the OpenAI chat.completion format.
+// a malformed call, a call whose arguments break after it started, a long
+// argument) the non-streamed response and the streamed chunks are checked
+// field by field against the OpenAI chat.completion format: a streamed call
+// is a delta with index, id, type and name (arguments "") and then argument
+// fragments whose concatenation is the non-streamed arguments text. Then
+// tool_choice: none / required / a named function (prefill) / bad values.
 import { spawn, spawnSync } from 'node:child_process';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -25,9 +29,12 @@ const modelPath = path.join(dir, 'tiny.gguf');
 const mk = spawnSync(BIN, ['mkmodel', '--preset', 'tiny', '--seed', '7', '-o', modelPath], { encoding: 'utf8' });
 if (mk.status !== 0) { console.error('mkmodel failed: ' + mk.stderr); process.exit(1); }
 
-// A Qwen3-style template (Jinja) that opens <think> in the prompt unless enable_thinking is false.
+// A Qwen3-style template (Jinja) that renders tools Hermes-style and opens <think> in the
+// prompt unless enable_thinking is false.
 const tplPath = path.join(dir, 'think.jinja');
-fs.writeFileSync(tplPath, "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+fs.writeFileSync(tplPath, "{%- if tools %}<|im_start|>system\n# Tools\n<tools>\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}" +
+  "</tools>\nReturn each call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{% endif %}" +
+  "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
   "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n" +
   "{% else %}<think>\n{% endif %}");
 
@@ -75,6 +82,7 @@ const TOOLS = [
     parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } } },
 ];
 
+const LONG = 'src/' + Array.from({ length: 24 }, (_, i) => `dir${i}`).join('/') + '/file.txt';
 // name -> [scripted output, expected {content, reasoning, calls:[[name, argsObject]]}]
 const CASES = {
   plain: ['The weather is fine today.', { content: 'The weather is fine today.', reasoning: null, calls: [] }],
@@ -84,9 +92,22 @@ const CASES = {
     { content: null, reasoning: null, calls: [['get_weather', { city: 'Oslo' }], ['read', { path: '/tmp/a b.txt' }]] }],
   think_call: ['<think>\nThe user wants a file. I should read it.\n</think>\n\n<tool_call>\n{"name": "read", "arguments": {"path": "README.md"}}\n</tool_call>',
     { content: null, reasoning: 'The user wants a file. I should read it.', calls: [['read', { path: 'README.md' }]] }],
-  malformed: ['<tool_call>\n{"name": "read", "arguments": {"path": </tool_call> oops',
-    { content: '<tool_call>\n{"name": "read", "arguments": {"path": </tool_call> oops', reasoning: null, calls: [] }],
+  // not a call (the name is not a JSON string): verbatim content
+  malformed: ['<tool_call>\n{"name": read, "arguments": {"path": "a"}}\n</tool_call> oops',
+    { content: '<tool_call>\n{"name": read, "arguments": {"path": "a"}}\n</tool_call> oops', reasoning: null, calls: [] }],
+  // the call started (name known) and its arguments broke: the call keeps what was written, the rest is content
+  broken_args: ['<tool_call>\n{"name": "read", "arguments": {"path": </tool_call> oops',
+    { content: '</tool_call> oops', reasoning: null, calls: [['read', { raw: '{"path": ' }]] }],
+  long_args: ['<tool_call>\n{"name": "read", "arguments": {"path": "' + LONG + '"}}\n</tool_call>',
+    { content: null, reasoning: null, calls: [['read', { path: LONG }]], minFragments: 8 }],
 };
+
+function argsMatch(text, want) {
+  if (want && typeof want.raw === 'string') return text === want.raw;
+  let parsed;
+  try { parsed = JSON.parse(text); } catch { return false; }
+  return JSON.stringify(parsed) === JSON.stringify(want);
+}
 
 function checkNonStream(name, r, want) {
   check(r.status === 200, `${name}: status 200`, r.text);
@@ -105,57 +126,62 @@ function checkNonStream(name, r, want) {
     ids.add(tc.id);
     check(tc.type === 'function', `${name}: call ${i} type`, tc);
     check(tc.function && tc.function.name === fn, `${name}: call ${i} name`, tc);
-    let parsed = null;
-    try { parsed = JSON.parse(tc.function.arguments); } catch { /* checked below */ }
-    check(typeof tc.function?.arguments === 'string' && JSON.stringify(parsed) === JSON.stringify(args), `${name}: call ${i} arguments`, tc);
+    check(typeof tc.function?.arguments === 'string' && argsMatch(tc.function.arguments, args), `${name}: call ${i} arguments`, tc);
   });
   check(ids.size === want.calls.length, `${name}: call ids distinct`);
   check(c.finish_reason === (want.calls.length ? 'tool_calls' : 'stop'), `${name}: finish_reason`, c.finish_reason);
   check(j.usage && j.usage.completion_tokens > 0 && j.usage.prompt_tokens > 0, `${name}: usage`, j.usage);
+  return calls.map((tc) => tc.function?.arguments);
 }
 
-function checkStream(name, r, want) {
+function checkStream(name, r, want, nonStreamArgs) {
   check(r.status === 200, `${name} stream: status 200`, r.text);
   const events = r.text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
   check(events[events.length - 1] === '[DONE]', `${name} stream: ends with [DONE]`);
   const chunks = events.filter((e) => e !== '[DONE]').map((e) => JSON.parse(e));
-  let content = null, reasoning = null, finish = null, role = null;
+  let content = null, reasoning = null, finish = null, role = null, finishChunks = 0;
   const calls = [];
-  let orderOk = true;
   for (const ch of chunks) {
     if (!ch.choices.length) continue;   // the usage chunk
-    check(ch.object === 'chat.completion.chunk', `${name} stream: chunk object`, ch);
+    check(ch.object === 'chat.completion.chunk' && ch.id === chunks[0].id, `${name} stream: chunk object and id`, ch);
+    check('finish_reason' in ch.choices[0], `${name} stream: finish_reason present (null or a reason) in every chunk`, ch);
     const c = ch.choices[0], d = c.delta || {};
     if (d.role) role = d.role;
     if (typeof d.content === 'string') content = (content ?? '') + d.content;
     if (typeof d.reasoning_content === 'string') reasoning = (reasoning ?? '') + d.reasoning_content;
+    check(!d.tool_calls || d.tool_calls.length === 1, `${name} stream: one call per delta`, d);
     for (const tc of d.tool_calls || []) {
+      check(Number.isInteger(tc.index) && tc.index === (calls[tc.index] ? tc.index : calls.length), `${name} stream: call index in order`, tc);
+      const f = tc.function || {};
       if (!calls[tc.index]) {
-        // the first delta of a call carries id, type and the name
-        if (!(tc.id && tc.type === 'function' && tc.function && typeof tc.function.name === 'string')) orderOk = false;
-        calls[tc.index] = { id: tc.id, name: tc.function?.name, args: tc.function?.arguments || '' };
+        // the first delta of a call: index, id, type and the name, arguments ""
+        check(/^call_[0-9a-f]+$/.test(tc.id || '') && tc.type === 'function' && typeof f.name === 'string' && f.arguments === '',
+          `${name} stream: first delta of call ${tc.index} is {index, id, type, function: {name, arguments: ""}}`, tc);
+        calls[tc.index] = { id: tc.id, name: f.name, frags: [] };
       } else {
-        if (tc.id || (tc.function && tc.function.name)) orderOk = false;
-        calls[tc.index].args += tc.function?.arguments || '';
+        // then fragments: only index and function.arguments, a non-empty string
+        check(tc.id === undefined && tc.type === undefined && f.name === undefined && typeof f.arguments === 'string' && f.arguments.length > 0,
+          `${name} stream: a later delta of call ${tc.index} carries only an arguments fragment`, tc);
+        calls[tc.index].frags.push(f.arguments);
       }
     }
-    if (c.finish_reason) finish = c.finish_reason;
+    if (c.finish_reason) { finish = c.finish_reason; finishChunks++; }
   }
   check(role === 'assistant', `${name} stream: role`);
   check((content === '' ? null : content) === want.content, `${name} stream: content`, content);
   check(reasoning === want.reasoning, `${name} stream: reasoning_content`, reasoning);
-  check(orderOk, `${name} stream: id/type/name first, then argument fragments`);
   check(calls.length === want.calls.length, `${name} stream: number of tool calls`, calls);
   want.calls.forEach(([fn, args], i) => {
-    const tc = calls[i] || {};
-    check(/^call_[0-9a-f]+$/.test(tc.id || '') && tc.name === fn, `${name} stream: call ${i} id/name`, tc);
-    let parsed = null;
-    try { parsed = JSON.parse(tc.args); } catch { /* checked below */ }
-    check(JSON.stringify(parsed) === JSON.stringify(args), `${name} stream: call ${i} arguments`, tc);
+    const tc = calls[i] || { frags: [] };
+    const joined = tc.frags.join('');
+    check(tc.name === fn, `${name} stream: call ${i} name`, tc);
+    check(argsMatch(joined, args), `${name} stream: call ${i} fragments concatenate to the arguments`, tc);
+    check(joined === nonStreamArgs[i], `${name} stream: call ${i} arguments == non-stream arguments`, [joined, nonStreamArgs[i]]);
+    if (want.minFragments) check(tc.frags.length >= want.minFragments, `${name} stream: call ${i} arrives in >= ${want.minFragments} fragments`, tc.frags.length);
   });
-  check(finish === (want.calls.length ? 'tool_calls' : 'stop'), `${name} stream: finish_reason`, finish);
+  check(finishChunks === 1 && finish === (want.calls.length ? 'tool_calls' : 'stop'), `${name} stream: one finish_reason`, finish);
   const last = chunks[chunks.length - 1];
-  check(last && last.usage && last.usage.completion_tokens > 0, `${name} stream: usage in the last chunk`, last);
+  check(last && last.choices.length === 0 && last.usage && last.usage.completion_tokens > 0, `${name} stream: usage in the last chunk`, last);
 }
 
 async function main() {
@@ -163,8 +189,8 @@ async function main() {
   const messages = [{ role: 'system', content: 'You are a helpful agent.' }, { role: 'user', content: 'What is the weather in Paris?' }];
   for (const [name, [script, want]] of Object.entries(CASES)) {
     const body = { model: 'tiny', messages, tools: TOOLS, tool_choice: 'auto', temperature: 0, test_replay: script };
-    checkNonStream(name, await post(port, body), want);
-    checkStream(name, await post(port, { ...body, stream: true, stream_options: { include_usage: true } }), want);
+    const args = checkNonStream(name, await post(port, body), want);
+    checkStream(name, await post(port, { ...body, stream: true, stream_options: { include_usage: true } }), want, args);
   }
   // a second turn carrying the assistant's tool call and the tool result is accepted
   const turn2 = [...messages,
@@ -200,6 +226,68 @@ async function main() {
     };
     check(JSON.stringify(got(a)) === JSON.stringify(['Paris is sunny.', 'Let me think.']), `think opened by the template (stream ${stream})`, got(a));
     check(JSON.stringify(got(b)) === JSON.stringify(['Paris is sunny.', null]), `enable_thinking false (stream ${stream})`, got(b));
+  }
+  // tool_choice (docs/SERVER.md): values other than none/auto/required/{type:function,function:{name}} are 400
+  const bad = [['sometimes', 'invalid_value'], [5, 'invalid_type'], [{ type: 'function' }, 'invalid_value'],
+    [{ type: 'function', function: { name: 'nope' } }, 'invalid_value'], [{ type: 'tool', name: 'read' }, 'invalid_value']];
+  for (const [tc, code] of bad) {
+    const r = await post(port, { messages, tools: TOOLS, tool_choice: tc, test_replay: 'x' });
+    const err = r.status === 400 ? JSON.parse(r.text).error : {};
+    check(r.status === 400 && err.param === 'tool_choice' && err.code === code, `tool_choice ${JSON.stringify(tc)}: 400 ${code}`, r.text);
+  }
+  const r6 = await post(port, { messages, tool_choice: 'required', test_replay: 'x' });
+  check(r6.status === 400 && JSON.parse(r6.text).error.param === 'tool_choice', 'tool_choice required without tools: 400', r6.text);
+  const r7 = await post(port, { messages, tool_choice: 'auto', test_replay: 'x' });
+  check(r7.status === 200, 'tool_choice auto without tools: accepted', r7.text);
+  // "required" with a template that does not render tools (the tiny model's ChatML fallback): no prefill is
+  // possible, a model answering without a call finishes with "stop"
+  const r8 = await post(port, { messages, tools: TOOLS, tool_choice: 'required', test_replay: 'Plain answer.' });
+  const m8 = JSON.parse(r8.text).choices[0];
+  check(m8.message.content === 'Plain answer.' && !m8.message.tool_calls && m8.finish_reason === 'stop', 'tool_choice required, no call: stop', m8);
+  // with the tools-rendering template: "none" leaves the tools out of the prompt
+  const usage = async (body) => JSON.parse((await post(tp, { messages, test_replay: 'ok', ...body })).text).usage.prompt_tokens;
+  const pNoTools = await usage({}), pNone = await usage({ tools: TOOLS, tool_choice: 'none' }), pAuto = await usage({ tools: TOOLS });
+  check(pNone === pNoTools && pAuto > pNone, 'tool_choice none: tools not rendered', { pNoTools, pNone, pAuto });
+  // "required" / named: the assistant turn is prefilled with the call opener (and the name), the model continues
+  // inside the call; the template opened <think>, so the prefill closes it first (no reasoning reported)
+  const callOf = (r, stream) => {
+    if (!stream) {
+      const c = JSON.parse(r.text).choices[0];
+      return { finish: c.finish_reason, content: c.message.content, reasoning: c.message.reasoning_content ?? null,
+        calls: (c.message.tool_calls || []).map((t) => [t.function.name, JSON.parse(t.function.arguments)]) };
+    }
+    const out = { finish: null, content: null, reasoning: null, calls: [] };
+    for (const e of r.text.split('\n\n')) {
+      if (!e.startsWith('data: {')) continue;
+      const c = JSON.parse(e.slice(6)).choices[0];
+      if (!c) continue;
+      if (c.finish_reason) out.finish = c.finish_reason;
+      if (c.delta.content) out.content = (out.content ?? '') + c.delta.content;
+      if (c.delta.reasoning_content) out.reasoning = (out.reasoning ?? '') + c.delta.reasoning_content;
+      for (const t of c.delta.tool_calls || []) {
+        if (t.function.name) out.calls[t.index] = [t.function.name, ''];
+        else out.calls[t.index][1] += t.function.arguments;
+      }
+    }
+    out.calls = out.calls.map(([n, a]) => [n, JSON.parse(a)]);
+    return out;
+  };
+  for (const stream of [false, true]) {
+    for (const kw of [{}, { chat_template_kwargs: { enable_thinking: false } }]) {
+      const tag = `(stream ${stream}, ${kw.chat_template_kwargs ? 'thinking off' : 'think open'})`;
+      const req = await post(tp, { messages, tools: TOOLS, tool_choice: 'required', stream, ...kw,
+        test_replay: '{"name": "read", "arguments": {"path": "x"}}\n</tool_call>' });
+      check(JSON.stringify(callOf(req, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: null, calls: [['read', { path: 'x' }]] }),
+        `tool_choice required: prefilled <tool_call> ${tag}`, callOf(req, stream));
+      const named = await post(tp, { messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } }, stream, ...kw,
+        test_replay: ' {"city": "Rome"}}\n</tool_call>' });
+      check(JSON.stringify(callOf(named, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: null, calls: [['get_weather', { city: 'Rome' }]] }),
+        `tool_choice named: prefilled name ${tag}`, callOf(named, stream));
+      // a model that still does not call: the opener it was given goes out as text, finish_reason "stop"
+      const refuse = await post(tp, { messages, tools: TOOLS, tool_choice: 'required', stream, ...kw, test_replay: 'Sure.' });
+      check(JSON.stringify(callOf(refuse, stream)) === JSON.stringify({ finish: 'stop', content: '<tool_call>\nSure.', reasoning: null, calls: [] }),
+        `tool_choice required, model writes no call ${tag}`, callOf(refuse, stream));
+    }
   }
   // without --test-replay semantics the field is ignored by other servers; here a non-string is a clear 400
   const r4 = await post(port, { messages, test_replay: 5 });

@@ -7,7 +7,7 @@
 #include "kvwise/toolcall.h"
 
 /* Transcript: consecutive text of one kind merged: "C[..]R[..]T0(name,args)". */
-typedef struct { char s[8192]; size_t n; int last; char ids[8][40]; } transcript;
+typedef struct { char s[8192]; size_t n; int last; char ids[8][40]; int n_frag, events; } transcript;
 
 static void put(transcript *t, const char *s, size_t n) {
     if (t->n + n >= sizeof t->s) n = sizeof t->s - 1 - t->n;
@@ -18,25 +18,28 @@ static void put(transcript *t, const char *s, size_t n) {
 
 static void on_ev(void *user, const kw_tc_event *ev) {
     transcript *t = user;
-    if (ev->type == KW_TC_CALL) {
-        if (t->last >= 0 && t->last != KW_TC_CALL) put(t, "]", 1);
+    t->events++;
+    if (ev->type == KW_TC_CALL_BEGIN) {
+        if (t->last >= 0 && t->last < KW_TC_CALL_BEGIN) put(t, "]", 1);
         char b[1024];
-        int n = snprintf(b, sizeof b, "T%d(%s,%s)", ev->index, ev->name, ev->arguments);
+        int n = snprintf(b, sizeof b, "T%d(%s,", ev->index, ev->name);
         put(t, b, (size_t)n);
         if (ev->index < 8) snprintf(t->ids[ev->index], sizeof t->ids[0], "%s", ev->id);
-        t->last = KW_TC_CALL;
+        t->last = KW_TC_CALL_BEGIN;
         return;
     }
+    if (ev->type == KW_TC_CALL_ARGS) { put(t, ev->text, ev->len); t->n_frag++; return; }
+    if (ev->type == KW_TC_CALL_END) { put(t, ev->broken ? ")!" : ")", ev->broken ? 2 : 1); return; }
     if (ev->len == 0) return;
     if ((int)ev->type != t->last) {
-        if (t->last >= 0 && t->last != KW_TC_CALL) put(t, "]", 1);
+        if (t->last >= 0 && t->last < KW_TC_CALL_BEGIN) put(t, "]", 1);
         put(t, ev->type == KW_TC_CONTENT ? "C[" : "R[", 2);
         t->last = (int)ev->type;
     }
     put(t, ev->text, ev->len);
 }
 
-static void close_t(transcript *t) { if (t->last >= 0 && t->last != KW_TC_CALL) put(t, "]", 1); t->last = -1; }
+static void close_t(transcript *t) { if (t->last >= 0 && t->last < KW_TC_CALL_BEGIN) put(t, "]", 1); t->last = -1; }
 
 /* Runs text through the parser in pieces of the given split points. */
 static void run_split(const char *text, unsigned flags, size_t cut, bool bytewise, transcript *t) {
@@ -66,27 +69,80 @@ static void expect(const char *text, unsigned flags, const char *want) {
     KW_CHECK_MSG(bad == 0, "%d split points differ for %s", bad, text);
 }
 
-/* Streaming: content before a call must come out before the call completes. */
+static void feeds(kw_toolparse *p, const char *s) { kw_toolparse_feed(p, s, strlen(s)); }
+
+/* Streaming: content before a call comes out before the call; the call's
+ * name comes first, then its arguments in fragments as they arrive. */
 static void test_incremental(void) {
     transcript t = {0};
     t.last = -1;
     kw_toolparse p;
     kw_toolparse_init(&p, KW_TC_TOOLS, on_ev, &t);
-    kw_toolparse_feed(&p, "Let me look.<tool", 17);
+    feeds(&p, "Let me look.<tool");
     KW_CHECK_MSG(!strcmp(t.s, "C[Let me look."), "got %s", t.s);
-    kw_toolparse_feed(&p, "_call>{\"name\":\"f\",\"arguments\":{\"a\":1}}", 38);
-    KW_CHECK(strstr(t.s, "T0") == NULL);      /* not complete yet */
-    kw_toolparse_feed(&p, "</tool_call>", 12);
-    KW_CHECK(strstr(t.s, "T0(f,{\"a\":1})") != NULL);
+    feeds(&p, "_call>{\"name\":\"f\",\"argu");
+    KW_CHECK_MSG(!strcmp(t.s, "C[Let me look."), "header not complete yet: %s", t.s);
+    feeds(&p, "ments\":");
+    KW_CHECK_MSG(!strcmp(t.s, "C[Let me look."), "committed only at the arguments' {: %s", t.s);
+    feeds(&p, "{\"path\":\"/tmp/");
+    KW_CHECK_MSG(!strcmp(t.s, "C[Let me look.]T0(f,{\"path\":\"/tmp/"), "begun and streaming: %s", t.s);
+    feeds(&p, "a.txt\"");
+    feeds(&p, "}}");
+    KW_CHECK_MSG(!strcmp(t.s, "C[Let me look.]T0(f,{\"path\":\"/tmp/a.txt\"})"), "ended with its object: %s", t.s);
+    KW_CHECK_EQ_INT(t.n_frag, 3);
+    feeds(&p, "</tool_call> ok");
     kw_toolparse_finish(&p);
     kw_toolparse_free(&p);
+    close_t(&t);
+    KW_CHECK_MSG(!strcmp(t.s, "C[Let me look.]T0(f,{\"path\":\"/tmp/a.txt\"})C[ok]"), "got %s", t.s);
+    /* a prefilled opener (tool_choice) produces no event by itself */
+    transcript u = {0};
+    u.last = -1;
+    kw_toolparse_init(&p, KW_TC_TOOLS, on_ev, &u);
+    feeds(&p, "<tool_call>\n{\"name\": \"read\", \"arguments\":");
+    KW_CHECK_EQ_INT(u.events, 0);
+    feeds(&p, " {\"p\": 1}}");
+    kw_toolparse_finish(&p);
+    kw_toolparse_free(&p);
+    KW_CHECK_MSG(!strcmp(u.s, "T0(read,{\"p\": 1})"), "got %s", u.s);
     /* ids: call_ + 16 hex, distinct per call */
-    transcript u;
     run_split("<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\",\"arguments\":{}}</tool_call>",
               KW_TC_TOOLS, 3, false, &u);
     KW_CHECK_EQ_INT(strlen(u.ids[0]), 21);
     KW_CHECK(!strncmp(u.ids[0], "call_", 5));
     KW_CHECK(strcmp(u.ids[0], u.ids[1]) != 0);
+}
+
+/* The validator accepts exactly RFC 8259 JSON (one value, nothing after it). */
+static void test_validator(void) {
+    static const struct { const char *s; bool ok; } cases[] = {
+        {"{}", true}, {"[]", true}, {"[[[]]]", true}, {"\"s\"", true}, {"[1e5, 2E-3, -0]", true},
+        {"{\"a\": [1, -2.5e+3, 0, 0.1, true, false, null, \"x\\\"y\\u00e9\\/\"]}", true},
+        {"{\"k\":{\"n\":[{}]}}", true}, {" { \"a\" : 1 } ", true},
+        {"{\"a\":1,}", false}, {"[1,]", false}, {"{\"a\" 1}", false}, {"{'a': 1}", false}, {"[01]", false},
+        {"[1.]", false}, {"[-]", false}, {"[tru]", false}, {"{\"a\":\"\\q\"}", false}, {"{\"a\":\"\\u12g4\"}", false},
+        {"[1 2]", false}, {"{\"a\":1}}", false}, {"[\"tab\there\"]", false}, {"{1:2}", false}, {"[1}", false},
+        {"{\"a\":[}", false}, {"[.5]", false}, {"[1e]", false}, {"[+1]", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *s = cases[i].s;
+        kw_jv v;
+        kw_jv_init(&v);
+        int r = 0, done = 0;
+        for (size_t k = 0; s[k]; k++) {
+            r = kw_jv_feed(&v, (unsigned char)s[k]);
+            if (r < 0) break;
+            if (r == 1) done = 1;
+        }
+        bool ok = r >= 0 && done;
+        KW_CHECK_MSG(ok == cases[i].ok, "validator says %d, want %d: %s", ok, cases[i].ok, s);
+    }
+    /* nesting deeper than KW_JV_MAX_DEPTH is refused, not overflowed */
+    kw_jv v;
+    kw_jv_init(&v);
+    int r = 0;
+    for (int k = 0; k < KW_JV_MAX_DEPTH + 1 && r >= 0; k++) r = kw_jv_feed(&v, '[');
+    KW_CHECK_EQ_INT(r, -1);
 }
 
 int main(void) {
@@ -97,9 +153,9 @@ int main(void) {
     expect("", T, "");
     /* Qwen / Hermes */
     expect("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", T,
-           "T0(get_weather,{\"city\":\"Paris\"})");
+           "T0(get_weather,{\"city\": \"Paris\"})");
     expect("I will check.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"</tool\"}}\n</tool_call>\n", T,
-           "C[I will check.]T0(a,{\"x\":\"</tool\"})");
+           "C[I will check.]T0(a,{\"x\": \"</tool\"})");
     expect("<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"b\",\"arguments\":{\"k\":[1,2]}}</tool_call>", T,
            "T0(a,{})T1(b,{\"k\":[1,2]})");
     /* arguments given as a JSON string are passed through */
@@ -113,19 +169,31 @@ int main(void) {
     /* without KW_TC_TOOLS tags are text */
     expect("<tool_call>{\"name\":\"a\"}</tool_call>", 0, "C[<tool_call>{\"name\":\"a\"}</tool_call>]");
     /* Llama 3 */
-    expect("<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"cats\"}}", T, "T0(search,{\"q\":\"cats\"})");
+    expect("<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"cats\"}}", T, "T0(search,{\"q\": \"cats\"})");
     expect("<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"z\": 0}}", T,
-           "T0(a,{})T1(b,{\"z\":0})");
-    expect("\n{\"name\": \"search\", \"parameters\": {\"q\": \"}\"}}", T | KW_TC_BARE_JSON, "T0(search,{\"q\":\"}\"})");
+           "T0(a,{})T1(b,{\"z\": 0})");
+    expect("\n{\"name\": \"search\", \"parameters\": {\"q\": \"}\"}}", T | KW_TC_BARE_JSON, "T0(search,{\"q\": \"}\"})");
     expect("{\"answer\": 42}", T | KW_TC_BARE_JSON, "C[{\"answer\": 42}]");
     expect("{\"name\": \"x\"", T | KW_TC_BARE_JSON, "C[{\"name\": \"x\"]");
     expect("text {\"name\": \"x\", \"parameters\": {}}", T | KW_TC_BARE_JSON, "C[text {\"name\": \"x\", \"parameters\": {}}]");
     /* Mistral */
     expect("[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"n\": 1}}, {\"name\": \"b\", \"arguments\": {}}]", T,
-           "T0(a,{\"n\":1})T1(b,{})");
+           "T0(a,{\"n\": 1})T1(b,{})");
     /* malformed calls fall back to content, verbatim */
-    expect("<tool_call>{\"name\": \"a\", \"arguments\": {</tool_call>after", T,
-           "C[<tool_call>{\"name\": \"a\", \"arguments\": {</tool_call>after]");
+    expect("<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>after", T,
+           "C[<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>after]");
+    /* committed calls whose arguments break: the call ends broken, the rest of it is content */
+    expect("<tool_call>{\"name\": \"a\", \"arguments\": {</tool_call>after", T, "T0(a,{)!C[</tool_call>after]");
+    expect("<tool_call>{\"name\":\"f\",\"arguments\":{\"path\":\"/tm", T, "T0(f,{\"path\":\"/tm)!");
+    expect("[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"n\": 1}}, {\"name\": \"b\", \"arguments\": {x}}] tail", T,
+           "T0(a,{\"n\": 1})T1(b,{)!C[x}}] tail]");
+    /* other shapes are reported whole */
+    expect("<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\"}</tool_call>", T, "T0(f,{\"x\":1})");
+    expect("<tool_call>{\"function\": {\"name\": \"g\", \"arguments\": {}}}</tool_call>", T, "T0(g,{})");
+    /* extra members after the arguments, nested values, escapes */
+    expect("<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":1},\"id\":\"x\"}</tool_call>", T, "T0(f,{\"a\":1})");
+    expect("<tool_call>{\"name\":\"w\",\"arguments\":{\"s\":\"a}\\\"b\\\\\",\"n\":[1,{\"x\":null}],\"f\":-1.5e3,\"t\":true}}</tool_call>", T,
+           "T0(w,{\"s\":\"a}\\\"b\\\\\",\"n\":[1,{\"x\":null}],\"f\":-1.5e3,\"t\":true})");
     expect("<tool_call>not json at all", T, "C[<tool_call>not json at all]");
     expect("<tool_call>{\"arguments\": {}}</tool_call>", T, "C[<tool_call>{\"arguments\": {}}</tool_call>]");
     expect("[TOOL_CALLS]oops", T, "C[[TOOL_CALLS]oops]");
@@ -134,6 +202,7 @@ int main(void) {
     expect("<think>never closed", T, "R[never closed]");
     expect("<tool_call>{\"name\":\"a\",\"arguments\":{}}", T, "T0(a,{})");   /* missing close tag at the end */
     test_incremental();
+    test_validator();
     KW_CHECK(kw_toolparse_prompt_opens_think("<|im_start|>assistant\n<think>\n"));
     KW_CHECK(!kw_toolparse_prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
     KW_CHECK(!kw_toolparse_prompt_opens_think("<|im_start|>assistant\n"));
