@@ -20,6 +20,7 @@
 #include "model_internal.h"
 #include "kvwise/memory.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +92,10 @@ static void plan_workspace(const kw_hparams *hp, int32_t T, int32_t C, int n_thr
     /* per thread, for the G query heads of one KV head: scores[G][C], q[G][hk], acc[G][hv] */
     size_t G = (size_t)(hp->n_head / hp->n_head_kv);
     p->att_floats = round64(G * ((size_t)C + hk + hv) * f) / f;
+    if (T >= 2) {   /* prefill tiles (attn_avx512.c) */
+        size_t tf = round64(kw_attn_tile_floats((int)hk, (int)hv, C) * f) / f;
+        if (tf > p->att_floats) p->att_floats = tf;
+    }
     p->mm_bytes = round64(matmul_scratch_model(hp, T));
     p->scratch_bytes = p->mm_bytes + (size_t)(n_threads > 0 ? n_threads : 1) * p->att_floats * f;
 }
@@ -118,6 +123,8 @@ struct kw_ctx {
     kw_kv_pool *kv;
     const kw_batch *b;
     int layer;
+    int32_t n_tiles;            /* prefill attention tiles (starts in rows[]) */
+    _Atomic int64_t next_item;
 };
 
 kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int32_t max_ctx, kw_err *err) {
@@ -422,6 +429,45 @@ static void attention_task(void *arg, int ith, int nth) {
     for (int64_t it = lo; it < hi; it++) attend_group(c, op, (int32_t)(it / n_kv), (int)(it % n_kv), scr);
 }
 
+/* Prefill: items (tile, KV head) handed out through a counter (causal work
+ * grows with the position, so a static split would be uneven). A tile of
+ * one token takes the per-token path (same results, less set-up). */
+static void attention_tiles_task(void *arg, int ith, int nth) {
+    (void)nth;
+    kw_ctx *c = arg;
+    const kw_hparams *hp = &c->m->hp;
+    const kw_batch *b = c->b;
+    int n_kv = hp->n_head_kv, G = hp->n_head / n_kv;
+    float *scr = (float *)((uint8_t *)c->scratch + c->plan.mm_bytes) + (size_t)ith * c->plan.att_floats;
+    for (;;) {
+        int64_t it = atomic_fetch_add_explicit(&c->next_item, 1, memory_order_relaxed);
+        if (it >= (int64_t)c->n_tiles * n_kv) break;
+        int32_t tile = (int32_t)(it / n_kv), i0 = c->rows[tile];
+        int32_t i1 = tile + 1 < c->n_tiles ? c->rows[tile + 1] : b->n_tokens;
+        int kvh = (int)(it % n_kv);
+        if (i1 - i0 == 1) { attend_group(c, attn_ops_get(), i0, kvh, scr); continue; }
+        kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = c->kv, .table = b->tables[b->seq[i0]], .pos = b->pos,
+                               .i0 = i0, .n_tok = i1 - i0, .layer = c->layer, .kvh = kvh, .n_head = hp->n_head,
+                               .G = G, .hk = hp->head_dim_k, .hv = hp->head_dim_v};
+        kw_attn_tile_avx512(&a, scr);
+    }
+}
+
+/* Splits the batch into tiles of consecutive tokens of one sequence; 0 when
+ * the tiled path does not apply (no AVX-512, KV type, head shapes, decode). */
+static int32_t plan_tiles(kw_ctx *c, const kw_batch *b) {
+    const kw_hparams *hp = &c->m->hp;
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    int G = hp->n_head / hp->n_head_kv, per = kw_attn_tile_tokens(G);
+    if (b->n_tokens < 2 || c->max_tokens < 2 || !ci || !ci->avx512f ||
+        !kw_attn_tile_supported(c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v))
+        return 0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (i == 0 || b->seq[i] != b->seq[i - 1] || i - c->rows[n - 1] >= per) c->rows[n++] = i;
+    return n;
+}
+
 /* Below this many multiply-adds a wake-up of the pool costs more than it saves. */
 #define KW_ATTN_PARALLEL_MIN (1 << 17)
 
@@ -433,6 +479,13 @@ static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     int64_t work = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) work += (int64_t)b->pos[i] + 1;
     work *= (int64_t)hp->n_head * (hp->head_dim_k + hp->head_dim_v);
+    c->n_tiles = plan_tiles(c, b);
+    if (c->n_tiles > 0) {
+        atomic_store(&c->next_item, 0);
+        if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_ATTN_PARALLEL_MIN) kw_pool_run(c->pool, attention_tiles_task, c);
+        else attention_tiles_task(c, 0, 1);
+        return;
+    }
     if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_ATTN_PARALLEL_MIN) kw_pool_run(c->pool, attention_task, c);
     else attention_task(c, 0, 1);
 }

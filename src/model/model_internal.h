@@ -38,4 +38,21 @@ void kw_attn_axpy_f32_avx2(float *acc, float p, const float *v, int n);
 void kw_attn_axpy_f16_avx2(float *acc, float p, const uint16_t *v, int n);
 void kw_attn_round_f16_avx2(float *x, int n);
 
+/* attn_avx512.c (used when the CPU has AVX-512F): prefill attention of the
+ * n_tok consecutive batch tokens i0.. (one sequence) for the G query heads
+ * of KV head kvh; bit-identical to the per-token AVX2 path. */
+typedef struct kw_attn_tile_args {
+    const float *q;                 /* [n_tokens][n_head][hk] */
+    float *out;                     /* [n_tokens][n_head][hv] */
+    kw_kv_pool *kv;
+    const kw_block_table *table;    /* the tile's sequence */
+    const int32_t *pos;             /* batch positions */
+    int32_t i0, n_tok;
+    int layer, kvh, n_head, G, hk, hv;
+} kw_attn_tile_args;
+int kw_attn_tile_tokens(int G);                                  /* tokens per tile */
+size_t kw_attn_tile_floats(int hk, int hv, int32_t max_ctx);     /* per-thread scratch */
+bool kw_attn_tile_supported(uint32_t kv_type, int G, int hk, int hv);
+void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr);
+
 #endif
