@@ -69,6 +69,8 @@ int32_t kw_kvmem_max_positions(const kw_kvmem *m);
 bool kw_kvmem_could_ever_fit(const kw_kvmem *m, int32_t n_positions);
 
 void kw_kvmem_set_cache_caps(kw_kvmem *m, int32_t max_seqs, uint64_t max_bytes);
+/* Would the prompt cache keep anything now (both caps allow at least one block)? */
+bool kw_kvmem_caching(kw_kvmem *m);
 kw_kvmem_stats kw_kvmem_get_stats(kw_kvmem *m);
 
 /* "Prompt cache: 2 seq, 3.11 GiB, latest 42477 tokens, hit rate 87%" */

@@ -56,6 +56,8 @@ void kw_prefix_cache_insert(kw_prefix_cache *c, const int32_t *tokens, int32_t n
 int32_t kw_prefix_cache_evict(kw_prefix_cache *c, int32_t free_blocks_wanted);
 void kw_prefix_cache_clear(kw_prefix_cache *c);
 void kw_prefix_cache_set_caps(kw_prefix_cache *c, int32_t max_seqs, uint64_t max_bytes);
+/* Do the caps allow keeping anything (max_seqs > 0 and max_bytes >= one block)? */
+bool kw_prefix_cache_enabled(const kw_prefix_cache *c);
 kw_prefix_cache_stats kw_prefix_cache_get_stats(const kw_prefix_cache *c);
 
 /* If the last block of t is shared (refs > 1), replace it with a private

@@ -258,6 +258,14 @@ void kw_kvmem_set_cache_caps(kw_kvmem *m, int32_t max_seqs, uint64_t max_bytes) 
     pthread_mutex_unlock(&m->mu);
 }
 
+bool kw_kvmem_caching(kw_kvmem *m) {
+    if (!m) return false;
+    pthread_mutex_lock(&m->mu);
+    bool on = kw_prefix_cache_enabled(m->cache);
+    pthread_mutex_unlock(&m->mu);
+    return on;
+}
+
 static kw_kvmem_stats stats_locked(const kw_kvmem *m) {
     kw_kvmem_stats s;
     memset(&s, 0, sizeof s);

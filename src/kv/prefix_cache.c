@@ -99,6 +99,8 @@ static bool cache_enabled(const kw_prefix_cache *c) {
     return c->max_seqs > 0 && c->max_bytes >= (uint64_t)c->pool->block_bytes;
 }
 
+bool kw_prefix_cache_enabled(const kw_prefix_cache *c) { return c && cache_enabled(c); }
+
 /* ---- node lifetime ---------------------------------------------------- */
 
 /* Adds a child holding `block` (the cache takes its own reference).

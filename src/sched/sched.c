@@ -5,7 +5,17 @@
  * prompts, runs it through the engine, samples, detokenizes, holds back
  * possible stop strings and reports events to each request. Cancellation
  * (kw_sched_cancel or a hung-up client socket, polled every step) ends a
- * sequence within one step and releases its KV. Owns kw_sched_* (sched.h). */
+ * sequence within one step and releases its KV.
+ *
+ * Commit rows: the token sampled last has no KV yet (it would be fed in the
+ * next step). When a sequence finishes normally and its KV goes to the
+ * prompt cache, the client gets FINISH at once and the slot stays in
+ * SEQ_COMMIT for one more step, in which that token is fed as an extra row
+ * whose logits nobody reads; only then is the sequence (prompt + every
+ * generated token) offered to the cache. Its position is inside the
+ * reservation (prompt + max_tokens), so a commit never needs new memory.
+ * A conversation's next turn thus finds the whole answer, end-of-turn token
+ * included, in the cache. Owns kw_sched_* (sched.h). */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -13,14 +23,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "kvwise/kvmem.h"
 #include "kvwise/memory.h"
 #include "kvwise/sched.h"
 
-typedef enum { SEQ_FREE = 0, SEQ_PREFILL, SEQ_DECODE } seq_state;
+/* SEQ_COMMIT: finished (the request is gone), its last token still to be
+ * fed so that the KV handed to the prompt cache covers every token. */
+typedef enum { SEQ_FREE = 0, SEQ_PREFILL, SEQ_DECODE, SEQ_COMMIT } seq_state;
 
 typedef struct seq {
     seq_state st;
-    kw_sched_req *r;
+    kw_sched_req *r;                           /* NULL in SEQ_COMMIT */
     int32_t *toks; int32_t n_toks, cap_toks;   /* prompt then generated */
     int32_t n_prompt, n_past, n_gen, max_gen, cached;
     int32_t last_tok;
@@ -128,6 +141,22 @@ static void seq_emit_text(seq *q, const char *text, size_t len) {
     q->n_lp = 0;
 }
 
+/* Hands the slot's KV to the engine (tokens[0..n_past) are complete;
+ * keep = offer them to the prompt cache) and frees the slot. */
+static void seq_release(kw_sched *s, int32_t slot, bool keep) {
+    seq *q = &s->seqs[slot];
+    s->e->seq_end(s->e, slot, q->toks, q->n_past, keep);
+    free(q->toks);
+    memset(q, 0, sizeof *q);
+    q->st = SEQ_FREE;
+}
+
+/* Should a finished sequence feed its last token before caching? Only when
+ * that token has no KV yet and a prompt cache would keep the result. */
+static bool seq_wants_commit(const kw_sched *s, const seq *q, bool keep) {
+    return keep && q->n_toks == q->n_past + 1 && s->e->kvmem && kw_kvmem_caching(s->e->kvmem);
+}
+
 static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg) {
     seq *q = &s->seqs[slot];
     if (why != KW_FINISH_STOP || q->tx.len) {
@@ -140,16 +169,17 @@ static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg
             free(tmp);
         }
     }
-    s->e->seq_end(s->e, slot, q->toks, q->n_past, why == KW_FINISH_STOP || why == KW_FINISH_LENGTH);
+    bool keep = why == KW_FINISH_STOP || why == KW_FINISH_LENGTH;
     kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg,
                          .prompt_tokens = q->n_prompt, .completion_tokens = q->n_gen,
                          .cached_tokens = q->cached};
     kw_sched_req *r = q->r;
     kw_textout_free(&q->tx);
-    free(q->toks);
     free(q->lps);
-    memset(q, 0, sizeof *q);
-    q->st = SEQ_FREE;
+    q->lps = NULL; q->n_lp = q->cap_lp = 0;
+    q->r = NULL;
+    if (seq_wants_commit(s, q, keep)) q->st = SEQ_COMMIT;   /* the next step feeds toks[n_past] */
+    else seq_release(s, slot, keep);
     s->st.requests_done++;
     emit(r, &ev);
 }
@@ -170,6 +200,7 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
     if (rel || q->n_lp) { seq_emit_text(q, q->tx.buf, rel); kw_textout_consume(&q->tx, rel); }
     if (stopped) { q->tx.len = 0; q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     if (q->n_gen >= q->max_gen) { seq_finish(s, slot, KW_FINISH_LENGTH, NULL); return; }
+    if (q->r->replay && q->n_gen >= q->r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     q->st = SEQ_DECODE;
 }
 
@@ -177,7 +208,7 @@ static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     seq *q = &s->seqs[slot];
     kw_sched_req *r = q->r;
     if (r->replay) {            /* the test-only replay sampler: scripted tokens, then end of generation */
-        if (q->n_gen >= r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+        if (q->n_gen >= r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }   /* empty script */
         seq_accept(s, slot, r->replay[q->n_gen]);
         return;
     }
@@ -194,9 +225,19 @@ static int32_t free_slot(kw_sched *s) {
     return -1;
 }
 
+/* Slots in use: running requests and sequences still committing (they hold KV). */
 static int32_t n_active(kw_sched *s) {
     int32_t n = 0;
     for (int32_t i = 0; i < s->n_slots; i++) n += s->seqs[i].st != SEQ_FREE;
+    return n;
+}
+
+/* Does the slot serve a request (prefill or decode), as opposed to free or committing? */
+static bool seq_running(const seq *q) { return q->st == SEQ_PREFILL || q->st == SEQ_DECODE; }
+
+static int32_t n_running(kw_sched *s) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_slots; i++) n += seq_running(&s->seqs[i]);
     return n;
 }
 
@@ -222,9 +263,42 @@ static void queue_push_front(kw_sched *s, kw_sched_req *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Unlinks, under mu, every waiting request for which gone(s, r, now) is
+ * true and returns them in queue order (linked through next); the caller
+ * answers them after dropping the lock. The one place the queue is cut. */
+typedef bool (*waiting_test)(kw_sched *s, kw_sched_req *r, double now);
+static kw_sched_req *queue_unlink_if(kw_sched *s, waiting_test gone, double now) {
+    kw_sched_req *out = NULL, **out_tail = &out;
+    kw_sched_req **pp = &s->q_head, *last = NULL;
+    while (*pp) {
+        kw_sched_req *r = *pp;
+        if (gone(s, r, now)) {
+            *pp = r->next;
+            s->n_waiting--;
+            r->next = NULL;
+            *out_tail = r; out_tail = &r->next;
+        } else {
+            last = r;
+            pp = &r->next;
+        }
+    }
+    s->q_tail = last;
+    return out;
+}
+
+static bool waiting_cancelled(kw_sched *s, kw_sched_req *r, double now) {
+    (void)s; (void)now;
+    return __atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE);
+}
+
+static bool waiting_expired(kw_sched *s, kw_sched_req *r, double now) {
+    if (now - r->t_submit <= s->o.queue_timeout_s) return false;
+    s->st.rejected_queue_timeout++;
+    return true;
+}
+
 /* Removes cancelled requests that never got a slot and finishes them. */
 static void drop_cancelled_waiting(kw_sched *s) {
-    kw_sched_req *gone = NULL;
     pthread_mutex_lock(&s->mu);
     /* clients that hung up while waiting (their connection is suspended, so
      * the HTTP layer cannot notice) */
@@ -240,19 +314,7 @@ static void drop_cancelled_waiting(kw_sched *s) {
         for (int i = 0; i < n; i++)
             if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
                 __atomic_store_n(&who[i]->cancel, 1, __ATOMIC_RELEASE);
-    kw_sched_req **pp = &s->q_head, *last = NULL;
-    while (*pp) {
-        kw_sched_req *r = *pp;
-        if (__atomic_load_n(&r->cancel, __ATOMIC_ACQUIRE)) {
-            *pp = r->next;
-            s->n_waiting--;
-            r->next = gone; gone = r;
-        } else {
-            last = r;
-            pp = &r->next;
-        }
-    }
-    s->q_tail = last;
+    kw_sched_req *gone = queue_unlink_if(s, waiting_cancelled, 0);
     pthread_mutex_unlock(&s->mu);
     while (gone) {
         kw_sched_req *r = gone;
@@ -264,23 +326,8 @@ static void drop_cancelled_waiting(kw_sched *s) {
 /* Refuses (503) requests that waited longer than queue_timeout_s. */
 static void expire_waiting(kw_sched *s) {
     if (s->o.queue_timeout_s <= 0) return;
-    double now = now_s();
-    kw_sched_req *gone = NULL;
     pthread_mutex_lock(&s->mu);
-    kw_sched_req **pp = &s->q_head, *last = NULL;
-    while (*pp) {
-        kw_sched_req *r = *pp;
-        if (now - r->t_submit > s->o.queue_timeout_s) {
-            *pp = r->next;
-            s->n_waiting--;
-            s->st.rejected_queue_timeout++;
-            r->next = gone; gone = r;
-        } else {
-            last = r;
-            pp = &r->next;
-        }
-    }
-    s->q_tail = last;
+    kw_sched_req *gone = queue_unlink_if(s, waiting_expired, now_s());
     pthread_mutex_unlock(&s->mu);
     while (gone) {
         kw_sched_req *r = gone;
@@ -352,7 +399,7 @@ static void poll_hangups(kw_sched *s) {
     int n = 0;
     for (int32_t i = 0; i < s->n_slots && n < 256; i++) {
         seq *q = &s->seqs[i];
-        if (q->st == SEQ_FREE || q->r->client_fd < 0) continue;
+        if (!seq_running(q) || q->r->client_fd < 0) continue;
         pf[n].fd = q->r->client_fd;
         pf[n].events = POLLRDHUP;
         pf[n].revents = 0;
@@ -374,10 +421,18 @@ static void log_progress(kw_sched *s, seq *q) {
 static int run_step(kw_sched *s) {
     kw_engine *e = s->e;
     int32_t n = 0, rows = 0;
-    /* decode tokens first: running streams keep flowing */
+    /* commit rows: the last token of finished sequences, logits unused */
     for (int32_t i = 0; i < s->n_slots; i++) {
         seq *q = &s->seqs[i];
         q->row = -1; q->chunk = 0;
+        if (q->st != SEQ_COMMIT || n >= e->max_batch) continue;
+        if (e->seq_ensure(e, i, q->n_past + 1) < 0) { seq_release(s, i, true); continue; }   /* inside the reservation: not expected */
+        s->b_tok[n] = q->toks[q->n_past]; s->b_pos[n] = q->n_past; s->b_slot[n] = i; s->b_want[n] = false;
+        q->chunk = 1; n++;
+    }
+    /* decode tokens next: running streams keep flowing */
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        seq *q = &s->seqs[i];
         if (q->st != SEQ_DECODE || n >= e->max_batch) continue;
         if (e->seq_ensure(e, i, q->n_past + 1) < 0) { seq_finish(s, i, KW_FINISH_ERROR, "KV pool exhausted"); continue; }
         s->b_tok[n] = q->last_tok; s->b_pos[n] = q->n_past; s->b_slot[n] = i; s->b_want[n] = true;
@@ -413,6 +468,11 @@ static int run_step(kw_sched *s) {
     for (int32_t i = 0; i < s->n_slots; i++) {
         seq *q = &s->seqs[i];
         if (q->st == SEQ_FREE || !q->chunk) continue;
+        if (q->st == SEQ_COMMIT) {       /* its last token now has KV: cache the whole sequence */
+            if (rc >= 0) q->n_past++;
+            seq_release(s, i, true);
+            continue;
+        }
         if (rc < 0) { seq_finish(s, i, KW_FINISH_ERROR, err.msg[0] ? err.msg : "forward failed"); continue; }
         q->n_past += q->chunk;
         if (q->st == SEQ_PREFILL) {
@@ -431,7 +491,7 @@ static void cancel_flagged(kw_sched *s) {
     poll_hangups(s);
     for (int32_t i = 0; i < s->n_slots; i++) {
         seq *q = &s->seqs[i];
-        if (q->st != SEQ_FREE && __atomic_load_n(&q->r->cancel, __ATOMIC_ACQUIRE))
+        if (seq_running(q) && __atomic_load_n(&q->r->cancel, __ATOMIC_ACQUIRE))
             seq_finish(s, i, KW_FINISH_CANCELLED, NULL);
     }
 }
@@ -453,7 +513,7 @@ static void *engine_main(void *arg) {
         if (did) s->st.step_seconds += now_s() - t0;
         pthread_mutex_lock(&s->mu);
         s->pub = s->st;
-        s->pub.active = n_active(s);
+        s->pub.active = n_running(s);
         pthread_mutex_unlock(&s->mu);
         if (!did && n_active(s) == 0 && s->q_head) {
             /* queued requests that cannot be admitted and nothing running: avoid spinning */
@@ -461,8 +521,10 @@ static void *engine_main(void *arg) {
             nanosleep(&ts, NULL);
         }
     }
-    for (int32_t i = 0; i < s->n_slots; i++)
-        if (s->seqs[i].st != SEQ_FREE) seq_finish(s, i, KW_FINISH_CANCELLED, "server shutting down");
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        if (seq_running(&s->seqs[i])) seq_finish(s, i, KW_FINISH_CANCELLED, "server shutting down");
+        else if (s->seqs[i].st == SEQ_COMMIT) seq_release(s, i, true);   /* its KV up to n_past is complete */
+    }
     kw_sched_req *r;
     while ((r = queue_pop(s))) finish_unadmitted(r, KW_FINISH_CANCELLED, "server shutting down");
     return NULL;
