@@ -14,8 +14,9 @@
  * whose logits nobody reads; only then is the sequence (prompt + every
  * generated token) offered to the cache. Its position is inside the
  * reservation (prompt + max_tokens), so a commit never needs new memory.
- * A conversation's next turn thus finds the whole answer, end-of-turn token
- * included, in the cache. Owns kw_sched_* (sched.h). */
+ * Admission waits while a commit is pending (one step), so a conversation's
+ * next turn, sent the moment the answer arrived, finds the whole answer,
+ * end-of-turn token included, in the cache. Owns kw_sched_* (sched.h). */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -339,7 +340,17 @@ static void expire_waiting(kw_sched *s) {
     }
 }
 
+/* Is a finished sequence still waiting for its commit row? */
+static bool commit_pending(kw_sched *s) {
+    for (int32_t i = 0; i < s->n_slots; i++) if (s->seqs[i].st == SEQ_COMMIT) return true;
+    return false;
+}
+
 static void admit_waiting(kw_sched *s) {
+    /* A commit runs in the very next step; admitting after it lets a request
+     * that continues the committing conversation (the client's next turn,
+     * sent the moment it got the answer) find the whole sequence cached. */
+    if (commit_pending(s)) return;
     for (;;) {
         int32_t slot = free_slot(s);
         if (slot < 0) return;

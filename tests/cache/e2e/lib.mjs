@@ -1,7 +1,8 @@
 // lib.mjs - helpers for the memory-wall e2e tests: start `kvwise serve` on a
 // free loopback port, wait until /health is 200, talk JSON with timeouts,
 // stop it with SIGTERM. Only 127.0.0.1 is ever contacted.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import os from 'node:os';
 import net from 'node:net';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -149,4 +150,19 @@ export async function measuredFixed(args) {
   const l = m.budget.lines;
   return { fixed: m.budget.used - l.kv_live.bytes - l.kv_cached.bytes,
            perToken: m.kv_pool.block_bytes / m.kv_pool.block_tokens };
+}
+
+// Writes a random-weight model with `kvwise mkmodel` (default: the tiny
+// preset, q8_0: 3.6 MiB, a trained byte-level BPE tokenizer and a ChatML
+// Jinja template) into a fresh temporary folder removed when the test
+// exits. Returns its path. Takes a fraction of a second.
+export function makeModel(args = ['--preset', 'tiny', '--type', 'q8_0']) {
+  const bin = process.env.KW_BIN;
+  if (!bin || !fs.existsSync(bin)) skip('KW_BIN not set');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kw-e2e-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'model.gguf');
+  const r = spawnSync(bin, ['mkmodel', ...args, '-q', '-o', out], { encoding: 'utf8', timeout: 120000 });
+  if (r.status !== 0) throw new Error(`mkmodel failed: ${r.stderr}`);
+  return out;
 }

@@ -1,58 +1,114 @@
 // multiturn.mjs - a conversation reuses its own KV (issue 5 acceptance):
-// turn N+1 reports usage.prompt_tokens_details.cached_tokens covering turn
-// N's prompt and answer, prefills only the new part, and its time to first
-// token does not grow with the conversation. Also: a second conversation on
-// the same system prompt hits the cache for that prompt.
-import { check, finish, startServer, streamChat, words } from './lib.mjs';
+// turn N+1 reports usage.prompt_tokens_details.cached_tokens >= turn N's
+// prompt_tokens + completion_tokens, prefills only the new part, and its
+// time to first token does not grow with the conversation. Also: a second
+// conversation on the same system prompt hits the cache for that prompt.
+//
+// What "answer" means: completion_tokens, every token the model generated,
+// the end-of-turn token included when the model sampled one. The scheduler
+// feeds the last generated token through the model after the response is
+// sent (a "commit" row, sched.c), so the cache holds prompt + completion.
+// The next turn's template re-renders the answer text followed by the
+// end-of-turn token, so those tokens match as long as the answer's text
+// re-tokenizes to the generated tokens (true for the canonical tokens a
+// trained model emits and for the scripted answers below).
+//
+// Two engines, same checks:
+//  1. the stub with real KV (--stub-kv): byte tokens, its built-in ChatML
+//     template, greedy answers (plain ASCII, so they re-tokenize exactly);
+//  2. a real model: a random-weight `kvwise mkmodel` tiny model with its own
+//     tokenizer (byte-level BPE) and Jinja ChatML template from the GGUF. Its
+//     sampled text is noise (mostly tokens that render as nothing), so the
+//     answers are scripted with --test-replay: they are real tokens fed
+//     through the real forward pass into real KV, and the template re-renders
+//     them like any answer. TTFT is compared with the same final prompt sent
+//     with nothing cached.
+import { check, finish, startServer, streamChat, words, makeModel } from './lib.mjs';
 
-// The stub engine with real KV (--stub-kv): byte tokens, greedy output is
-// plain ASCII, so the answer re-tokenizes to exactly the generated tokens
-// and the bound below is exact. A forward call costs 2 ms (--stub-step-us)
-// whatever its size, so TTFT counts prefill chunks of 128 tokens.
-// KW_E2E_MODEL=path runs the same conversation on a real model instead.
-const engine = process.env.KW_E2E_MODEL ? ['-m', process.env.KW_E2E_MODEL]
-  : ['--stub-engine', '--stub-kv', '--stub-step-us', '2000'];
-const srv = await startServer([...engine,
-                               '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
-                               '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '128']);
-const system = { role: 'system', content: `You are a careful assistant. ${words(7, 80)}` };
-const msgs = [system];
-const turns = [];
-for (let t = 0; t < 6; t++) {
-  msgs.push({ role: 'user', content: `question ${t}: ${words(100 + t, 20)}` });
-  const r = await streamChat(srv.base, { messages: msgs, max_tokens: 16, temperature: 0 });
-  check(r.status === 200, `turn ${t} answered (${r.status} ${r.text || ''})`);
-  if (r.status !== 200) break;
-  const u = r.usage || {};
-  const cached = (u.prompt_tokens_details || {}).cached_tokens;
-  turns.push({ prompt: u.prompt_tokens, completion: u.completion_tokens, cached, ttft: r.ttftMs });
-  msgs.push({ role: 'assistant', content: r.text });
+const TURNS = 8;
+
+async function conversation(label, srv, { systemWords, userWords, maxTokens, replay }) {
+  const system = { role: 'system', content: `You are a careful assistant. ${words(7, systemWords)}` };
+  const msgs = [system];
+  const turns = [];
+  for (let t = 0; t < TURNS; t++) {
+    msgs.push({ role: 'user', content: `question ${t}: ${words(100 + t, userWords)}` });
+    const body = { messages: msgs, max_tokens: maxTokens, temperature: 0 };
+    if (replay) body.test_replay = `answer ${t}: ${words(300 + t, 12)}.`;
+    const r = await streamChat(srv.base, body, 120000);
+    check(r.status === 200, `${label} turn ${t} answered (${r.status} ${r.text || ''})`);
+    if (r.status !== 200) break;
+    const u = r.usage || {};
+    turns.push({ prompt: u.prompt_tokens, completion: u.completion_tokens,
+                 cached: (u.prompt_tokens_details || {}).cached_tokens, ttft: r.ttftMs });
+    msgs.push({ role: 'assistant', content: r.text });
+  }
+  console.log(`${label}: ${JSON.stringify(turns)}`);
+  check(turns.length === TURNS && turns[0].cached < 8, `${label}: the first turn has (almost) nothing cached (${turns[0] && turns[0].cached})`);
+  for (let t = 1; t < turns.length; t++) {
+    const prev = turns[t - 1], cur = turns[t];
+    check(cur.cached >= prev.prompt + prev.completion,
+          `${label} turn ${t}: cached_tokens ${cur.cached} >= turn ${t - 1} prompt ${prev.prompt} + completion ${prev.completion}`);
+    check(cur.cached < cur.prompt, `${label} turn ${t}: the last prompt token is always computed`);
+    // Only the new user message and the template around it are prefilled:
+    // as many tokens at turn 7 as at turn 1 (the messages have the same
+    // length in words; 2x + 16 absorbs tokenization differences).
+    const fresh = cur.prompt - cur.cached, fresh1 = turns[1].prompt - turns[1].cached;
+    check(fresh <= 2 * fresh1 + 16, `${label} turn ${t}: prefilled ${fresh} new tokens (turn 1: ${fresh1})`);
+  }
+  return { system, msgs, turns };
 }
-console.log(JSON.stringify(turns));
-check(turns.length === 6 && turns[0].cached === 0, `the first turn has nothing cached (${turns[0] && turns[0].cached})`);
-for (let t = 1; t < turns.length; t++) {
-  const prev = turns[t - 1];
-  // The last sampled token of turn N is never fed back through the model,
-  // so its KV does not exist: at most prompt + completion - 1 can be cached.
-  // On a real model the answer's text may not re-tokenize to the sampled
-  // tokens (a random-weight model often samples tokens that render as
-  // nothing), so there only turn N's prompt is guaranteed.
-  const want = process.env.KW_E2E_MODEL ? prev.prompt : prev.prompt + prev.completion - 1;
-  check(turns[t].cached >= want, `turn ${t}: cached_tokens ${turns[t].cached} >= turn ${t - 1} prompt+answer-1 = ${want}`);
-  check(turns[t].cached < turns[t].prompt, `turn ${t}: the last prompt token is always computed`);
-  // only the new user message (and the template around it) is prefilled
-  if (!process.env.KW_E2E_MODEL)
-    check(turns[t].prompt - turns[t].cached < 250, `turn ${t}: prefilled ${turns[t].prompt - turns[t].cached} new tokens`);
+
+// TTFT does not grow with the conversation. Loose bounds (the machine is
+// shared; TTFT of a few tens of ms jitters by as much): the mean of the last
+// three turns is at most 2x the mean of turns 1-3 plus 100 ms, although the
+// prompt grew by about half of the first turn's prompt per turn.
+function checkFlatTtft(label, turns) {
+  if (turns.length !== TURNS) return;
+  const mean = (a) => a.reduce((x, y) => x + y, 0) / a.length;
+  const early = mean(turns.slice(1, 4).map((t) => t.ttft)), late = mean(turns.slice(-3).map((t) => t.ttft));
+  console.log(`${label}: TTFT turns 1-3 mean ${early.toFixed(0)} ms, last 3 mean ${late.toFixed(0)} ms; ` +
+              `prompt ${turns[1].prompt} -> ${turns[TURNS - 1].prompt} tokens`);
+  check(late <= 2 * early + 100, `${label}: TTFT does not grow (${early.toFixed(0)} -> ${late.toFixed(0)} ms)`);
 }
-// TTFT does not grow with the conversation: the prefill per turn is the new
-// part only. Bound: the last turn is not slower than 3x the second turn plus
-// 50 ms of scheduling noise (the prompt itself grew about 3x over the run).
-if (turns.length === 6)
-  check(turns[5].ttft <= 3 * turns[1].ttft + 50, `TTFT turn 5 ${turns[5].ttft} ms vs turn 1 ${turns[1].ttft} ms`);
-// Another conversation on the same system prompt reuses it.
-const other = await streamChat(srv.base, { messages: [system, { role: 'user', content: 'hello there' }], max_tokens: 4, temperature: 0 });
-const oc = other.usage && other.usage.prompt_tokens_details && other.usage.prompt_tokens_details.cached_tokens;
-check(other.status === 200 && oc >= 100, `a new conversation on the same system prompt hits the cache (${oc} cached)`);
-const ex = await srv.stop();
-check(ex.code === 0, `clean exit (${JSON.stringify(ex)})`);
+
+// 1. The stub engine. A forward call costs 2 ms whatever its size, so TTFT
+// counts prefill chunks of 128 tokens.
+{
+  const srv = await startServer(['--stub-engine', '--stub-kv', '--stub-step-us', '2000',
+    '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
+    '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '128']);
+  const { system, turns } = await conversation('stub', srv, { systemWords: 80, userWords: 20, maxTokens: 16 });
+  checkFlatTtft('stub', turns);
+  const other = await streamChat(srv.base, { messages: [system, { role: 'user', content: 'hello there' }], max_tokens: 4, temperature: 0 });
+  const oc = other.usage && other.usage.prompt_tokens_details && other.usage.prompt_tokens_details.cached_tokens;
+  check(other.status === 200 && oc >= 100, `stub: a new conversation on the same system prompt hits the cache (${oc} cached)`);
+  const ex = await srv.stop();
+  check(ex.code === 0, `stub: clean exit (${JSON.stringify(ex)})`);
+}
+
+// 2. A real model with its own chat template.
+{
+  const model = process.env.KW_E2E_MODEL || makeModel();
+  const srv = await startServer(['-m', model, '--test-replay', '--threads', '2',
+    '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
+    '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '256']);
+  const { msgs, turns } = await conversation('model', srv, { systemWords: 400, userWords: 40, maxTokens: 64, replay: true });
+  checkFlatTtft('model', turns);
+  if (turns.length === TURNS) {
+    // The same final prompt with nothing reusable (the first word of the
+    // system prompt differs): what TTFT would be without the cache.
+    const cold = msgs.slice(0, -1).map((m, i) => (i === 0 ? { ...m, content: `Be a careful assistant. ${m.content}` } : m));
+    const r = await streamChat(srv.base, { messages: cold, max_tokens: 4, temperature: 0, test_replay: 'done' }, 120000);
+    const coldCached = r.usage && r.usage.prompt_tokens_details.cached_tokens;
+    const last = turns[TURNS - 1];
+    console.log(`model: last turn ${last.prompt} tokens, ${last.cached} cached: TTFT ${last.ttft} ms; ` +
+                `${r.usage && r.usage.prompt_tokens} tokens, ${coldCached} cached: TTFT ${r.ttftMs} ms`);
+    check(r.status === 200 && coldCached < 16, `model: the cold prompt reused nothing but the template head (${coldCached})`);
+    // Loose: the cached turn prefills ~1/15 of the tokens; half is far from the line.
+    check(last.ttft <= 0.5 * r.ttftMs + 50, `model: TTFT with the conversation cached ${last.ttft} ms <= half of uncached ${r.ttftMs} ms + 50`);
+  }
+  const ex = await srv.stop();
+  check(ex.code === 0, `model: clean exit (${JSON.stringify(ex)})`);
+}
 finish();
