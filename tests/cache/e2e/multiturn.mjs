@@ -61,15 +61,20 @@ async function conversation(label, srv, { systemWords, userWords, maxTokens, rep
 
 // TTFT does not grow with the conversation. Loose bounds (the machine is
 // shared; TTFT of a few tens of ms jitters by as much): the mean of the last
-// three turns is at most 2x the mean of turns 1-3 plus 100 ms, although the
-// prompt grew by about half of the first turn's prompt per turn.
-function checkFlatTtft(label, turns) {
+// three turns is at most `factor` x the mean of turns 1-3 plus `slackMs`.
+// On the stub a step costs the same at any context, so 2x + 100 ms. On a
+// real model the new tokens attend over the whole context, which grows
+// (1,850 -> 3,100 positions here, and in a model this small attention is
+// most of the work): the quiet machine measures +25%, under a full ctest
+// -j2 +200%; 3x + 250 ms catches a re-prefill of the conversation (the cold
+// run below is 10-20x slower) without tripping on load.
+function checkFlatTtft(label, turns, factor, slackMs) {
   if (turns.length !== TURNS) return;
   const mean = (a) => a.reduce((x, y) => x + y, 0) / a.length;
   const early = mean(turns.slice(1, 4).map((t) => t.ttft)), late = mean(turns.slice(-3).map((t) => t.ttft));
   console.log(`${label}: TTFT turns 1-3 mean ${early.toFixed(0)} ms, last 3 mean ${late.toFixed(0)} ms; ` +
               `prompt ${turns[1].prompt} -> ${turns[TURNS - 1].prompt} tokens`);
-  check(late <= 2 * early + 100, `${label}: TTFT does not grow (${early.toFixed(0)} -> ${late.toFixed(0)} ms)`);
+  check(late <= factor * early + slackMs, `${label}: TTFT does not grow (${early.toFixed(0)} -> ${late.toFixed(0)} ms)`);
 }
 
 // 1. The stub engine. A forward call costs 2 ms whatever its size, so TTFT
@@ -79,7 +84,7 @@ function checkFlatTtft(label, turns) {
     '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
     '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '128']);
   const { system, turns } = await conversation('stub', srv, { systemWords: 80, userWords: 20, maxTokens: 16 });
-  checkFlatTtft('stub', turns);
+  checkFlatTtft('stub', turns, 2, 100);
   const other = await streamChat(srv.base, { messages: [system, { role: 'user', content: 'hello there' }], max_tokens: 4, temperature: 0 });
   const oc = other.usage && other.usage.prompt_tokens_details && other.usage.prompt_tokens_details.cached_tokens;
   check(other.status === 200 && oc >= 100, `stub: a new conversation on the same system prompt hits the cache (${oc} cached)`);
@@ -94,7 +99,7 @@ function checkFlatTtft(label, turns) {
     '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
     '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '256']);
   const { msgs, turns } = await conversation('model', srv, { systemWords: 400, userWords: 40, maxTokens: 64, replay: true });
-  checkFlatTtft('model', turns);
+  checkFlatTtft('model', turns, 3, 250);
   if (turns.length === TURNS) {
     // The same final prompt with nothing reusable (the first word of the
     // system prompt differs): what TTFT would be without the cache.
