@@ -28,6 +28,7 @@ struct kw_ledger;
 
 #define KW_KVMEM_WAIT  (-1)   /* does not fit now: queue and retry */
 #define KW_KVMEM_NEVER (-2)   /* can never fit: reject at once (400) */
+#define KW_KVMEM_NOMEM (-3)   /* there was room, but taking it failed (allocation failure): 503, retry */
 
 typedef struct kw_kvmem_opts {
     int32_t n_slots;            /* sequences that may be live at once */
@@ -56,7 +57,8 @@ kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err)
 void kw_kvmem_destroy(kw_kvmem *m);           /* releases every slot and the cache */
 
 /* Returns the number of prompt tokens already in the KV (0..n-1), or
- * KW_KVMEM_WAIT / KW_KVMEM_NEVER (the slot is left empty). */
+ * KW_KVMEM_WAIT / KW_KVMEM_NEVER / KW_KVMEM_NOMEM (the slot is left empty,
+ * every block and ledger byte given back). */
 int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve);
 int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions);
 void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, bool keep);

@@ -29,6 +29,7 @@
 
 #define KW_ENGINE_WAIT (-1)
 #define KW_ENGINE_NEVER (-2)
+#define KW_ENGINE_NOMEM (-3)
 
 struct kw_kvmem;
 struct kw_ledger;
@@ -54,7 +55,8 @@ struct kw_engine {
      * the number of prompt tokens already in the KV, 0..n-1) and must
      * reserve what the sequence can need (n_reserve positions). Returns
      * KW_ENGINE_WAIT (-1) when it cannot fit now (the scheduler keeps it
-     * queued) or KW_ENGINE_NEVER (-2) when it never can (rejected). */
+     * queued), KW_ENGINE_NEVER (-2) when it never can (rejected, 400) or
+     * KW_ENGINE_NOMEM (-3) when taking the memory failed (rejected, 503). */
     int32_t (*seq_begin)(kw_engine *e, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve);
     /* Makes slot's KV cover n_positions. -1 if memory ran out. */
     int (*seq_ensure)(kw_engine *e, int32_t slot, int32_t n_positions);
@@ -157,8 +159,10 @@ typedef struct kw_sched_event {
     kw_finish finish;                   /* FINISH */
     const char *error;                  /* FINISH with KW_FINISH_ERROR */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
-    int32_t http_status;                /* FINISH with KW_FINISH_REJECTED: 400 or 503 */
-    const char *code;                   /* ... and its error code ("request_exceeds_memory", "queue_timeout") */
+    int32_t http_status;                /* FINISH with KW_FINISH_REJECTED: 400 or 503; with KW_FINISH_ERROR:
+                                           503 when memory ran out (0 = unspecified, 500) */
+    const char *code;                   /* ... and its error code ("request_exceeds_memory", "queue_timeout",
+                                           "out_of_memory") */
 } kw_sched_event;
 
 typedef struct kw_sched_req kw_sched_req;

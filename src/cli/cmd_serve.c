@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "kvwise/footprint.h"
 #include "kvwise/kvmem.h"
+#include "kvwise/fault.h"
 #include "kvwise/ledger.h"
 #include "kvwise/plan.h"
 #include "kvwise/sched.h"
@@ -32,6 +33,7 @@ typedef struct serve_opts {
     double queue_timeout;
     bool stub_kv;
     bool test_replay;           /* --test-replay: honour a request's "test_replay" text (tests only) */
+    const char *test_fail_alloc;/* --test-fail-alloc SPEC: injected allocation failures (tests only, fault.h) */
 } serve_opts;
 
 static void usage(FILE *f) {
@@ -57,6 +59,8 @@ static void usage(FILE *f) {
         "  --chat-template NAME|FILE  chatml|llama3|llama2|mistral|gemma|phi3, or a file with template text\n"
         "  --mlock                  lock the weights in RAM\n"
         "  --test-replay            TESTS ONLY: a request's \"test_replay\" text is emitted as the model's output\n"
+        "  --test-fail-alloc SPEC   TESTS ONLY (loopback only): make chosen allocations fail on purpose, e.g.\n"
+        "                           kv_block=%%5 (every 5th KV block); see include/kvwise/fault.h\n"
         "  -t, --threads N          compute threads (default: physical cores)\n"
         "scheduling (continuous batching):\n"
         "  --decode-concurrency N   sequences decoding together in one batched step (default 8)\n"
@@ -136,6 +140,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         }
         else if (!strcmp(a, "--mlock")) o->mlock = true;
         else if (!strcmp(a, "--test-replay")) o->test_replay = true;
+        else if (!strcmp(a, "--test-fail-alloc")) { TAKES_VALUE(); o->test_fail_alloc = v; }
         else if (!strcmp(a, "--memory-limit") || !strcmp(a, "--prompt-cache-bytes")) {
             TAKES_VALUE();
             kw_err err = {{0}};
@@ -198,6 +203,7 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddNumberToObject(c, "threads", o->threads);
     cJSON_AddNumberToObject(c, "memory_limit", (double)o->memory_limit);
     cJSON_AddNumberToObject(c, "queue_timeout_s", o->queue_timeout);
+    if (o->test_fail_alloc) cJSON_AddStringToObject(c, "test_fail_alloc", o->test_fail_alloc);
     if (e->kvmem) {     /* the caps in force, as the cache itself reports them */
         kw_kvmem_stats ks = kw_kvmem_get_stats(e->kvmem);
         cJSON_AddNumberToObject(c, "prompt_cache_size", ks.cache.max_seqs);
@@ -286,6 +292,17 @@ static bool host_is_loopback(const char *h) {
     return !strncmp(h, "127.", 4) || !strcmp(h, "::1") || !strcmp(h, "[::1]") || !strcmp(h, "localhost");
 }
 
+/* --test-fail-alloc: a test hook, never a setting. Refused off loopback;
+ * loud on stderr. Rules marked @start count from here (model load included). */
+static int start_fault_injection(const serve_opts *o, kw_err *err) {
+    if (!host_is_loopback(o->host))
+        return kw_err_set(err, "--test-fail-alloc is a test hook: refused when listening on %s (loopback only)", o->host);
+    if (kw_fault_configure(o->test_fail_alloc, err) < 0) return -1;
+    fprintf(stderr, "kvwise serve: WARNING: --test-fail-alloc %s: TEST-ONLY fault injection, allocations will fail "
+            "on purpose (never use this outside tests)\n", o->test_fail_alloc);
+    return 0;
+}
+
 /* The weights are mmap'd: if the file is truncated on disk while served, the
  * next access to a page past its new end raises SIGBUS. Say why in one line,
  * then die of the signal (no silent garbage; docs/RELIABILITY.md). */
@@ -304,6 +321,7 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGBUS, on_sigbus);
     if (o.max_client_conns < 0) o.max_client_conns = host_is_loopback(o.host) ? 0 : 64;
     kw_err err = {{0}};
+    if (o.test_fail_alloc && start_fault_injection(&o, &err) < 0) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 2; }
     kw_ledger *led = make_ledger(&o, &err);
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
@@ -349,6 +367,7 @@ int cmd_serve(int argc, char **argv) {
     /* The config endpoint is answered from the server's copy. */
     kw_server_set_config(srv, cfg_s);
     free(cfg_s);
+    kw_fault_arm();             /* --test-fail-alloc rules (without @start) count from here */
     fprintf(stderr, "kvwise serve: ready on http://%s:%d\n", o.host, o.port);
     kw_server_wait(srv);
     fprintf(stderr, "kvwise serve: shutting down (finishing in-flight requests)\n");

@@ -13,6 +13,7 @@
  * blocks and the ledger has the bytes, so a pool sized larger than the
  * budget still cannot push the process past --memory-limit. */
 #include "kvwise/kvmem.h"
+#include "kvwise/fault.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"
 #include <cjson/cJSON.h>
@@ -194,18 +195,21 @@ int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t
         ret = KW_KVMEM_WAIT;
         goto out;
     }
+    uint64_t ledger_errors = m->ledger_errors;
     if ((cow && kw_block_table_cow_last(t, m->pool) != 0) ||
-        kw_block_table_ensure(t, m->pool, n_reserve) != 0) {   /* cannot happen after make_room */
+        kw_block_table_ensure(t, m->pool, n_reserve) != 0 ||
+        (ledger_sync(m), m->ledger_errors != ledger_errors)) {
+        /* make_room found the blocks and the bytes, yet taking a block or
+         * reserving its bytes failed (an allocation failure; in tests an
+         * injected one, fault.h): give everything back, refuse for now. */
         kw_block_table_release(t, m->pool);
         ledger_sync(m);
-        m->waited++;
-        ret = KW_KVMEM_WAIT;
+        ret = KW_KVMEM_NOMEM;
         goto out;
     }
     m->live[slot] = true;
     m->admitted++;
     m->cached_tokens_served += (uint64_t)matched;
-    ledger_sync(m);
     ret = matched;
 out:
     pthread_mutex_unlock(&m->mu);
@@ -218,7 +222,9 @@ int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions) {
     kw_block_table *t = &m->tables[slot];
     int rc = 0;
     int32_t more = blocks_for(m, n_positions) - t->n;
-    if (more > 0) {
+    if (kw_fault_hit(KW_FAULT_KV_ENSURE, -1)) {
+        rc = -1;                  /* tests only (fault.h): as if the pool had run out here */
+    } else if (more > 0) {
         if (n_positions > m->n_ctx || !make_room(m, more) || kw_block_table_ensure(t, m->pool, n_positions) != 0)
             rc = -1;
         ledger_sync(m);

@@ -7,6 +7,7 @@
  * V[head][slot][head_dim_v], each row stored in the layout's element type
  * (F32, F16 or Q8_0 blocks of 32). Not thread-safe: one scheduler owns it. */
 #include "kvwise/kv.h"
+#include "kvwise/fault.h"
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
 #include <stdlib.h>
@@ -84,7 +85,7 @@ void kw_kv_pool_destroy(kw_kv_pool *p) {
 }
 
 int32_t kw_kv_alloc(kw_kv_pool *p) {
-    if (!p || p->n_free <= 0) return -1;
+    if (!p || p->n_free <= 0 || kw_fault_hit(KW_FAULT_KV_BLOCK, -1)) return -1;   /* (fault.h: tests only) */
     int32_t id = p->free_ids[--p->n_free];
     p->refs[id] = 1;
     return id;

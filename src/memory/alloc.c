@@ -2,8 +2,11 @@
  *
  * Each block carries a 64-byte header in front of the user pointer with its
  * size, kind and how it was obtained. Big blocks come from mmap so that
- * kw_mem_free() gives the pages back to the kernel immediately. */
+ * kw_mem_free() gives the pages back to the kernel immediately. Two test
+ * hooks make an allocation fail on purpose: kw_mem_fail_nth (unit tests) and
+ * the alloc rules of a fault spec (fault.h, `serve --test-fail-alloc`). */
 #include "kvwise/memory.h"
+#include "kvwise/fault.h"
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +50,7 @@ static int injected_failure(void) {
 
 void *kw_mem_alloc(kw_mem_kind kind, size_t bytes) {
     if ((unsigned)kind >= KW_MEM_KIND_COUNT) kind = KW_MEM_OTHER;
-    if (bytes > ((size_t)1 << 46) || injected_failure()) return NULL;
+    if (bytes > ((size_t)1 << 46) || injected_failure() || kw_fault_hit(KW_FAULT_ALLOC, (int)kind)) return NULL;
     size_t total = bytes + KW_MEM_HDR;
     void *base;
     int mm = 0;

@@ -4,6 +4,7 @@
  * fail instead of overshooting the limit), the startup table and the JSON
  * export. All sums saturate instead of wrapping, so a huge request can
  * never "fit" by overflowing. One mutex guards every field. */
+#include "kvwise/fault.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"
 #include <cjson/cJSON.h>
@@ -75,7 +76,8 @@ int kw_ledger_reserve(kw_ledger *l, kw_ledger_kind kind, uint64_t bytes) {
     if (!valid_kind(kind)) return -1;
     lock(l);
     uint64_t total = sat_add(l->used, bytes);
-    if (total > l->limit || sat_add(l->line[kind], bytes) == UINT64_MAX) {
+    if (total > l->limit || sat_add(l->line[kind], bytes) == UINT64_MAX ||
+        kw_fault_hit(KW_FAULT_LEDGER, -1)) {              /* (a test-only injected refusal: fault.h) */
         l->reserve_failed++;
         unlock(l);
         return -1;

@@ -47,6 +47,7 @@ static int32_t me_seq_begin(kw_engine *e, int32_t slot, const int32_t *prompt, i
     model_engine *me = e->impl;
     int32_t r = kw_kvmem_begin(me->kvm, slot, prompt, n, n_reserve);
     if (r == KW_KVMEM_NEVER) return KW_ENGINE_NEVER;
+    if (r == KW_KVMEM_NOMEM) return KW_ENGINE_NOMEM;
     if (r < 0) return KW_ENGINE_WAIT;
     return r;
 }

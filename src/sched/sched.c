@@ -43,6 +43,7 @@ typedef struct seq {
     kw_tok_logprob *lps; int32_t n_lp, cap_lp;
     int32_t row;                               /* logits row this step, -1 none */
     int32_t chunk;                             /* prefill tokens in this step */
+    int32_t fail_status; const char *fail_code;/* an ERROR end caused by memory: 503 out_of_memory */
 } seq;
 
 struct kw_sched {
@@ -95,20 +96,6 @@ static void reject_unadmitted(kw_sched_req *r, int status, const char *code, con
     kw_sched_event ev = {.type = KW_EV_FINISH, .finish = KW_FINISH_REJECTED, .error = msg,
                          .prompt_tokens = r->n_prompt, .http_status = status, .code = code};
     emit(r, &ev);
-}
-
-/* Test hook, never set in production: KVWISE_TEST_FAIL_ALLOC=N makes every
- * N-th admission fail as if the memory to admit it could not be allocated,
- * so tests/reliability/faults.mjs can check the 503 path and that the
- * server lives on. Read once; engine thread only. */
-static bool test_admission_alloc_fails(void) {
-    static long every = -1, count;
-    if (every < 0) {
-        const char *v = getenv("KVWISE_TEST_FAIL_ALLOC");
-        every = v ? atol(v) : 0;
-        if (every < 0) every = 0;
-    }
-    return every > 0 && ++count % every == 0;
 }
 
 /* ---- per-sequence helpers --------------------------------------------- */
@@ -173,7 +160,7 @@ static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg
     bool keep = why == KW_FINISH_STOP || why == KW_FINISH_LENGTH;
     kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg,
                          .prompt_tokens = q->n_prompt, .completion_tokens = q->n_gen,
-                         .cached_tokens = q->cached};
+                         .cached_tokens = q->cached, .http_status = q->fail_status, .code = q->fail_code};
     kw_sched_req *r = q->r;
     kw_textout_free(&q->tx);
     free(q->lps);
@@ -183,6 +170,14 @@ static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg
     else seq_release(s, slot, keep);
     s->st.requests_done++;
     emit(r, &ev);
+}
+
+/* The slot's KV could not cover the next positions (memory ran out): the
+ * request ends with 503 out_of_memory (retry), its KV is released. */
+static void seq_fail_nomem(kw_sched *s, int32_t slot) {
+    s->seqs[slot].fail_status = 503;
+    s->seqs[slot].fail_code = "out_of_memory";
+    seq_finish(s, slot, KW_FINISH_ERROR, "out of memory: the KV for this sequence could not be allocated; retry");
 }
 
 /* A sampled token: text out, stop strings, eog, limits. */
@@ -363,11 +358,11 @@ static void admit_waiting(kw_sched *s) {
         }
         int32_t room = e->n_ctx - r->n_prompt;
         int32_t max_gen = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
-        if (test_admission_alloc_fails()) {
+        int32_t cached = e->seq_begin(e, slot, r->prompt, r->n_prompt, r->n_prompt + max_gen);
+        if (cached == KW_ENGINE_NOMEM) {
             reject_unadmitted(r, 503, "out_of_memory", "could not allocate the memory to admit this request; retry");
             continue;
         }
-        int32_t cached = e->seq_begin(e, slot, r->prompt, r->n_prompt, r->n_prompt + max_gen);
         if (cached == KW_ENGINE_NEVER || (cached < 0 && n_active(s) == 0)) {
             /* Nothing else holds memory (or the engine says so): it can never fit. */
             char msg[256];
@@ -445,7 +440,7 @@ static int run_step(kw_sched *s) {
     for (int32_t i = 0; i < s->n_slots; i++) {
         seq *q = &s->seqs[i];
         if (q->st != SEQ_DECODE || n >= e->max_batch) continue;
-        if (e->seq_ensure(e, i, q->n_past + 1) < 0) { seq_finish(s, i, KW_FINISH_ERROR, "KV pool exhausted"); continue; }
+        if (e->seq_ensure(e, i, q->n_past + 1) < 0) { seq_fail_nomem(s, i); continue; }
         s->b_tok[n] = q->last_tok; s->b_pos[n] = q->n_past; s->b_slot[n] = i; s->b_want[n] = true;
         q->row = rows++; q->chunk = 1; n++;
     }
@@ -461,7 +456,7 @@ static int run_step(kw_sched *s) {
         int32_t c = q->n_prompt - q->n_past;
         if (c > s->o.prefill_step) c = s->o.prefill_step;
         if (c > e->max_batch - n) c = e->max_batch - n;
-        if (e->seq_ensure(e, best, q->n_past + c) < 0) { seq_finish(s, best, KW_FINISH_ERROR, "KV pool exhausted"); k--; continue; }
+        if (e->seq_ensure(e, best, q->n_past + c) < 0) { seq_fail_nomem(s, best); k--; continue; }
         for (int32_t j = 0; j < c; j++) {
             s->b_tok[n] = q->toks[q->n_past + j]; s->b_pos[n] = q->n_past + j; s->b_slot[n] = best;
             s->b_want[n] = false;

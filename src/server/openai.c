@@ -47,6 +47,14 @@ char *kw_http_error_json(const kw_http_error *e) {
     return s;
 }
 
+/* A step that failed with `msg`: when the cause is memory (tokenizer or
+ * template could not allocate) it is the server's problem, not the
+ * request's: 503 out_of_memory (Retry-After), else 400 naming param. */
+static int error_400_or_oom(kw_http_error *e, const char *param, const char *msg) {
+    if (strstr(msg, "out of memory")) return kw_http_error_set(e, 503, NULL, "out_of_memory", "%s", msg);
+    return kw_http_error_set(e, 400, param, NULL, "%s", msg);
+}
+
 /* ---- jobs --------------------------------------------------------------- */
 
 void kw_job_free(kw_job *j) {
@@ -208,7 +216,7 @@ static char *render_chat(const cJSON *root, const kw_chat_template *tpl, kw_http
     }
     kw_err err = {{0}};
     out = kw_chat_apply(tpl, m, n, root, &err);
-    if (!out) kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg);
+    if (!out) error_400_or_oom(e, "messages", err.msg);
 done:
     for (int k = 0; texts && k < n; k++) kw_sbuf_free(&texts[k]);
     free(texts);
@@ -352,7 +360,7 @@ static int replay_setup(kw_job *j, const cJSON *root, kw_engine *eng, kw_http_er
     size_t n = 0;
     kw_err err = {{0}};
     if (eng->tokenize(eng, r->valuestring, strlen(r->valuestring), false, false, &j->replay_ids, &n, &err) < 0)
-        return kw_http_error_set(e, 400, "test_replay", NULL, "%s", err.msg);
+        return error_400_or_oom(e, "test_replay", err.msg);
     j->req.replay = j->replay_ids;
     j->req.n_replay = (int32_t)n;
     return 0;
@@ -367,7 +375,7 @@ static int completion_prompt(const cJSON *root, kw_engine *eng, int32_t **ids, s
     if (cJSON_IsString(p)) {
         kw_err err = {{0}};
         if (eng->tokenize(eng, p->valuestring, strlen(p->valuestring), true, true, ids, n, &err) < 0)
-            return kw_http_error_set(e, 400, "prompt", NULL, "%s", err.msg);
+            return error_400_or_oom(e, "prompt", err.msg);
         return 0;
     }
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
@@ -476,7 +484,7 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         }
         free(text);
         free(prefill);
-        if (rc < 0) { kw_http_error_set(e, 400, "messages", NULL, "%s", err.msg); goto fail; }
+        if (rc < 0) { error_400_or_oom(e, "messages", err.msg); goto fail; }
     } else if (completion_prompt(root, eng, &ids, &n_ids, e) < 0) {
         goto fail;
     }
@@ -754,8 +762,9 @@ static void on_toolparse_event(void *user, const kw_tc_event *ev) {
 static void stream_finish(kw_job *j, const kw_sched_event *ev) {
     if (ev->finish == KW_FINISH_ERROR || ev->finish == KW_FINISH_CANCELLED) {
         kw_http_error he = {0};
-        kw_http_error_set(&he, ev->finish == KW_FINISH_ERROR ? 500 : 503, NULL,
-                          ev->finish == KW_FINISH_ERROR ? "internal_error" : "cancelled", "%s",
+        bool err = ev->finish == KW_FINISH_ERROR;   /* (memory ran out: the event says 503 out_of_memory) */
+        kw_http_error_set(&he, err ? (ev->http_status ? ev->http_status : 500) : 503, NULL,
+                          err ? (ev->code ? ev->code : "internal_error") : "cancelled", "%s",
                           ev->error ? ev->error : "request cancelled");
         char *s = kw_http_error_json(&he);
         if (s) { kw_sbuf_printf(&j->out, "data: %s\n\n", s); free(s); }

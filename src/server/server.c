@@ -270,7 +270,8 @@ static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *
     snprintf(msg, sizeof msg, "%s", j->error[0] ? j->error : "request cancelled");
     pthread_mutex_unlock(&j->mu);
     c->phase = 2;
-    if (f == KW_FINISH_ERROR) return send_err(s, mc, 500, "internal_error", msg);
+    if (f == KW_FINISH_ERROR)   /* 503 out_of_memory when the scheduler says memory ran out */
+        return send_err(s, mc, j->reject_status ? j->reject_status : 500, j->reject_code ? j->reject_code : "internal_error", msg);
     if (f == KW_FINISH_CANCELLED) return send_err(s, mc, 503, "unavailable", msg);
     if (f == KW_FINISH_REJECTED)
         return send_err(s, mc, j->reject_status ? j->reject_status : 503, j->reject_code ? j->reject_code : "busy", msg);

@@ -3,9 +3,12 @@
 //     chunk and [DONE]), the process exits 0 within 10 s;
 //  2. SIGKILL mid-stream, then a restart on the same port and model: starts
 //     cleanly (no stale socket/lock), serves, and greedy output is unchanged;
-//  3. allocation failure at admission (test hook KVWISE_TEST_FAIL_ALLOC=N:
-//     every N-th admission fails): that request gets 503 out_of_memory with
-//     Retry-After, stream or not, the others succeed, slots return to 0;
+//  3. real allocation failures (serve --test-fail-alloc SPEC, fault.h): a KV
+//     block or the ledger reservation at admission, the KV check mid-prefill
+//     (stream or not): 503 out_of_memory + Retry-After (or an error chunk in
+//     a started stream), every reservation returned, the server keeps
+//     serving; failed prompt-cache inserts and tokenizer memory; startup
+//     allocations (exit 1, one line); the hook refused off loopback;
 //  4. the model file replaced (rename over it) while served: the mapping
 //     keeps the old inode, answers are unchanged; truncated while mapped:
 //     the behaviour is recorded (docs/RELIABILITY.md);
@@ -78,23 +81,84 @@ async function main() {
     check((await waitExit(srv2.proc, 10000)).code === 0, 'restarted server exits 0');
   }
 
-  // 3. allocation failure at admission
+  // 3. real allocation failures (--test-fail-alloc, include/kvwise/fault.h): the calls fail for real
+  //    and their callers' failure paths run. One server, six requests, in order:
+  //    r1 the 1st KV block taken after startup fails (admission)           -> 503 out_of_memory
+  //    r2 (stream) the 1st ledger reservation fails (admission)            -> 503 before any stream byte
+  //    r3 a long prompt, prefill step 16: the 2nd KV check fails (mid-prefill) -> 503, reservation returned
+  //    r4 (stream) the same prompt: its 2nd KV check fails mid-prefill     -> 200 stream, progress, error chunk, [DONE]
+  //    r5, r6 -> 200 and the reference answer; then no slot, no live KV block, no kv_live byte, exit 0
+  //    (under ASan+UBSan, label sanitize: exit 0 also means LeakSanitizer found nothing).
   stage('alloc failure');
-  srv = await startServer(model, ARGS, { KVWISE_TEST_FAIL_ALLOC: '3' }); servers.push(srv);
+  const longMsg = { messages: [{ role: 'user', content: 'please summarise: ' + 'river stone cloud paper '.repeat(12) }], max_tokens: 4, temperature: 0 };
+  const isOom = (r) => r.status === 503 && r.json?.error?.code === 'out_of_memory' && r.json?.error?.type === 'server_error' &&
+                       typeof r.json?.error?.message === 'string' && r.headers?.['retry-after'] === '1';
+  srv = await startServer(model, [...ARGS, '--prefill-step-size', '16', '--test-fail-alloc', 'kv_block=1,ledger=1,kv_ensure=2,kv_ensure=4']);
+  servers.push(srv);
   {
-    const st = [];
-    for (let i = 0; i < 6; i++) {
-      const r = await request(srv.port, 'POST', '/v1/chat/completions', { body: { ...greedy, stream: i === 5 } });
-      st.push(r.status);
-      if (i === 2 || i === 5) {
-        check(r.status === 503 && r.json?.error?.code === 'out_of_memory', `injected allocation failure (request ${i + 1}): 503 out_of_memory`, { status: r.status, text: r.text.slice(0, 200) });
-        check(r.headers?.['retry-after'] === '1', 'injected failure: Retry-After', r.headers);
-      } else check(r.status === 200, `request ${i + 1} around injected failures: 200`, r.status);
-    }
+    check(/WARNING: --test-fail-alloc .*TEST-ONLY/.test(srv.log()), 'fault injection: warned at startup');
+    const cfg = await request(srv.port, 'GET', '/v1/config');
+    check(cfg.json?.test_fail_alloc === 'kv_block=1,ledger=1,kv_ensure=2,kv_ensure=4', 'fault injection: shown in /v1/config', cfg.json?.test_fail_alloc);
+    const r1 = await request(srv.port, 'POST', '/v1/chat/completions', { body: greedy });
+    check(isOom(r1) && /admit/.test(r1.json.error.message), 'KV block allocation fails at admission: 503 out_of_memory + Retry-After', { status: r1.status, text: r1.text.slice(0, 200), ra: r1.headers?.['retry-after'] });
+    const r2 = await request(srv.port, 'POST', '/v1/chat/completions', { body: { ...greedy, stream: true } });
+    check(isOom(r2), 'ledger reservation fails at admission (stream): 503 out_of_memory before any stream byte', { status: r2.status, text: r2.text.slice(0, 200) });
+    const r3 = await request(srv.port, 'POST', '/v1/chat/completions', { body: longMsg });
+    check(isOom(r3) && /KV for this sequence/.test(r3.json.error.message), 'KV check fails mid-prefill: 503 out_of_memory', { status: r3.status, text: r3.text.slice(0, 200) });
+    const r4 = await request(srv.port, 'POST', '/v1/chat/completions', { body: { ...longMsg, stream: true } });
+    const sse4 = parseSSE(r4.text);
+    const errChunk = sse4.chunks.find((c) => c.error);
+    check(r4.status === 200 && /: prompt_progress 16\//.test(r4.text) && errChunk?.error?.code === 'out_of_memory' && sse4.done &&
+          !sse4.chunks.some((c) => c.choices?.[0]?.delta?.content),
+          'KV check fails mid-prefill (stream): progress, an out_of_memory error chunk, [DONE], no content', r4.text.slice(0, 400));
+    const r5 = await request(srv.port, 'POST', '/v1/chat/completions', { body: greedy });
+    check(r5.status === 200 && r5.json?.choices?.[0]?.message?.content === ref.json?.choices?.[0]?.message?.content,
+          'after the injected failures: 200 and the same greedy answer', r5.text.slice(0, 200));
+    const r6 = await request(srv.port, 'POST', '/v1/chat/completions', { body: { ...longMsg, stream: true } });
+    check(r6.status === 200 && parseSSE(r6.text).done && !parseSSE(r6.text).chunks.some((c) => c.error), 'after the injected failures: a long stream is served', r6.text.slice(-200));
     const h = await health(srv.port);
-    check(h.status === 200 && h.json?.slots_active === 0, 'after injected failures: healthy, no slot held', h.json);
+    check(h.status === 200 && h.json?.slots_active === 0 && h.json?.queued === 0, 'after injected failures: healthy, no slot held', h.json);
+    const mem = (await request(srv.port, 'GET', '/v1/memory')).json;
+    check(mem?.kv_pool?.live_blocks === 0 && mem?.kv_pool?.live_sequences === 0 && mem?.budget?.lines?.kv_live?.bytes === 0,
+          'after injected failures: every reservation returned (no live KV block, kv_live 0 bytes)', { pool: mem?.kv_pool, kv_live: mem?.budget?.lines?.kv_live });
+    check(mem?.kv_pool?.free_blocks + mem?.kv_pool?.cached_only_blocks === mem?.kv_pool?.blocks, 'after injected failures: the pool is free but for the cache', mem?.kv_pool);
+    check(mem?.budget?.reservations?.failed >= 1, 'the ledger counted the refused reservation', mem?.budget?.reservations);
     srv.proc.kill('SIGTERM');
-    check((await waitExit(srv.proc, 10000)).code === 0, 'exit 0 after injected failures');
+    check((await waitExit(srv.proc, 15000)).code === 0, 'exit 0 after injected failures');
+  }
+  // 3b. allocations after startup that may fail without failing the request: prompt-cache bookkeeping
+  //     (kind other) cannot grow -> the request is still served, nothing is cached; workspace and
+  //     scratch are allocated once at startup, so failing every later one changes nothing.
+  //     Tokenizer memory failing -> 503 out_of_memory (the server's problem, not a 400).
+  srv = await startServer(model, [...ARGS, '--test-fail-alloc', 'alloc.other=1+,alloc.workspace=1+,alloc.scratch=1+,alloc.tokenizer=1']);
+  servers.push(srv);
+  {
+    const t1 = await request(srv.port, 'POST', '/v1/chat/completions', { body: greedy });
+    check(isOom(t1) && /tokenize/.test(t1.json.error.message), 'tokenizer allocation fails: 503 out_of_memory', { status: t1.status, text: t1.text.slice(0, 200) });
+    const st = [];
+    for (let i = 0; i < 4; i++) st.push(await request(srv.port, 'POST', '/v1/chat/completions', { body: { ...greedy, stream: i % 2 === 1, stream_options: i % 2 ? { include_usage: true } : undefined } }));
+    check(st.every((r) => r.status === 200), 'cache bookkeeping / workspace / scratch allocations failing: every request served', st.map((r) => r.status));
+    const last = st[2].json;
+    check(last?.choices?.[0]?.message?.content === ref.json?.choices?.[0]?.message?.content, 'same greedy answer without a prompt cache', last?.choices?.[0]?.message?.content);
+    check(last?.usage?.prompt_tokens_details?.cached_tokens === 0, 'a repeated prompt found nothing cached (the cache could not insert)', last?.usage);
+    const mem = (await request(srv.port, 'GET', '/v1/memory')).json;
+    check(mem?.prompt_cache?.sequences === 0 && mem?.kv_pool?.free_blocks === mem?.kv_pool?.blocks && mem?.budget?.lines?.kv_live?.bytes === 0 &&
+          mem?.budget?.lines?.kv_cached?.bytes === 0, 'cache insert failures leak no block or ledger byte', { cache: mem?.prompt_cache?.sequences, pool: mem?.kv_pool });
+    srv.proc.kill('SIGTERM');
+    check((await waitExit(srv.proc, 15000)).code === 0, 'exit 0 after failed cache inserts');
+  }
+  // 3c. startup allocations (@start): a one-line reason and exit 1, no crash; off loopback the hook is refused.
+  {
+    const { spawnSync } = await import('node:child_process');
+    const run = (extra) => spawnSync(BIN, ['serve', '--port', '0', '-m', model, '--threads', '1', ...extra], { encoding: 'utf8', timeout: 30000 });
+    for (const [spec, re] of [['alloc.workspace=1@start', /cannot allocate the workspace/], ['alloc.kv=1@start', /kv pool: cannot allocate/]]) {
+      const r = run(['--test-fail-alloc', spec]);
+      check(r.status === 1 && re.test(r.stderr) && !/Sanitizer|runtime error/.test(r.stderr), `startup allocation fails (${spec}): one-line reason, exit 1`, { status: r.status, signal: r.signal, err: r.stderr.slice(-300) });
+    }
+    const off = spawnSync(BIN, ['serve', '--host', '192.0.2.1', '--port', '0', '-m', model, '--test-fail-alloc', 'kv_block=1'], { encoding: 'utf8', timeout: 10000 });
+    check(off.status === 2 && /refused when listening on 192\.0\.2\.1/.test(off.stderr), '--test-fail-alloc refused off loopback', off.stderr);
+    const bad = run(['--test-fail-alloc', 'kv_blok=1']);
+    check(bad.status === 2 && /fault spec: bad rule/.test(bad.stderr), 'a bad fault spec is refused', bad.stderr);
   }
 
   // 4. model file replaced / truncated while mapped

@@ -92,7 +92,8 @@ export async function post(base, p, body, timeoutMs = 60000) {
   }
 }
 
-// Streams a chat completion; returns {status, ttftMs, usage, text}.
+// Streams a chat completion; returns {status, ttftMs, usage, text, progress}
+// (progress: the ": prompt_progress a/b" comments, one per prefill chunk but the last).
 export async function streamChat(base, body, timeoutMs = 60000) {
   const t0 = Date.now();
   const r = await fetch(base + '/v1/chat/completions', {
@@ -101,7 +102,7 @@ export async function streamChat(base, body, timeoutMs = 60000) {
     signal: AbortSignal.timeout(timeoutMs),
   });
   if (r.status !== 200) return { status: r.status, text: await r.text() };
-  let ttftMs = null, usage = null, text = '', buf = '';
+  let ttftMs = null, usage = null, text = '', buf = '', progress = 0;
   const dec = new TextDecoder();
   for await (const chunk of r.body) {
     buf += dec.decode(chunk, { stream: true });
@@ -109,6 +110,7 @@ export async function streamChat(base, body, timeoutMs = 60000) {
     while ((i = buf.indexOf('\n')) >= 0) {
       const line = buf.slice(0, i).trim();
       buf = buf.slice(i + 1);
+      if (line.startsWith(': prompt_progress')) progress++;
       if (!line.startsWith('data:')) continue;
       const data = line.slice(5).trim();
       if (data === '[DONE]') continue;
@@ -118,7 +120,7 @@ export async function streamChat(base, body, timeoutMs = 60000) {
       if (d && d.content) { if (ttftMs === null) ttftMs = Date.now() - t0; text += d.content; }
     }
   }
-  return { status: 200, ttftMs, usage, text };
+  return { status: 200, ttftMs, usage, text, progress };
 }
 
 // A deterministic word generator: distinct long prompts without randomness.

@@ -27,7 +27,7 @@ import { check, finish, startServer, streamChat, words, makeModel } from './lib.
 
 const TURNS = 8;
 
-async function conversation(label, srv, { systemWords, userWords, maxTokens, replay }) {
+async function conversation(label, srv, { systemWords, userWords, maxTokens, replay, step }) {
   const system = { role: 'system', content: `You are a careful assistant. ${words(7, systemWords)}` };
   const msgs = [system];
   const turns = [];
@@ -40,7 +40,7 @@ async function conversation(label, srv, { systemWords, userWords, maxTokens, rep
     if (r.status !== 200) break;
     const u = r.usage || {};
     turns.push({ prompt: u.prompt_tokens, completion: u.completion_tokens,
-                 cached: (u.prompt_tokens_details || {}).cached_tokens, ttft: r.ttftMs });
+                 cached: (u.prompt_tokens_details || {}).cached_tokens, ttft: r.ttftMs, chunks: r.progress + 1 });
     msgs.push({ role: 'assistant', content: r.text });
   }
   console.log(`${label}: ${JSON.stringify(turns)}`);
@@ -56,25 +56,33 @@ async function conversation(label, srv, { systemWords, userWords, maxTokens, rep
     const fresh = cur.prompt - cur.cached, fresh1 = turns[1].prompt - turns[1].cached;
     check(fresh <= 2 * fresh1 + 16, `${label} turn ${t}: prefilled ${fresh} new tokens (turn 1: ${fresh1})`);
   }
+  // The prefill before the first token, in engine steps: one chunk of at
+  // most `step` tokens per step (one ": prompt_progress" comment per chunk
+  // but the last), so the new tokens need ceil(fresh / step) chunks.
+  for (const [t, cur] of turns.entries())
+    check(cur.chunks <= Math.ceil((cur.prompt - cur.cached) / step),
+          `${label} turn ${t}: ${cur.chunks} prefill chunks for ${cur.prompt - cur.cached} new tokens (step ${step})`);
   return { system, msgs, turns };
 }
 
-// TTFT does not grow with the conversation. Loose bounds (the machine is
-// shared; TTFT of a few tens of ms jitters by as much): the mean of the last
-// three turns is at most `factor` x the mean of turns 1-3 plus `slackMs`.
-// On the stub a step costs the same at any context, so 2x + 100 ms. On a
-// real model the new tokens attend over the whole context, which grows
-// (1,850 -> 3,100 positions here, and in a model this small attention is
-// most of the work): the quiet machine measures +25%, under a full ctest
-// -j2 +200%; 3x + 250 ms catches a re-prefill of the conversation (the cold
-// run below is 10-20x slower) without tripping on load.
-function checkFlatTtft(label, turns, factor, slackMs) {
+// TTFT does not grow with the conversation. Asserted in engine steps, not
+// milliseconds: TTFT is the prefill chunks before the first token plus
+// scheduling noise, and on the shared 2-core machine the noise alone broke
+// every millisecond bound tried (this test flaked under load). The chunk
+// counts are exact and fail the same way when the cache stops working: the
+// last turns must need no more prefill chunks than turn 1 (+1 for rounding),
+// where a re-prefill of the conversation needs ceil(prompt / step). The
+// TTFT means are printed for the record.
+function checkFlatTtft(label, turns, step) {
   if (turns.length !== TURNS) return;
   const mean = (a) => a.reduce((x, y) => x + y, 0) / a.length;
   const early = mean(turns.slice(1, 4).map((t) => t.ttft)), late = mean(turns.slice(-3).map((t) => t.ttft));
   console.log(`${label}: TTFT turns 1-3 mean ${early.toFixed(0)} ms, last 3 mean ${late.toFixed(0)} ms; ` +
-              `prompt ${turns[1].prompt} -> ${turns[TURNS - 1].prompt} tokens`);
-  check(late <= factor * early + slackMs, `${label}: TTFT does not grow (${early.toFixed(0)} -> ${late.toFixed(0)} ms)`);
+              `prompt ${turns[1].prompt} -> ${turns[TURNS - 1].prompt} tokens; chunks ${turns.map((t) => t.chunks).join(' ')}`);
+  const last = turns[TURNS - 1], maxLate = Math.max(...turns.slice(-3).map((t) => t.chunks));
+  check(maxLate <= turns[1].chunks + 1, `${label}: prefill chunks do not grow (turn 1: ${turns[1].chunks}, last 3: max ${maxLate})`);
+  check(Math.ceil(last.prompt / step) >= 3 * last.chunks,
+        `${label}: the last turn prefills ${last.chunks} chunks, a third or less of its whole prompt's ${Math.ceil(last.prompt / step)}`);
 }
 
 // 1. The stub engine. A forward call costs 2 ms whatever its size, so TTFT
@@ -83,8 +91,8 @@ function checkFlatTtft(label, turns, factor, slackMs) {
   const srv = await startServer(['--stub-engine', '--stub-kv', '--stub-step-us', '2000',
     '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
     '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '128']);
-  const { system, turns } = await conversation('stub', srv, { systemWords: 80, userWords: 20, maxTokens: 16 });
-  checkFlatTtft('stub', turns, 2, 100);
+  const { system, turns } = await conversation('stub', srv, { systemWords: 80, userWords: 20, maxTokens: 16, step: 128 });
+  checkFlatTtft('stub', turns, 128);
   const other = await streamChat(srv.base, { messages: [system, { role: 'user', content: 'hello there' }], max_tokens: 4, temperature: 0 });
   const oc = other.usage && other.usage.prompt_tokens_details && other.usage.prompt_tokens_details.cached_tokens;
   check(other.status === 200 && oc >= 100, `stub: a new conversation on the same system prompt hits the cache (${oc} cached)`);
@@ -98,8 +106,8 @@ function checkFlatTtft(label, turns, factor, slackMs) {
   const srv = await startServer(['-m', model, '--test-replay', '--threads', '2',
     '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
     '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '256']);
-  const { msgs, turns } = await conversation('model', srv, { systemWords: 400, userWords: 40, maxTokens: 64, replay: true });
-  checkFlatTtft('model', turns, 3, 250);
+  const { msgs, turns } = await conversation('model', srv, { systemWords: 400, userWords: 40, maxTokens: 64, replay: true, step: 256 });
+  checkFlatTtft('model', turns, 256);
   if (turns.length === TURNS) {
     // The same final prompt with nothing reusable (the first word of the
     // system prompt differs): what TTFT would be without the cache.
@@ -110,8 +118,10 @@ function checkFlatTtft(label, turns, factor, slackMs) {
     console.log(`model: last turn ${last.prompt} tokens, ${last.cached} cached: TTFT ${last.ttft} ms; ` +
                 `${r.usage && r.usage.prompt_tokens} tokens, ${coldCached} cached: TTFT ${r.ttftMs} ms`);
     check(r.status === 200 && coldCached < 16, `model: the cold prompt reused nothing but the template head (${coldCached})`);
-    // Loose: the cached turn prefills ~1/15 of the tokens; half is far from the line.
-    check(last.ttft <= 0.5 * r.ttftMs + 50, `model: TTFT with the conversation cached ${last.ttft} ms <= half of uncached ${r.ttftMs} ms + 50`);
+    // In engine steps (see checkFlatTtft): the cached turn needs a fraction of the cold prefill's chunks.
+    const coldChunks = r.progress + 1;
+    check(r.status === 200 && coldChunks >= 3 * last.chunks,
+          `model: prefill chunks with the conversation cached ${last.chunks} vs uncached ${coldChunks} (TTFT ${last.ttft} vs ${r.ttftMs} ms)`);
   }
   const ex = await srv.stop();
   check(ex.code === 0, `model: clean exit (${JSON.stringify(ex)})`);
