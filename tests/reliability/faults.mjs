@@ -15,7 +15,7 @@
 //  5. the off-loopback-without---api-key warning (nothing is bound off-loopback).
 import fs from 'node:fs';
 import path from 'node:path';
-import { check, finish, stage, makeModel, startServer, request, parseSSE, health, sleep, waitExit, tmp, BIN } from './lib.mjs';
+import { check, finish, stage, makeModel, startServer, request, parseSSE, health, healthIdle, sleep, waitExit, tmp, BIN } from './lib.mjs';
 import http from 'node:http';
 
 const greedy = { messages: [{ role: 'user', content: 'The capital of France is' }], max_tokens: 8, temperature: 0 };
@@ -116,7 +116,7 @@ async function main() {
           'after the injected failures: 200 and the same greedy answer', r5.text.slice(0, 200));
     const r6 = await request(srv.port, 'POST', '/v1/chat/completions', { body: { ...longMsg, stream: true } });
     check(r6.status === 200 && parseSSE(r6.text).done && !parseSSE(r6.text).chunks.some((c) => c.error), 'after the injected failures: a long stream is served', r6.text.slice(-200));
-    const h = await health(srv.port);
+    const h = await healthIdle(srv.port);
     check(h.status === 200 && h.json?.slots_active === 0 && h.json?.queued === 0, 'after injected failures: healthy, no slot held', h.json);
     const mem = (await request(srv.port, 'GET', '/v1/memory')).json;
     check(mem?.kv_pool?.live_blocks === 0 && mem?.kv_pool?.live_sequences === 0 && mem?.budget?.lines?.kv_live?.bytes === 0,

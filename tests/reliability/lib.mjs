@@ -127,3 +127,13 @@ export async function settle(pid, base, ms = 8000) {
   return s;
 }
 export async function health(port) { const r = await request(port, 'GET', '/health', { timeout: 10000 }); return r; }
+// /health once the scheduler is idle: a finished request's slot is published
+// free after the engine's step (and may stay one more step to commit its last
+// token), so a reading right after a response can still show it. Polls up to
+// ms; returns the last reading (a slot that never frees still fails the check).
+export async function healthIdle(port, ms = 10000) {
+  const t0 = Date.now();
+  let h = await health(port);
+  while (!(h.json?.slots_active === 0 && h.json?.queued === 0) && Date.now() - t0 < ms) { await sleep(50); h = await health(port); }
+  return h;
+}

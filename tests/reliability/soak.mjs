@@ -10,7 +10,7 @@
 //   KW_SOAK_REQUESTS=20000 KW_SOAK_SECONDS=3600 KW_BIN=build/kvwise node tests/reliability/soak.mjs
 // (KW_SOAK_MODEL=path.gguf soaks a real model instead of the tiny one.)
 import http from 'node:http';
-import { check, finish, stage, makeModel, startServer, request, procStats, settle, health, sleep, waitExit } from './lib.mjs';
+import { check, finish, stage, makeModel, startServer, request, procStats, settle, healthIdle, sleep, waitExit } from './lib.mjs';
 
 // Bounded by count, with a generous time cap: on a quiet machine 250 requests
 // take ~25 s; on a loaded shared 2-core machine (load average 15+) the same
@@ -113,8 +113,7 @@ async function main() {
   // Connections close asynchronously and a finished sequence may hold its
   // slot for one more engine step: poll (bounded) instead of reading once.
   const end = await settle(pid, base, 20000);
-  let h = await health(port);
-  for (let i = 0; i < 100 && !(h.json?.slots_active === 0 && h.json?.queued === 0); i++) { await sleep(100); h = await health(port); }
+  const h = await healthIdle(port);
   ttfts.sort((a, b) => a - b);
   const pct = (q) => ttfts.length ? ttfts[Math.min(ttfts.length - 1, Math.floor(q * ttfts.length))] : NaN;
   const summary = {
