@@ -56,6 +56,11 @@ const kw_kernel_set *kw_kernels_active(void);
  * that runs inside it). */
 const kw_cpu_info *kw_cpu_info_raw(void);
 
+/* gemm_avx512.c: packed Q4_0 (q4 = 1) / Q8_0 16-row groups [r0, end) x nx
+ * activation rows (split Q8_0 layout); returns the first row not done. */
+int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0, int64_t end,
+                           const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy);
+
 /* quant_ref.c */
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);
 

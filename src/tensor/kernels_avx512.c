@@ -163,6 +163,7 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  *   then the 16 rows' F16 scales.
  * Unpacked, part k is a vector whose lane L holds row L's values 4k..4k+3,
  * which vpdpbusd multiplies with activation bytes 4k..4k+3 broadcast. */
+#define KW_X16_GEMM_MIN_ROWS 4   /* activation rows from which the tiled GEMM takes over */
 #define KW_FMT_Q4_0_X16 1u
 #define KW_FMT_Q8_0_X16 2u
 
@@ -225,6 +226,10 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
     end -= (end - r0) % 16;
     const size_t blkb = q4 ? 288 : 544;
     const uint8_t *base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
+    if (nx >= KW_X16_GEMM_MIN_ROWS) {   /* prefill: gemm_avx512.c */
+        int64_t done = kw_gemm_x16_avx512(base, q4, h->nb, r0, end, X, xs, nx, Y, ldy);
+        if (done > r0) return done;
+    }
     for (int64_t r = r0; r < end; r += 16) {
         const uint8_t *grp = base + (size_t)(r / 16) * (size_t)h->nb * blkb;
         for (int64_t i = 0; i < nx; i += 8) {
