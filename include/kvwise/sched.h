@@ -24,6 +24,7 @@
 #define KVWISE_SCHED_H
 #include "kvwise/common.h"
 #include "kvwise/kv.h"
+#include "kvwise/sampler.h"
 
 /* ---- the engine vtable -------------------------------------------------- */
 
@@ -117,8 +118,11 @@ kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens);
 /* ---- requests ----------------------------------------------------------- */
 
 #define KW_SCHED_MAX_STOP 8
-#define KW_SCHED_MAX_TOP_LOGPROBS 20
+#define KW_SCHED_MAX_TOP_LOGPROBS KW_MAX_TOP_LOGPROBS   /* sampler.h */
 
+/* A request's sampling parameters (OpenAI names); the scheduler samples
+ * with kw_sample() (sampler.h), the one sampler, over the tokens generated
+ * so far, with a per-request RNG seeded by seed (or the clock). */
 typedef struct kw_sampling {
     float temperature;          /* 0 = greedy */
     float top_p;                /* 1 = off */
@@ -129,14 +133,6 @@ typedef struct kw_sampling {
     uint64_t seed;
     bool has_seed;
 } kw_sampling;
-
-typedef struct kw_tok_logprob {
-    int32_t id;
-    float logprob;
-    int32_t n_top;
-    int32_t top_id[KW_SCHED_MAX_TOP_LOGPROBS];
-    float top_logprob[KW_SCHED_MAX_TOP_LOGPROBS];
-} kw_tok_logprob;
 
 typedef enum kw_sched_ev_type {
     KW_EV_ADMITTED = 0,         /* got a slot; cached_tokens known */
@@ -236,11 +232,5 @@ bool kw_textout_push(kw_textout *t, const char *s, size_t n, size_t *n_release);
 void kw_textout_consume(kw_textout *t, size_t n);
 /* At the end: everything left, with invalid UTF-8 replaced by U+FFFD. Returns bytes in out. */
 size_t kw_textout_flush(kw_textout *t, char *out, size_t cap);
-
-/* Sampling over one row of logits (modified in place). history: tokens
- * generated so far (penalties). rng: per-request state. lp may be NULL. */
-int32_t kw_sched_sample(float *logits, int32_t n_vocab, const kw_sampling *sp,
-                        const int32_t *history, int32_t n_history, uint64_t *rng,
-                        int32_t top_logprobs, kw_tok_logprob *lp);
 
 #endif

@@ -209,8 +209,11 @@ static void seq_sample(kw_sched *s, int32_t slot, float *row) {
         return;
     }
     kw_tok_logprob *lp = r->logprobs ? seq_new_lp(q) : NULL;
-    int32_t id = kw_sched_sample(row, s->e->n_vocab, &r->sp, q->toks + q->n_prompt, q->n_gen,
-                                 &q->rng, r->top_logprobs, lp);
+    /* the one sampler (sampler.h); OpenAI penalties count the generated tokens only */
+    kw_sampler_params sp = {.temp = r->sp.temperature, .top_k = r->sp.top_k, .top_p = r->sp.top_p,
+                            .min_p = r->sp.min_p, .repeat_penalty = 1.0f,
+                            .presence_penalty = r->sp.presence_penalty, .frequency_penalty = r->sp.frequency_penalty};
+    int32_t id = kw_sample(row, s->e->n_vocab, &sp, q->toks + q->n_prompt, q->n_gen, &q->rng, r->top_logprobs, lp);
     seq_accept(s, slot, id);
 }
 

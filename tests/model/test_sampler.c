@@ -1,6 +1,8 @@
-/* test_sampler.c - the sampler (sampler.h): greedy and its tie rule,
- * temperature, top-k, top-p, min-p, the three penalties and their window,
- * and seeded determinism. */
+/* test_sampler.c - the one sampler (sampler.h), through the kw_sampler
+ * object (`kvwise generate`) and the stateless kw_sample() (the server's
+ * scheduler): greedy and its tie rule, temperature, top-k (insertion and
+ * sorted paths), top-p, min-p and their order after temperature, the three
+ * penalties and their window, logprobs, seeded determinism. */
 #include "testutil.h"
 #include "kvwise/sampler.h"
 #include <math.h>
@@ -184,6 +186,126 @@ static void test_seed(void) {
     KW_CHECK(memcmp(a, c, sizeof a) != 0);
 }
 
+static kw_sampler_params req(float temp, float top_p, int32_t top_k, float min_p) {
+    kw_sampler_params p = plain(temp, 0);
+    p.top_p = top_p;
+    p.top_k = top_k;
+    p.min_p = min_p;
+    return p;
+}
+
+/* kw_sample(): what the scheduler calls with a request's parameters. */
+static void test_stateless(void) {
+    float logits[8] = {0.1f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.9f, 0.3f};
+    float tmp[8];
+    uint64_t rng = 1;
+    kw_sampler_params greedy = req(0.0f, 1.0f, 0, 0.0f);
+    memcpy(tmp, logits, sizeof tmp);
+    KW_CHECK_EQ_INT(kw_sample(tmp, 8, &greedy, NULL, 0, &rng, 0, NULL), 1);   /* first of the tied maxima */
+    /* top_k = 2 at any temperature only ever picks ids 1 or 3 */
+    kw_sampler_params k2 = req(1.5f, 1.0f, 2, 0.0f);
+    int bad = 0;
+    for (int i = 0; i < 200; i++) {
+        memcpy(tmp, logits, sizeof tmp);
+        int32_t id = kw_sample(tmp, 8, &k2, NULL, 0, &rng, 0, NULL);
+        bad += id != 1 && id != 3;
+    }
+    KW_CHECK_EQ_INT(bad, 0);
+    /* no top-k/top-p: the O(vocab) path; min_p = 0.5 keeps only ids 1, 3, 6 (p >= 0.5 p_max) */
+    kw_sampler_params mp = req(1.0f, 1.0f, 0, 0.5f);
+    bad = 0;
+    int seen6 = 0;
+    for (int i = 0; i < 300; i++) {
+        memcpy(tmp, logits, sizeof tmp);
+        int32_t id = kw_sample(tmp, 8, &mp, NULL, 0, &rng, 0, NULL);
+        bad += id != 1 && id != 3 && id != 6;
+        seen6 += id == 6;
+    }
+    KW_CHECK_EQ_INT(bad, 0);
+    KW_CHECK(seen6 > 0);          /* p(6) ~ 0.31 of the kept mass: 300 draws all missing it ~ 1e-48 */
+    /* top_k above 256 on a larger vocabulary (the sorted path) stays within the top k */
+    enum { V = 1000 };
+    static float big[V], bt[V];
+    for (int i = 0; i < V; i++) big[i] = (float)((i * 7919) % V) / 100.0f;   /* a permutation of 0..9.99 */
+    kw_sampler_params k300 = req(2.0f, 0.99f, 300, 0.0f);
+    bad = 0;
+    for (int i = 0; i < 100; i++) {
+        memcpy(bt, big, sizeof bt);
+        int32_t id = kw_sample(bt, V, &k300, NULL, 0, &rng, 0, NULL);
+        bad += big[id] < 7.0f;    /* the top 300 of the permutation are the values >= 7.00 */
+    }
+    KW_CHECK_EQ_INT(bad, 0);
+    /* same seed -> same sequence */
+    kw_sampler_params t1 = req(1.0f, 0.95f, 0, 0.0f);
+    uint64_t r1 = 42, r2 = 42;
+    int same = 1;
+    for (int i = 0; i < 50; i++) {
+        float a[8], b[8];
+        memcpy(a, logits, sizeof a); memcpy(b, logits, sizeof b);
+        same &= kw_sample(a, 8, &t1, NULL, 0, &r1, 0, NULL) == kw_sample(b, 8, &t1, NULL, 0, &r2, 0, NULL);
+    }
+    KW_CHECK(same);
+    /* presence penalty moves greedy off a token already generated */
+    kw_sampler_params pen = req(0.0f, 1.0f, 0, 0.0f);
+    pen.presence_penalty = 1.0f;
+    int32_t hist[] = {1, 3};
+    memcpy(tmp, logits, sizeof tmp);
+    KW_CHECK_EQ_INT(kw_sample(tmp, 8, &pen, hist, 2, &rng, 0, NULL), 6);
+    /* frequency counts every occurrence (history unsorted, ids repeated): 2.0 - 3 x 0.05 = 1.85 < 1.9 */
+    kw_sampler_params fq = req(0.0f, 1.0f, 0, 0.0f);
+    fq.frequency_penalty = 0.05f;
+    int32_t h3[] = {1, 7, 1, 3, 1, 3, 3};
+    memcpy(tmp, logits, sizeof tmp);
+    KW_CHECK_EQ_INT(kw_sample(tmp, 8, &fq, h3, 7, &rng, 0, NULL), 6);
+    KW_CHECK_NEAR(tmp[1], 2.0 - 3 * 0.05, 1e-6);            /* applied in place, once per distinct id */
+    KW_CHECK_NEAR(tmp[7], 0.3 - 0.05, 1e-6);
+    /* logprobs: the chosen token's logprob equals the top entry and is <= 0 */
+    kw_tok_logprob lp;
+    memcpy(tmp, logits, sizeof tmp);
+    kw_sample(tmp, 8, &greedy, NULL, 0, &rng, 3, &lp);
+    KW_CHECK_EQ_INT(lp.n_top, 3);
+    KW_CHECK(lp.logprob <= 0.0f);
+    KW_CHECK_NEAR(lp.logprob, lp.top_logprob[0], 1e-6);   /* same number, same computation */
+    /* top_p = 0 keeps only the best token (the smallest set reaching 0) */
+    kw_sampler_params p0 = req(1.0f, 0.0f, 0, 0.0f);
+    for (int i = 0; i < 20; i++) { memcpy(tmp, logits, sizeof tmp); KW_CHECK_EQ_INT(kw_sample(tmp, 8, &p0, NULL, 0, &rng, 0, NULL), 1); }
+}
+
+/* Temperature comes before min-p (and top-p): logits 0 and ln 1.5 give
+ * p0/p1 = 0.667 at T = 1, so min_p 0.9 keeps id 1 only; at T = 4 the ratio
+ * is 1.5^-0.25 = 0.904 and both stay. (Applying min-p before temperature,
+ * llama.cpp's order, would cut id 0 in both cases.) */
+static void test_order(void) {
+    float l[2] = {0.0f, logf(1.5f)};
+    uint64_t rng = 5;
+    int seen0 = 0;
+    kw_sampler_params hot = req(4.0f, 1.0f, 0, 0.9f), cold = req(1.0f, 1.0f, 0, 0.9f);
+    for (int i = 0; i < 400; i++) { float t[2] = {l[0], l[1]}; seen0 += kw_sample(t, 2, &hot, NULL, 0, &rng, 0, NULL) == 0; }
+    KW_CHECK(seen0 > 100);        /* p0 ~ 0.475: 400 draws with fewer than 100 zeros ~ 1e-30 */
+    seen0 = 0;
+    for (int i = 0; i < 400; i++) { float t[2] = {l[0], l[1]}; seen0 += kw_sample(t, 2, &cold, NULL, 0, &rng, 0, NULL) == 0; }
+    KW_CHECK_EQ_INT(seen0, 0);
+    /* the object and the stateless call agree draw for draw (same seed, same history) */
+    kw_sampler_params p = req(0.9f, 0.9f, 3, 0.05f);
+    p.seed = 77;
+    p.presence_penalty = 0.3f;
+    kw_sampler *s = kw_sampler_create(&p, 8, NULL);
+    float l8[8] = {0.1f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.9f, 0.3f};
+    int32_t hist[64];
+    int n = 0, same = 1;
+    uint64_t r = 77;
+    for (int i = 0; i < 40; i++) {
+        float t[8];
+        memcpy(t, l8, sizeof t);
+        int32_t a = kw_sampler_sample(s, l8), b = kw_sample(t, 8, &p, hist, n < 64 ? n : 64, &r, 0, NULL);
+        same &= a == b;
+        kw_sampler_accept(s, a);
+        hist[n++ % 64] = a;
+    }
+    KW_CHECK(same);
+    kw_sampler_free(s);
+}
+
 static void test_bad_params(void) {
     kw_sampler_params p = plain(1.0f, 1);
     p.repeat_penalty = 0.0f;
@@ -194,6 +316,8 @@ static void test_bad_params(void) {
 }
 
 int main(void) {
+    test_stateless();
+    test_order();
     test_greedy();
     test_temperature();
     test_top_k();

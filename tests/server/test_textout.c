@@ -1,5 +1,5 @@
 /* test_textout.c - stop strings across token boundaries never leak; UTF-8
- * is released only whole; the sampler's greedy/seeded/penalty behaviour. */
+ * is released only whole. (The sampler's tests: tests/model/test_sampler.c.) */
 #include <string.h>
 #include "kvwise/sched.h"
 #include "testutil.h"
@@ -109,70 +109,6 @@ static void test_invalid_utf8_becomes_replacement(void) {
     kw_textout_free(&t);
 }
 
-static void test_sampler(void) {
-    float logits[8] = {0.1f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.9f, 0.3f};
-    float tmp[8];
-    kw_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
-    uint64_t rng = 1;
-    memcpy(tmp, logits, sizeof tmp);
-    KW_CHECK_EQ_INT(kw_sched_sample(tmp, 8, &greedy, NULL, 0, &rng, 0, NULL), 1);   /* first of the tied maxima */
-    /* top_k = 2 at any temperature only ever picks ids 1 or 3 */
-    kw_sampling k2 = {.temperature = 1.5f, .top_p = 1.0f, .top_k = 2};
-    int bad = 0;
-    for (int i = 0; i < 200; i++) {
-        memcpy(tmp, logits, sizeof tmp);
-        int32_t id = kw_sched_sample(tmp, 8, &k2, NULL, 0, &rng, 0, NULL);
-        bad += id != 1 && id != 3;
-    }
-    KW_CHECK_EQ_INT(bad, 0);
-    /* no top-k/top-p: the O(vocab) path; min_p = 0.5 keeps only ids 1, 3, 6 (p >= 0.5 p_max) */
-    kw_sampling mp = {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.5f};
-    bad = 0;
-    int seen6 = 0;
-    for (int i = 0; i < 300; i++) {
-        memcpy(tmp, logits, sizeof tmp);
-        int32_t id = kw_sched_sample(tmp, 8, &mp, NULL, 0, &rng, 0, NULL);
-        bad += id != 1 && id != 3 && id != 6;
-        seen6 += id == 6;
-    }
-    KW_CHECK_EQ_INT(bad, 0);
-    KW_CHECK(seen6 > 0);          /* p(6) ~ 0.31 of the kept mass: 300 draws all missing it ~ 1e-48 */
-    /* top_k above 256 on a larger vocabulary (the sorted path) stays within the top k */
-    enum { V = 1000 };
-    static float big[V], bt[V];
-    for (int i = 0; i < V; i++) big[i] = (float)((i * 7919) % V) / 100.0f;   /* a permutation of 0..9.99 */
-    kw_sampling k300 = {.temperature = 2.0f, .top_p = 0.99f, .top_k = 300};
-    bad = 0;
-    for (int i = 0; i < 100; i++) {
-        memcpy(bt, big, sizeof bt);
-        int32_t id = kw_sched_sample(bt, V, &k300, NULL, 0, &rng, 0, NULL);
-        bad += big[id] < 7.0f;    /* the top 300 of the permutation are the values >= 7.00 */
-    }
-    KW_CHECK_EQ_INT(bad, 0);
-    /* same seed -> same sequence */
-    kw_sampling t1 = {.temperature = 1.0f, .top_p = 0.95f};
-    uint64_t r1 = 42, r2 = 42;
-    int same = 1;
-    for (int i = 0; i < 50; i++) {
-        float a[8], b[8];
-        memcpy(a, logits, sizeof a); memcpy(b, logits, sizeof b);
-        same &= kw_sched_sample(a, 8, &t1, NULL, 0, &r1, 0, NULL) == kw_sched_sample(b, 8, &t1, NULL, 0, &r2, 0, NULL);
-    }
-    KW_CHECK(same);
-    /* presence penalty moves greedy off a token already generated */
-    kw_sampling pen = {.temperature = 0.0f, .top_p = 1.0f, .presence_penalty = 1.0f};
-    int32_t hist[] = {1, 3};
-    memcpy(tmp, logits, sizeof tmp);
-    KW_CHECK_EQ_INT(kw_sched_sample(tmp, 8, &pen, hist, 2, &rng, 0, NULL), 6);
-    /* logprobs: the chosen token's logprob equals the top entry and is <= 0 */
-    kw_tok_logprob lp;
-    memcpy(tmp, logits, sizeof tmp);
-    kw_sched_sample(tmp, 8, &greedy, NULL, 0, &rng, 3, &lp);
-    KW_CHECK_EQ_INT(lp.n_top, 3);
-    KW_CHECK(lp.logprob <= 0.0f);
-    KW_CHECK_NEAR(lp.logprob, lp.top_logprob[0], 1e-6);   /* same number, same computation */
-}
-
 int main(void) {
     test_stop_across_tokens();
     test_partial_prefix_released_when_not_a_stop();
@@ -180,6 +116,5 @@ int main(void) {
     test_earliest_stop_wins();
     test_utf8_split();
     test_invalid_utf8_becomes_replacement();
-    test_sampler();
     return kw_test_finish();
 }
