@@ -34,6 +34,7 @@ typedef struct serve_opts {
     bool stub_kv;
     bool test_replay;           /* --test-replay: honour a request's "test_replay" text (tests only) */
     const char *test_fail_alloc;/* --test-fail-alloc SPEC: injected allocation failures (tests only, fault.h) */
+    const char *test_replay_script; /* --test-replay-script FILE: scripted outputs per request (tests only) */
 } serve_opts;
 
 static void usage(FILE *f) {
@@ -61,6 +62,7 @@ static void usage(FILE *f) {
         "  --test-replay            TESTS ONLY: a request's \"test_replay\" text is emitted as the model's output\n"
         "  --test-fail-alloc SPEC   TESTS ONLY (loopback only): make chosen allocations fail on purpose, e.g.\n"
         "                           kv_block=%%5 (every 5th KV block); see include/kvwise/fault.h\n"
+        "  --test-replay-script FILE  TESTS ONLY: outputs chosen per chat request by the rules in FILE (docs/SERVER.md)\n"
         "  -t, --threads N          compute threads (default: physical cores)\n"
         "scheduling (continuous batching):\n"
         "  --decode-concurrency N   sequences decoding together in one batched step (default 8)\n"
@@ -141,6 +143,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--mlock")) o->mlock = true;
         else if (!strcmp(a, "--test-replay")) o->test_replay = true;
         else if (!strcmp(a, "--test-fail-alloc")) { TAKES_VALUE(); o->test_fail_alloc = v; }
+        else if (!strcmp(a, "--test-replay-script")) { TAKES_VALUE(); o->test_replay = true; o->test_replay_script = v; }
         else if (!strcmp(a, "--memory-limit") || !strcmp(a, "--prompt-cache-bytes")) {
             TAKES_VALUE();
             kw_err err = {{0}};
@@ -328,7 +331,7 @@ int cmd_serve(int argc, char **argv) {
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
                          .max_client_connections = o.max_client_conns,
                          .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led,
-                         .test_replay = o.test_replay};
+                         .test_replay = o.test_replay, .test_replay_script = o.test_replay_script};
     if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))
         fprintf(stderr, "kvwise serve: WARNING: listening on %s without --api-key: anyone who can reach this "
                 "address can use the model (see docs/SECURITY.md)\n", o.host);

@@ -59,10 +59,13 @@ typedef struct kw_job {
     bool prefilling;            /* tool_choice prefill being fed to the parser: no output */
     bool single_call;           /* parallel_tool_calls: false -> only the first call is reported */
     int32_t *replay_ids;        /* --test-replay: the scripted output's tokens */
+    char log_note[96];          /* chat: " msgs=N last=ROLE tools=N calls=N" for the request log line */
 } kw_job;
 
 /* true if the server was started with --test-replay (tests only). */
 bool kw_server_test_replay(const struct kw_server *s);
+/* --test-replay-script FILE, or NULL. */
+const char *kw_server_test_replay_script(const struct kw_server *s);
 
 /* Parses the body of /v1/chat/completions (chat=true) or /v1/completions
  * into a new job (tokenized, context-checked). NULL + e on failure. */
@@ -71,6 +74,8 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
 void kw_job_free(kw_job *j);
 /* Scheduler callback: turns events into SSE bytes / accumulated text. Called with j->mu held. */
 void kw_openai_on_event(kw_job *j, const kw_sched_event *ev);
+/* finish_reason as the client sees it ("tool_calls" when the answer ended with calls). */
+const char *kw_openai_finish_reason(kw_job *j);
 /* The non-stream response body. */
 char *kw_openai_final_json(kw_job *j);
 /* GET /v1/models body. */

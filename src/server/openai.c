@@ -352,18 +352,89 @@ static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template 
     return 0;
 }
 
-/* --test-replay only: the request's "test_replay" text becomes the output. */
+/* --test-replay-script FILE (tests only): a JSON array of rules
+ * {"if_last_role": R, "if_tools": B, "if_contains": S, "text": T}; the
+ * first rule whose conditions all hold (last message's role, the request
+ * has tools, the last message's text contains S) gives the output T. The
+ * file is read on every request (tests rewrite it freely). NULL: no rule. */
+static char *replay_script_text(const char *path, const cJSON *root, kw_http_error *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { kw_http_error_set(e, 500, NULL, NULL, "test replay script %s: cannot open", path); return NULL; }
+    kw_sbuf b = {0};
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && b.len < (1u << 20)) kw_sbuf_add(&b, chunk, n);
+    fclose(f);
+    cJSON *rules = cJSON_ParseWithLength(b.p ? b.p : "", b.len);
+    kw_sbuf_free(&b);
+    if (!cJSON_IsArray(rules)) {
+        cJSON_Delete(rules);
+        kw_http_error_set(e, 500, NULL, NULL, "test replay script %s: not a JSON array of rules", path);
+        return NULL;
+    }
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    kw_sbuf last_text = {0};
+    kw_http_error ignored;
+    message_text(last, 0, &last_text, &ignored);
+    kw_sbuf_add(&last_text, "", 0);
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    bool has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    char *out = NULL;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, rules) {
+        const cJSON *want_role = cJSON_GetObjectItemCaseSensitive(r, "if_last_role");
+        const cJSON *want_tools = cJSON_GetObjectItemCaseSensitive(r, "if_tools");
+        const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(r, "if_contains");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(r, "text");
+        if (!cJSON_IsString(text)) continue;
+        if (cJSON_IsString(want_role) && !(cJSON_IsString(role) && !strcmp(role->valuestring, want_role->valuestring))) continue;
+        if (cJSON_IsBool(want_tools) && cJSON_IsTrue(want_tools) != has_tools) continue;
+        if (cJSON_IsString(want_text) && !strstr(last_text.p, want_text->valuestring)) continue;
+        out = strdup(text->valuestring);
+        break;
+    }
+    kw_sbuf_free(&last_text);
+    cJSON_Delete(rules);
+    return out;
+}
+
+/* --test-replay only: the request's "test_replay" text (or the script's) becomes the output. */
 static int replay_setup(kw_job *j, const cJSON *root, kw_engine *eng, kw_http_error *e) {
+    if (!kw_server_test_replay(j->srv)) return 0;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "test_replay");
-    if (!r || !kw_server_test_replay(j->srv)) return 0;
-    if (!cJSON_IsString(r)) return kw_http_error_set(e, 400, "test_replay", "invalid_type", "'test_replay' must be a string");
+    char *scripted = NULL;
+    const char *script = kw_server_test_replay_script(j->srv);
+    if (!r && script && j->chat) {
+        e->status = 0;
+        scripted = replay_script_text(script, root, e);
+        if (!scripted) return e->status ? -1 : 0;
+    } else if (!r) {
+        return 0;
+    } else if (!cJSON_IsString(r)) {
+        return kw_http_error_set(e, 400, "test_replay", "invalid_type", "'test_replay' must be a string");
+    }
+    const char *text = scripted ? scripted : r->valuestring;
     size_t n = 0;
     kw_err err = {{0}};
-    if (eng->tokenize(eng, r->valuestring, strlen(r->valuestring), false, false, &j->replay_ids, &n, &err) < 0)
-        return error_400_or_oom(e, "test_replay", err.msg);
+    int rc = eng->tokenize(eng, text, strlen(text), false, false, &j->replay_ids, &n, &err);
+    free(scripted);
+    if (rc < 0) return error_400_or_oom(e, "test_replay", err.msg);
     j->req.replay = j->replay_ids;
     j->req.n_replay = (int32_t)n;
     return 0;
+}
+
+/* " msgs=N last=ROLE tools=N" for the request log line: an agent's tool round
+ * trip shows as a request whose last message is a tool result. */
+static void set_log_note(kw_job *j, const cJSON *root) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    snprintf(j->log_note, sizeof j->log_note, " msgs=%d last=%.16s tools=%d", cJSON_GetArraySize(msgs),
+             cJSON_IsString(role) ? role->valuestring : "?", cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : 0);
 }
 
 /* Completions prompt: a string, [string], or [token ids]. */
@@ -461,6 +532,7 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         int choice;
         const char *named;
         if (parse_tool_choice(root, &choice, &named, e) < 0) goto fail;
+        set_log_note(j, root);
         /* tool_choice "none": the tools are not rendered (the model is not offered them) */
         cJSON *hidden = choice == TC_NONE ? cJSON_DetachItemFromObjectCaseSensitive(root, "tools") : NULL;
         char *text = render_chat(root, tpl, e);
@@ -811,11 +883,17 @@ void kw_openai_on_event(kw_job *j, const kw_sched_event *ev) {
         j->reject_code = ev->code;
         if (ev->error) snprintf(j->error, sizeof j->error, "%s", ev->error);
         if (j->tp && (ev->finish == KW_FINISH_STOP || ev->finish == KW_FINISH_LENGTH)) kw_toolparse_finish(j->tp);
+        if (j->tp && j->tp->n_calls) {
+            size_t used = strlen(j->log_note);
+            snprintf(j->log_note + used, sizeof j->log_note - used, " calls=%d", j->tp->n_calls);
+        }
         if (j->stream && j->admitted) stream_finish(j, ev);
         j->finished = true;
         break;
     }
 }
+
+const char *kw_openai_finish_reason(kw_job *j) { return finish_reason(j, j->finish); }
 
 char *kw_openai_final_json(kw_job *j) {
     cJSON *o = cJSON_CreateObject();

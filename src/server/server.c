@@ -432,10 +432,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         }
         if (!cancel && (j->finish == KW_FINISH_STOP || j->finish == KW_FINISH_LENGTH))
             __atomic_add_fetch(&s->n_ok, 1, __ATOMIC_RELAXED);
-        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s %.0f ms\n",
+        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s%s %.0f ms\n",
                 c->rt == R_CHAT ? "chat" : "completion", j->stream ? "stream" : "json", j->prompt_tokens,
-                j->cached_tokens, j->completion_tokens, cancel ? "cancelled" : kw_finish_name(j->finish),
-                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
+                j->cached_tokens, j->completion_tokens, cancel ? "cancelled" : kw_openai_finish_reason(j),
+                j->log_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
         job_unref(j);
     }
     kw_sbuf_free(&c->body);
@@ -537,6 +537,7 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
 
 const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
 bool kw_server_test_replay(const kw_server *s) { return s && s->o.test_replay; }
+const char *kw_server_test_replay_script(const kw_server *s) { return s ? s->o.test_replay_script : NULL; }
 
 void kw_server_set_config(kw_server *s, const char *json) {
     char *c = dup_or_null(json);

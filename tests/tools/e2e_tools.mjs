@@ -54,7 +54,13 @@ async function portOf(p) {
   }
   return Number(/ready on http:\/\/[^:]+:(\d+)/.exec(p.log)[1]);
 }
-const srv = startServer([]), srvThink = startServer(['--chat-template', tplPath]);
+// --test-replay-script: outputs chosen per request by rules (for clients that cannot send test_replay)
+const scriptPath = path.join(dir, 'replay.json');
+fs.writeFileSync(scriptPath, JSON.stringify([
+  { if_last_role: 'tool', if_tools: true, text: 'After the tool.' },
+  { if_contains: 'scripted please', text: 'From the script.' },
+]));
+const srv = startServer([]), srvThink = startServer(['--chat-template', tplPath, '--test-replay-script', scriptPath]);
 let log = '';
 srv.stderr.on('data', (d) => { log += d.toString(); });
 const stop = () => { for (const p of [srv, srvThink]) { try { p.kill('SIGTERM'); } catch { /* gone */ } } };
@@ -289,6 +295,12 @@ async function main() {
         `tool_choice required, model writes no call ${tag}`, callOf(refuse, stream));
     }
   }
+  // the replay script: rules by last role + tools, by text; no match samples; the request field wins
+  const content = async (body) => { const r = await post(tp, { max_tokens: 32, chat_template_kwargs: { enable_thinking: false }, ...body }); return [r.status, r.status === 200 ? JSON.parse(r.text).choices[0].message.content : r.text]; };
+  check(JSON.stringify(await content({ messages: [{ role: 'user', content: 'scripted please' }] })) === JSON.stringify([200, 'From the script.']), 'replay script: if_contains');
+  check(JSON.stringify(await content({ messages: turn2, tools: TOOLS })) === JSON.stringify([200, 'After the tool.']), 'replay script: if_last_role tool + if_tools');
+  check(JSON.stringify(await content({ messages: turn2 })) !== JSON.stringify([200, 'After the tool.']), 'replay script: if_tools must hold');
+  check(JSON.stringify(await content({ messages: [{ role: 'user', content: 'scripted please' }], test_replay: 'Field.' })) === JSON.stringify([200, 'Field.']), 'replay script: test_replay field wins');
   // without --test-replay semantics the field is ignored by other servers; here a non-string is a clear 400
   const r4 = await post(port, { messages, test_replay: 5 });
   check(r4.status === 400, 'test_replay must be a string', r4.text);
