@@ -10,6 +10,7 @@
 // only shows the mechanism (a stub forward costs the same for 1 or 512
 // tokens), not a speed figure.
 import { spawn } from 'node:child_process';
+import os from 'node:os';
 
 const argv = process.argv.slice(2);
 const opt = (name, dflt) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : dflt; };
@@ -52,6 +53,7 @@ const srv = await start([...args, '--ctx-size', String(N + 64), '--decode-concur
                          '--prompt-cache-size', '8', '--prompt-cache-bytes', '8GiB', '--prefill-step-size', '512']);
 const vocab = Number(opt('--vocab', '256'));   // ids below every model's vocabulary size
 const uncached = [], hit = [];
+const laStart = os.loadavg()[0];
 await complete(srv.base, tokens(999, 64, vocab));                 // warm-up
 for (let r = 0; r < REPS; r++) {
   const prefix = tokens(100 + r, CACHED, vocab);
@@ -61,7 +63,10 @@ for (let r = 0; r < REPS; r++) {
   uncached.push(a.ms); hit.push(b.ms);
 }
 const med = (v) => v.slice().sort((x, y) => x - y)[v.length >> 1];
+const la0 = os.loadavg()[0];
 const ratio = med(hit) / med(uncached);
 console.log(`prompt ${N} tokens, ${CACHED} cached: TTFT uncached ${med(uncached).toFixed(1)} ms, ` +
             `cached ${med(hit).toFixed(1)} ms = ${(100 * ratio).toFixed(1)}% (target <= 5%)${MODEL ? '' : ' [stub engine: mechanism only]'}`);
+console.log(`each of ${REPS} runs: uncached ${uncached.map((x) => x.toFixed(0)).join(' ')} ms, cached ${hit.map((x) => x.toFixed(0)).join(' ')} ms; ` +
+            `load average ${laStart.toFixed(1)} at start, ${la0.toFixed(1)} at end`);
 srv.proc.kill('SIGTERM');
