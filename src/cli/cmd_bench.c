@@ -1,12 +1,18 @@
-/* cmd_bench.c - `kvwise bench -m MODEL [-p 512] [-n 128] [-t 2] [-r 5] [--json]`.
+/* cmd_bench.c - `kvwise bench -m MODEL [-p 512] [-n 128] [-t 2] [-r 5] [-d 0]
+ *                [--batch B] [--kv-type f16] [--json]`.
  *
  * Owns the end-to-end speed report: per repetition, a prefill of p random
- * tokens in one eval (pp tok/s), then n single-token decode steps from an
- * empty context (tg tok/s), like llama-bench's pp/tg tests; between
- * repetitions the built-in read-bandwidth probe runs on the same threads,
- * so the decode ceiling (bandwidth / bytes read per token) comes from the
- * same minutes as the figures. Prints median and min..max of each, model
- * weight bytes, bytes read per decoded token, and tg as % of the ceiling. */
+ * tokens in one eval (pp tok/s), then n single-token decode steps (tg
+ * tok/s), like llama-bench's pp/tg tests. With -d D both start on top of a
+ * context of D tokens (prefilled once, untimed; each test rewinds to D),
+ * like llama-bench -d. With --batch B, B sequences also decode n tokens
+ * together, one kw_forward of B tokens per step over a paged KV pool (the
+ * scheduler's batched step), from empty contexts: aggregate tok/s and its
+ * ratio to tg. Between repetitions the built-in read-bandwidth probe runs
+ * on the same threads, so the decode ceiling (bandwidth / bytes read per
+ * token) comes from the same minutes as the figures. Prints median and
+ * min..max of each, model weight bytes, bytes read per decoded token, and
+ * tg as % of the ceiling. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,25 +20,34 @@
 #include <cjson/cJSON.h>
 #include "cli.h"
 #include "kvwise/gguf.h"
+#include "kvwise/memory.h"
 #include "kvwise/model.h"
 #include "kvwise/tensor.h"
 
 typedef struct bench_opts {
     const char *model;
-    int p, n, t, r;
+    int p, n, t, r, d, batch;
+    uint32_t kv_type;
     bool json, no_repack;
 } bench_opts;
+
+#define KW_BENCH_MAX_BATCH 64
 
 typedef struct stat3 { double med, lo, hi; } stat3;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvwise bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--json] [--no-repack]\n"
+    fprintf(f, "usage: kvwise bench -m MODEL [-p N] [-n N] [-t N] [-r N] [-d N] [--batch N] [--kv-type T]\n"
+               "                    [--json] [--no-repack]\n"
                "  -p N         prompt tokens per prefill test (default 512; 0 skips it)\n"
                "  -n N         decoded tokens per generation test (default 128; 0 skips it)\n"
                "  -t N         threads (default: physical cores)\n"
                "  -r N         repetitions (default 5); median and min..max are reported\n"
+               "  -d N         depth: run pp and tg on top of N tokens of context (default 0)\n"
+               "  --batch N    also decode n tokens in each of N sequences together (2..%d):\n"
+               "               aggregate tok/s and its ratio to tg\n"
+               "  --kv-type T  KV cache type: f16 (default, as the server), f32 or q8_0\n"
                "  --json       one JSON object on stdout\n"
-               "  --no-repack  keep weights as stored (no load-time repacking)\n");
+               "  --no-repack  keep weights as stored (no load-time repacking)\n", KW_BENCH_MAX_BATCH);
 }
 
 static double now_sec(void) {
@@ -67,16 +82,25 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 static int parse_args(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
     o->p = 512; o->n = 128; o->r = 5; o->t = kw_cpu_physical_cores();
+    o->kv_type = KW_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int *dst = !strcmp(a, "-p") ? &o->p : !strcmp(a, "-n") ? &o->n : !strcmp(a, "-t") ? &o->t
-                 : !strcmp(a, "-r") ? &o->r : NULL;
+                 : !strcmp(a, "-r") ? &o->r : !strcmp(a, "-d") ? &o->d : !strcmp(a, "--batch") ? &o->batch : NULL;
         if (dst) {
-            int lo = dst == &o->t || dst == &o->r ? 1 : 0;
-            if (i + 1 >= argc || parse_int(argv[++i], lo, 1 << 20, dst) != 0) {
-                fprintf(stderr, "kvwise bench: %s needs an integer >= %d\n", a, lo);
+            int lo = dst == &o->t || dst == &o->r ? 1 : dst == &o->batch ? 2 : 0;
+            int hi = dst == &o->batch ? KW_BENCH_MAX_BATCH : 1 << 20;
+            if (i + 1 >= argc || parse_int(argv[++i], lo, hi, dst) != 0) {
+                fprintf(stderr, "kvwise bench: %s needs an integer in %d..%d\n", a, lo, hi);
                 return -1;
             }
+        } else if (!strcmp(a, "--kv-type") && i + 1 < argc) {
+            int ty = kw_type_from_name(argv[++i]);
+            if (ty != KW_TYPE_F16 && ty != KW_TYPE_F32 && ty != KW_TYPE_Q8_0) {
+                fprintf(stderr, "kvwise bench: --kv-type takes f16, f32 or q8_0, not '%s'\n", argv[i]);
+                return -1;
+            }
+            o->kv_type = (uint32_t)ty;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) o->model = argv[++i];
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--no-repack")) o->no_repack = true;
@@ -84,6 +108,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else { fprintf(stderr, "kvwise bench: unknown argument '%s'\n", a); usage(stderr); return -1; }
     }
     if (!o->model) { fprintf(stderr, "kvwise bench: -m MODEL is required\n"); usage(stderr); return -1; }
+    if (o->batch && o->n == 0) { fprintf(stderr, "kvwise bench: --batch needs -n > 0\n"); return -1; }
     return 0;
 }
 
@@ -104,7 +129,8 @@ static void random_tokens(int32_t *tok, int n, int32_t n_vocab, uint64_t *rng) {
     }
 }
 
-/* One repetition: prefill p tokens, then decode n from an empty context. */
+/* One repetition: prefill p tokens, then decode n, each on top of the
+ * first o->d positions (already in the KV: each test rewinds to them). */
 static int run_once(kw_session *s, const bench_opts *o, int32_t n_vocab, uint64_t *rng, double *pp, double *tg,
                     kw_err *err) {
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(o->p > o->n ? o->p : o->n) + 4);
@@ -112,14 +138,14 @@ static int run_once(kw_session *s, const bench_opts *o, int32_t n_vocab, uint64_
     int rc = 0;
     if (o->p > 0) {
         random_tokens(tok, o->p, n_vocab, rng);
-        kw_session_rewind(s, 0);
+        kw_session_rewind(s, o->d);
         double t0 = now_sec();
         rc = kw_session_eval(s, tok, o->p, false, err);
         *pp = o->p / (now_sec() - t0);
     }
     if (rc == 0 && o->n > 0) {
         random_tokens(tok, o->n, n_vocab, rng);
-        kw_session_rewind(s, 0);
+        kw_session_rewind(s, o->d);
         double t0 = now_sec();
         for (int i = 0; i < o->n && rc == 0; i++) rc = kw_session_eval(s, tok + i, 1, false, err);
         *tg = o->n / (now_sec() - t0);
@@ -128,7 +154,94 @@ static int run_once(kw_session *s, const bench_opts *o, int32_t n_vocab, uint64_
     return rc;
 }
 
-static void print_json(const bench_opts *o, const kw_model *m, uint64_t rbytes, stat3 pp, stat3 tg, stat3 bw) {
+/* Fills the first d positions of the session's context (untimed). */
+static int prefill_depth(kw_session *s, int d, int32_t n_vocab, uint64_t *rng, kw_err *err) {
+    if (d <= 0) return 0;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)d);
+    if (!tok) return kw_err_set(err, "out of memory");
+    random_tokens(tok, d, n_vocab, rng);
+    kw_session_rewind(s, 0);
+    int rc = kw_session_eval(s, tok, d, false, err);
+    free(tok);
+    return rc;
+}
+
+/* B sequences decoding together: a paged KV pool with one block table per
+ * sequence and one kw_forward of B tokens (one per sequence, each wanting
+ * logits) per step, as the scheduler's decode step does. */
+typedef struct batch_bench {
+    int B, steps;
+    kw_kv_pool *kv;
+    kw_block_table *tables;
+    kw_block_table **tp;
+    kw_ctx *ctx;
+    int32_t *tok, *pos, *seq;
+    bool *want;
+    float *logits;
+} batch_bench;
+
+static void batch_free(batch_bench *bb) {
+    if (bb->tables)
+        for (int i = 0; i < bb->B; i++) {
+            kw_block_table_release(&bb->tables[i], bb->kv);
+            kw_block_table_free(&bb->tables[i]);
+        }
+    kw_ctx_free(bb->ctx);
+    kw_kv_pool_destroy(bb->kv);
+    free(bb->tables); free(bb->tp); free(bb->tok); free(bb->pos); free(bb->seq); free(bb->want);
+    kw_mem_free(bb->logits);
+    memset(bb, 0, sizeof *bb);
+}
+
+static int batch_init(batch_bench *bb, const kw_model *m, kw_pool *pool, const bench_opts *o, kw_err *err) {
+    memset(bb, 0, sizeof *bb);
+    bb->B = o->batch;
+    bb->steps = o->n;
+    const int32_t bt = 32, per_seq = (o->n + bt - 1) / bt;
+    kw_kv_layout lay = kw_model_kv_layout(m, o->kv_type, bt);
+    bb->kv = kw_kv_pool_create(&lay, per_seq * bb->B, err);
+    if (!bb->kv) return -1;
+    size_t B = (size_t)bb->B;
+    bb->tables = calloc(B, sizeof *bb->tables);
+    bb->tp = calloc(B, sizeof *bb->tp);
+    bb->tok = calloc(B, sizeof *bb->tok);
+    bb->pos = calloc(B, sizeof *bb->pos);
+    bb->seq = calloc(B, sizeof *bb->seq);
+    bb->want = calloc(B, sizeof *bb->want);
+    bb->logits = kw_mem_alloc(KW_MEM_OTHER, B * (size_t)kw_model_hparams(m)->n_vocab * sizeof(float));
+    if (!bb->tables || !bb->tp || !bb->tok || !bb->pos || !bb->seq || !bb->want || !bb->logits) {
+        batch_free(bb);
+        return kw_err_set(err, "out of memory");
+    }
+    for (int i = 0; i < bb->B; i++) {
+        if (kw_block_table_ensure(&bb->tables[i], bb->kv, o->n) != 0) {
+            batch_free(bb);
+            return kw_err_set(err, "cannot reserve KV for %d sequences of %d positions", o->batch, o->n);
+        }
+        bb->tp[i] = &bb->tables[i];
+        bb->seq[i] = i;
+        bb->want[i] = true;
+    }
+    bb->ctx = kw_ctx_create(m, pool, bb->B, o->n, err);
+    if (!bb->ctx) { batch_free(bb); return -1; }
+    return 0;
+}
+
+/* Decodes `steps` tokens in every sequence from position 0; returns aggregate tok/s or -1. */
+static double batch_run(batch_bench *bb, int steps, int32_t n_vocab, uint64_t *rng, kw_err *err) {
+    kw_batch b = {.n_tokens = bb->B, .tokens = bb->tok, .pos = bb->pos, .seq = bb->seq, .tables = bb->tp,
+                  .want_logits = bb->want};
+    double t0 = now_sec();
+    for (int step = 0; step < steps; step++) {
+        random_tokens(bb->tok, bb->B, n_vocab, rng);
+        for (int i = 0; i < bb->B; i++) bb->pos[i] = step;
+        if (kw_forward(bb->ctx, bb->kv, &b, bb->logits, err)) return -1;
+    }
+    return (double)bb->B * steps / (now_sec() - t0);
+}
+
+static void print_json(const bench_opts *o, const kw_model *m, uint64_t rbytes, stat3 pp, stat3 tg, stat3 bw,
+                       stat3 bt, stat3 ratio) {
     const kw_hparams *hp = kw_model_hparams(m);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", o->model);
@@ -138,6 +251,8 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t rbytes, 
     cJSON_AddNumberToObject(j, "n_prompt", o->p);
     cJSON_AddNumberToObject(j, "n_gen", o->n);
     cJSON_AddNumberToObject(j, "repetitions", o->r);
+    cJSON_AddNumberToObject(j, "n_depth", o->d);
+    cJSON_AddStringToObject(j, "kv_type", kw_type_name(o->kv_type));
     cJSON_AddNumberToObject(j, "weight_bytes", (double)hp->weight_bytes);
     cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)rbytes);
     const struct { const char *k; stat3 s; } rows[] = {{"pp_tok_s", pp}, {"tg_tok_s", tg}, {"bandwidth_bytes_s", bw}};
@@ -150,6 +265,14 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t rbytes, 
     double ceiling = rbytes ? bw.med / (double)rbytes : 0;
     cJSON_AddNumberToObject(j, "tg_ceiling_tok_s", ceiling);
     cJSON_AddNumberToObject(j, "tg_pct_of_ceiling", ceiling > 0 ? 100 * tg.med / ceiling : 0);
+    if (o->batch) {
+        cJSON_AddNumberToObject(j, "batch", o->batch);
+        cJSON *x = cJSON_AddObjectToObject(j, "batch_tok_s");
+        cJSON_AddNumberToObject(x, "median", bt.med);
+        cJSON_AddNumberToObject(x, "min", bt.lo);
+        cJSON_AddNumberToObject(x, "max", bt.hi);
+        cJSON_AddNumberToObject(j, "batch_ratio_to_tg", ratio.med);
+    }
     char *txt = cJSON_PrintUnformatted(j);
     if (txt) printf("%s\n", txt);
     free(txt);
@@ -165,7 +288,10 @@ int cmd_bench(int argc, char **argv) {
     if (!m) { fprintf(stderr, "kvwise bench: %s\n", err.msg); return 2; }
     const kw_hparams *hp = kw_model_hparams(m);
     kw_pool *pool = kw_pool_create(o.t);
-    kw_session_opts so = {.n_ctx = (o.p > o.n ? o.p : o.n) + 8, .max_batch = o.p > 0 ? o.p : 1, .pool = pool};
+    int max_batch = o.p > 0 ? o.p : 1;
+    if (o.d > max_batch) max_batch = o.d < 512 ? o.d : 512;          /* the depth prefill's chunks */
+    kw_session_opts so = {.n_ctx = o.d + (o.p > o.n ? o.p : o.n) + 8, .max_batch = max_batch, .pool = pool,
+                          .kv_type = o.kv_type};
     kw_session *s = pool ? kw_session_create(m, &so, &err) : NULL;
     if (!s) {
         fprintf(stderr, "kvwise bench: %s\n", pool ? err.msg : "cannot start threads");
@@ -173,42 +299,70 @@ int cmd_bench(int argc, char **argv) {
         kw_model_free(m);
         return 1;
     }
-    double *pp = calloc((size_t)o.r, sizeof(double)), *tg = calloc((size_t)o.r, sizeof(double));
-    double *bw = calloc((size_t)o.r + 1, sizeof(double));
+    size_t nr = (size_t)o.r + 1;
+    double *pp = calloc(nr, sizeof(double)), *tg = calloc(nr, sizeof(double)), *bw = calloc(nr, sizeof(double));
+    double *bt = calloc(nr, sizeof(double)), *ratio = calloc(nr, sizeof(double));
     uint64_t rng = 0x6b7677697365ull;
     int rc = 0;
-    if (!pp || !tg || !bw) rc = kw_err_set(&err, "out of memory");
+    batch_bench bb;
+    memset(&bb, 0, sizeof bb);
+    if (!pp || !tg || !bw || !bt || !ratio) rc = kw_err_set(&err, "out of memory");
+    if (rc == 0 && o.batch) rc = batch_init(&bb, m, pool, &o, &err);
     double warm_pp = 0, warm_tg = 0;
     bench_opts warm = o;
     warm.p = o.p > 16 ? 16 : o.p;
     warm.n = o.n > 4 ? 4 : o.n;
+    warm.d = 0;
     if (rc == 0) rc = run_once(s, &warm, hp->n_vocab, &rng, &warm_pp, &warm_tg, &err);   /* page in the weights */
+    if (rc == 0 && o.batch && batch_run(&bb, 2, hp->n_vocab, &rng, &err) < 0) rc = -1;
+    if (rc == 0 && o.d > 0) {
+        double t0 = now_sec();
+        rc = prefill_depth(s, o.d, hp->n_vocab, &rng, &err);
+        if (rc == 0 && !o.json) fprintf(stderr, "depth: %d tokens prefilled in %.1f s\n", o.d, now_sec() - t0);
+    }
     for (int i = 0; i < o.r && rc == 0; i++) {
         bw[i] = kw_measure_read_bandwidth(pool, 0.3);
         rc = run_once(s, &o, hp->n_vocab, &rng, &pp[i], &tg[i], &err);
-        if (!o.json) fprintf(stderr, "rep %d/%d: pp %.1f tok/s, tg %.1f tok/s, bandwidth %.1f GB/s\n", i + 1, o.r,
-                             pp[i], tg[i], bw[i] / 1e9);
+        if (rc == 0 && o.batch) {
+            bt[i] = batch_run(&bb, o.n, hp->n_vocab, &rng, &err);
+            if (bt[i] < 0) rc = -1;
+            ratio[i] = tg[i] > 0 ? bt[i] / tg[i] : 0;
+        }
+        if (!o.json && rc == 0) {
+            fprintf(stderr, "rep %d/%d: pp %.1f tok/s, tg %.1f tok/s", i + 1, o.r, pp[i], tg[i]);
+            if (o.batch) fprintf(stderr, ", batch %d: %.1f tok/s (%.2fx tg)", o.batch, bt[i], ratio[i]);
+            fprintf(stderr, ", bandwidth %.1f GB/s\n", bw[i] / 1e9);
+        }
     }
     if (rc != 0) {
         fprintf(stderr, "kvwise bench: %s\n", err.msg);
     } else {
         uint64_t rbytes = decode_bytes(m);
         stat3 spp = stats(pp, o.r), stg = stats(tg, o.r), sbw = stats(bw, o.r);
+        stat3 sbt = stats(bt, o.r), sra = stats(ratio, o.r);
         double ceiling = rbytes ? sbw.med / (double)rbytes : 0;
         if (o.json) {
-            print_json(&o, m, rbytes, spp, stg, sbw);
+            print_json(&o, m, rbytes, spp, stg, sbw, sbt, sra);
         } else {
             char b1[32], b2[32];
-            printf("model        %s (%s, %s kernels, %d threads)\n", o.model, hp->arch_name, kw_kernel_name(), o.t);
+            printf("model        %s (%s, %s kernels, %d threads, KV %s)\n", o.model, hp->arch_name, kw_kernel_name(),
+                   o.t, kw_type_name(o.kv_type));
             printf("weights      %s; read per decoded token %s\n", kw_format_bytes(hp->weight_bytes, b1, sizeof b1),
                    kw_format_bytes(rbytes, b2, sizeof b2));
-            if (o.p > 0) printf("pp%-5d      %8.1f tok/s  (min %.1f, max %.1f)\n", o.p, spp.med, spp.lo, spp.hi);
-            if (o.n > 0) printf("tg%-5d      %8.1f tok/s  (min %.1f, max %.1f)\n", o.n, stg.med, stg.lo, stg.hi);
+            const char *at = o.d > 0 ? " @ d" : "";
+            if (o.p > 0) printf("pp%-5d      %8.1f tok/s  (min %.1f, max %.1f)%s", o.p, spp.med, spp.lo, spp.hi, at);
+            if (o.p > 0) printf(o.d > 0 ? "%d\n" : "\n", o.d);
+            if (o.n > 0) printf("tg%-5d      %8.1f tok/s  (min %.1f, max %.1f)%s", o.n, stg.med, stg.lo, stg.hi, at);
+            if (o.n > 0) printf(o.d > 0 ? "%d\n" : "\n", o.d);
+            if (o.batch)
+                printf("batch%-3d     %8.1f tok/s  (min %.1f, max %.1f) aggregate = %.2fx tg (median of per-rep ratios)\n",
+                       o.batch, sbt.med, sbt.lo, sbt.hi, sra.med);
             printf("bandwidth    %8.1f GB/s   (min %.1f, max %.1f)\n", sbw.med / 1e9, sbw.lo / 1e9, sbw.hi / 1e9);
             if (o.n > 0) printf("ceiling      %8.1f tok/s  tg = %.0f%% of ceiling\n", ceiling, ceiling > 0 ? 100 * stg.med / ceiling : 0);
         }
     }
-    free(pp); free(tg); free(bw);
+    free(pp); free(tg); free(bw); free(bt); free(ratio);
+    batch_free(&bb);
     kw_session_free(s);
     kw_pool_destroy(pool);
     kw_model_free(m);

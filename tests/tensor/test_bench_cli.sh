@@ -19,6 +19,18 @@ check "ceiling = bw / bytes" '[ "$(j "Math.abs(j.tg_ceiling_tok_s - j.bandwidth_
 check "pct consistent" '[ "$(j "Math.abs(j.tg_pct_of_ceiling - 100*j.tg_tok_s.median/j.tg_ceiling_tok_s) < 1e-6" <<<"$out")" = true ]'
 check "bytes <= weights" '[ "$(j "j.decode_bytes_per_token>0 && j.decode_bytes_per_token<=j.weight_bytes" <<<"$out")" = true ]'
 check "fields" '[ "$(j "[j.n_prompt,j.n_gen,j.threads,j.repetitions].join()" <<<"$out")" = "16,4,2,2" ]'
+out=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 4 -d 40 --batch 3 -t 2 -r 2 --json 2>/dev/null); rc=$?
+check "depth+batch exit 0" '[ $rc -eq 0 ]'
+check "depth+batch fields" '[ "$(j "[j.n_depth,j.batch,j.kv_type].join()" <<<"$out")" = "40,3,f16" ]'
+check "batch rate and ratio" '[ "$(j "j.batch_tok_s.median>0 && j.batch_tok_s.min<=j.batch_tok_s.median && j.batch_ratio_to_tg>0" <<<"$out")" = true ]'
+out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 2 -r 1 -t 1 --kv-type q8_0 --json 2>/dev/null); rc=$?
+check "kv-type q8_0" '[ $rc -eq 0 ] && [ "$(j "j.kv_type" <<<"$out")" = q8_0 ]'
+"$BIN" bench -m "$tmp/t.gguf" --batch 1 >/dev/null 2>"$tmp/err"; rc=$?
+check "bad --batch exits 2" '[ $rc -eq 2 ] && grep -q "\-\-batch needs an integer" "$tmp/err"'
+"$BIN" bench -m "$tmp/t.gguf" --kv-type q4_0 >/dev/null 2>"$tmp/err"; rc=$?
+check "bad --kv-type exits 2" '[ $rc -eq 2 ] && grep -q "kv-type" "$tmp/err"'
+txt=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 2 -r 1 -t 1 --batch 2 2>/dev/null)
+check "batch text line" 'grep -q "^batch2 .*x tg" <<<"$txt"'
 txt=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 2 -r 1 -t 1 2>/dev/null)
 check "text report" 'grep -q "^tg2 " <<<"$txt" && grep -q "% of ceiling" <<<"$txt" && grep -q "^pp8 " <<<"$txt"'
 "$BIN" bench -m "$tmp/t.gguf" -r 0 >/dev/null 2>"$tmp/err"; rc=$?
