@@ -4,9 +4,13 @@
  * pool thread streaming its own contiguous slice, repeatedly for about
  * `seconds`, and returns the best pass in bytes/s: the decode ceiling the
  * planner and `kvwise bench` divide weight bytes by. The buffer comes from
- * the accounted allocator (KW_MEM_SCRATCH) and is freed before returning. */
+ * the accounted allocator (KW_MEM_SCRATCH) and is freed before returning.
+ * It is advised onto transparent huge pages like the repacked weights that
+ * decode streams (hugepage.c): with 4 KiB pages the probe paid TLB misses
+ * the weights no longer pay, and so under-stated the ceiling. */
 #include "kvwise/tensor.h"
 #include "kvwise/memory.h"
+#include "tensor/kernels.h"
 #include <string.h>
 #include <time.h>
 
@@ -52,6 +56,7 @@ double kw_measure_read_bandwidth(kw_pool *pool, double seconds) {
         kw_pool_destroy(own);
         return 0;
     }
+    kw_advise_hugepages(buf, KW_BW_BYTES);
     memset(buf, 1, KW_BW_BYTES);                 /* fault every page in */
     bw_task t;
     memset(&t, 0, sizeof t);

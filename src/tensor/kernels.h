@@ -61,6 +61,9 @@ const kw_cpu_info *kw_cpu_info_raw(void);
 int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0, int64_t end,
                            const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy);
 
+/* hugepage.c: transparent huge pages for a large untouched buffer (advice only). */
+void kw_advise_hugepages(void *p, size_t bytes);
+
 /* quant_ref.c */
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);
 

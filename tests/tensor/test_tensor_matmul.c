@@ -167,7 +167,7 @@ int main(void) {
     const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_BF16, KW_TYPE_Q4_0, KW_TYPE_Q4_1, KW_TYPE_Q5_0,
                               KW_TYPE_Q5_1, KW_TYPE_Q8_0, KW_TYPE_Q4_K, KW_TYPE_Q5_K, KW_TYPE_Q6_K};
     const char *families[] = {"scalar", "avx2", "avx512"};
-    const int64_t ns[] = {1, 3, 11};
+    const int64_t ns[] = {1, 2, 3, 4, 8, 11};   /* decode, the small-batch kernel sizes, prefill tiles */
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2), *p3 = kw_pool_create(3);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
