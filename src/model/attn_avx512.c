@@ -93,21 +93,38 @@ static void score_keys(const float *qt, const float *k0, const float *k1, int hk
     _mm512_storeu_ps(s0, _mm512_mul_ps(tree8(a0), _mm512_set1_ps(scale)));
 }
 
-/* softmax over scores[j * 16 + lane], j < n; sum in double (forward.c softmax). */
-static void softmax_lane(float *s, int lane, int32_t n, int f16) {
-    float mx = -INFINITY;
-    for (int32_t j = 0; j < n; j++) if (s[(size_t)j * KW_ATT_LANES + lane] > mx) mx = s[(size_t)j * KW_ATT_LANES + lane];
-    double sum = 0.0;
-    for (int32_t j = 0; j < n; j++) {
-        float *p = s + (size_t)j * KW_ATT_LANES + lane;
-        *p = expf(*p - mx);
-        sum += *p;
+/* softmax of every lane l over scores[j * 16 + l], j < n[l] (n[l] = 0: unused
+ * lane), all lanes at once: per lane the operations of forward.c's softmax
+ * (max, expf(s - max), sum in double in order of j, times (float)(1/sum)),
+ * then F16 rounding for an F16 cache. Entries past a lane's n are left as
+ * they are (never read). */
+static void softmax_lanes(float *s, const int32_t *n, int32_t n_max, int f16) {
+    __m512i nv = _mm512_loadu_si512(n);
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int32_t j = 0; j < n_max; j++) {
+        __mmask16 m = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32(j));
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_loadu_ps(s + (size_t)j * KW_ATT_LANES));
     }
-    float inv = (float)(1.0 / sum);
-    for (int32_t j = 0; j < n; j++) {
-        float *p = s + (size_t)j * KW_ATT_LANES + lane;
-        *p *= inv;
-        if (f16) *p = _cvtsh_ss(_cvtss_sh(*p, _MM_FROUND_TO_NEAREST_INT));
+    float mxs[KW_ATT_LANES];
+    _mm512_storeu_ps(mxs, mx);
+    __m512d sum_lo = _mm512_setzero_pd(), sum_hi = _mm512_setzero_pd();
+    for (int32_t j = 0; j < n_max; j++) {
+        float *row = s + (size_t)j * KW_ATT_LANES;
+        for (int l = 0; l < KW_ATT_LANES; l++)
+            if (j < n[l]) row[l] = expf(row[l] - mxs[l]);
+        __mmask16 m = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32(j));
+        __m512 e = _mm512_loadu_ps(row);
+        sum_lo = _mm512_mask_add_pd(sum_lo, (__mmask8)m, sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        sum_hi = _mm512_mask_add_pd(sum_hi, (__mmask8)(m >> 8), sum_hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    const __m512d one = _mm512_set1_pd(1.0);
+    __m512 inv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_div_pd(one, sum_lo))),
+                                    _mm512_cvtpd_ps(_mm512_div_pd(one, sum_hi)), 1);
+    for (int32_t j = 0; j < n_max; j++) {
+        float *row = s + (size_t)j * KW_ATT_LANES;
+        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(row), inv);
+        if (f16) p = _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm512_storeu_ps(row, p);
     }
 }
 
@@ -138,6 +155,37 @@ static void pv_lane(float *o, const float *p, int32_t j0, int32_t jn, const floa
     }
 }
 
+/* Output row of lane l (token i0 + l / G, head kvh * G + l % G). */
+static float *lane_out(const kw_attn_tile_args *a, int l) {
+    int t = l / a->G, h = a->kvh * a->G + l % a->G;
+    return a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)a->hv;
+}
+
+/* pv_lane for two lanes over the same keys [j0, jn): each V row is loaded once
+ * for both (64 columns at a time; the per-lane operations are unchanged). */
+static void pv_pair(float *oa, float *ob, const float *pa, const float *pb, int32_t j0, int32_t jn,
+                    const float *const *rows, int hv) {
+    for (int c = 0; c < hv; c += 64) {
+        __m512 a0 = _mm512_loadu_ps(oa + c), a1 = _mm512_loadu_ps(oa + c + 16);
+        __m512 a2 = _mm512_loadu_ps(oa + c + 32), a3 = _mm512_loadu_ps(oa + c + 48);
+        __m512 b0 = _mm512_loadu_ps(ob + c), b1 = _mm512_loadu_ps(ob + c + 16);
+        __m512 b2 = _mm512_loadu_ps(ob + c + 32), b3 = _mm512_loadu_ps(ob + c + 48);
+        for (int32_t j = j0; j < jn; j++) {
+            __m512 va = _mm512_set1_ps(pa[(size_t)j * KW_ATT_LANES]), vb = _mm512_set1_ps(pb[(size_t)j * KW_ATT_LANES]);
+            const float *v = rows[j - j0] + c;
+            __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16), v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
+            a0 = _mm512_fmadd_ps(va, v0, a0); b0 = _mm512_fmadd_ps(vb, v0, b0);
+            a1 = _mm512_fmadd_ps(va, v1, a1); b1 = _mm512_fmadd_ps(vb, v1, b1);
+            a2 = _mm512_fmadd_ps(va, v2, a2); b2 = _mm512_fmadd_ps(vb, v2, b2);
+            a3 = _mm512_fmadd_ps(va, v3, a3); b3 = _mm512_fmadd_ps(vb, v3, b3);
+        }
+        _mm512_storeu_ps(oa + c, a0); _mm512_storeu_ps(oa + c + 16, a1);
+        _mm512_storeu_ps(oa + c + 32, a2); _mm512_storeu_ps(oa + c + 48, a3);
+        _mm512_storeu_ps(ob + c, b0); _mm512_storeu_ps(ob + c + 16, b1);
+        _mm512_storeu_ps(ob + c + 32, b2); _mm512_storeu_ps(ob + c + 48, b3);
+    }
+}
+
 void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
     const int G = a->G, hk = a->hk, hv = a->hv, nq = a->n_tok * G;
     const int f16 = a->kv->lay.type == KW_TYPE_F16;
@@ -163,9 +211,11 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
     }
     if (j < n_max) score_keys(qt, k_row_f32(a, j, krow), NULL, hk, scale, sc + (size_t)j * KW_ATT_LANES, NULL);
 
+    int32_t nl[KW_ATT_LANES];
+    for (int l = 0; l < KW_ATT_LANES; l++) nl[l] = l < nq ? a->pos[a->i0 + l / G] + 1 : 0;
+    softmax_lanes(sc, nl, n_max, f16);
     for (int l = 0; l < nq; l++) {
         int t = l / G, h = a->kvh * G + l % G;
-        softmax_lane(sc, l, a->pos[a->i0 + t] + 1, f16);
         memset(a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hv, 0, sizeof(float) * (size_t)hv);
     }
 
@@ -174,11 +224,19 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
         int32_t j1 = j0 + KW_ATT_VCHUNK < n_max ? j0 + KW_ATT_VCHUNK : n_max;
         v_rows_f32(a, j0, j1, vbuf, rows);
         for (int l = 0; l < nq; l++) {
-            int t = l / G, h = a->kvh * G + l % G;
-            int32_t n = a->pos[a->i0 + t] + 1;
-            if (n <= j0) continue;
-            float *o = a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hv;
-            pv_lane(o, sc + l, j0, n < j1 ? n : j1, rows, hv);
+            int32_t jn = nl[l] < j1 ? nl[l] : j1;
+            if (jn <= j0) continue;
+            float *o = lane_out(a, l);
+            if (hv % 64 == 0 && l + 1 < nq && nl[l + 1] > j0) {   /* two lanes share the V rows */
+                int32_t jm = nl[l + 1] < j1 ? nl[l + 1] : j1, jc = jm < jn ? jm : jn;
+                float *o2 = lane_out(a, l + 1);
+                pv_pair(o, o2, sc + l, sc + l + 1, j0, jc, rows, hv);
+                if (jn > jc) pv_lane(o, sc + l, jc, jn, rows + (jc - j0), hv);
+                if (jm > jc) pv_lane(o2, sc + l + 1, jc, jm, rows + (jc - j0), hv);
+                l++;
+                continue;
+            }
+            pv_lane(o, sc + l, j0, jn, rows, hv);
         }
     }
 }
