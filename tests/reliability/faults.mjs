@@ -126,6 +126,31 @@ async function main() {
     srv.proc.kill('SIGTERM');
     check((await waitExit(srv.proc, 15000)).code === 0, 'exit 0 after injected failures');
   }
+  // 3a. the KV check fails mid-decode (whole prompt in one chunk; calls: 1 prefill, 2 first decode
+  //     step, 3 second): a stream already carrying text ends with an out_of_memory error chunk and
+  //     [DONE]; the same for a non-stream request gives 503 (its partial text is dropped); then 200.
+  srv = await startServer(model, [...ARGS, '--test-fail-alloc', 'kv_ensure=3,kv_ensure=6']);
+  servers.push(srv);
+  {
+    const body = { ...greedy, max_tokens: 8, ignore_eos: true };
+    const d1 = await request(srv.port, 'POST', '/v1/chat/completions', { body: { ...body, stream: true } });
+    const sse = parseSSE(d1.text);
+    const content = sse.chunks.filter((c) => c.choices?.[0]?.delta?.content).length;
+    const errAt = sse.chunks.findIndex((c) => c.error);
+    check(d1.status === 200 && errAt > 0 && sse.chunks[errAt].error.code === 'out_of_memory' && sse.done &&
+          content >= 1 && !sse.chunks.some((c) => c.choices?.[0]?.finish_reason),
+          'KV check fails mid-decode (stream): text, then an out_of_memory error chunk and [DONE], no finish_reason', d1.text.slice(0, 600));
+    const d2 = await request(srv.port, 'POST', '/v1/chat/completions', { body });
+    check(isOom(d2), 'KV check fails mid-decode (non-stream): 503 out_of_memory', { status: d2.status, text: d2.text.slice(0, 200) });
+    const d3 = await request(srv.port, 'POST', '/v1/chat/completions', { body });
+    check(d3.status === 200 && d3.json?.usage?.completion_tokens === 8, 'after mid-decode failures: 200 with 8 tokens', d3.text.slice(0, 200));
+    const h = await healthIdle(srv.port);
+    const mem = (await request(srv.port, 'GET', '/v1/memory')).json;
+    check(h.json?.slots_active === 0 && mem?.kv_pool?.live_blocks === 0 && mem?.budget?.lines?.kv_live?.bytes === 0,
+          'after mid-decode failures: no slot, no live KV block, kv_live 0', { h: h.json, pool: mem?.kv_pool });
+    srv.proc.kill('SIGTERM');
+    check((await waitExit(srv.proc, 15000)).code === 0, 'exit 0 after mid-decode failures');
+  }
   // 3b. allocations after startup that may fail without failing the request: prompt-cache bookkeeping
   //     (kind other) cannot grow -> the request is still served, nothing is cached; workspace and
   //     scratch are allocated once at startup, so failing every later one changes nothing.
