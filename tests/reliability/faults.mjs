@@ -15,7 +15,7 @@
 //  5. the off-loopback-without---api-key warning (nothing is bound off-loopback).
 import fs from 'node:fs';
 import path from 'node:path';
-import { check, finish, stage, makeModel, startServer, request, parseSSE, health, healthIdle, sleep, waitExit, tmp, BIN } from './lib.mjs';
+import { check, finish, stage, makeModel, startServer, request, parseSSE, health, healthIdle, memoryIdle, sleep, waitExit, tmp, BIN } from './lib.mjs';
 import http from 'node:http';
 
 const greedy = { messages: [{ role: 'user', content: 'The capital of France is' }], max_tokens: 8, temperature: 0 };
@@ -118,7 +118,7 @@ async function main() {
     check(r6.status === 200 && parseSSE(r6.text).done && !parseSSE(r6.text).chunks.some((c) => c.error), 'after the injected failures: a long stream is served', r6.text.slice(-200));
     const h = await healthIdle(srv.port);
     check(h.status === 200 && h.json?.slots_active === 0 && h.json?.queued === 0, 'after injected failures: healthy, no slot held', h.json);
-    const mem = (await request(srv.port, 'GET', '/v1/memory')).json;
+    const mem = await memoryIdle(srv.port);
     check(mem?.kv_pool?.live_blocks === 0 && mem?.kv_pool?.live_sequences === 0 && mem?.budget?.lines?.kv_live?.bytes === 0,
           'after injected failures: every reservation returned (no live KV block, kv_live 0 bytes)', { pool: mem?.kv_pool, kv_live: mem?.budget?.lines?.kv_live });
     check(mem?.kv_pool?.free_blocks + mem?.kv_pool?.cached_only_blocks === mem?.kv_pool?.blocks, 'after injected failures: the pool is free but for the cache', mem?.kv_pool);
@@ -145,7 +145,7 @@ async function main() {
     const d3 = await request(srv.port, 'POST', '/v1/chat/completions', { body });
     check(d3.status === 200 && d3.json?.usage?.completion_tokens === 8, 'after mid-decode failures: 200 with 8 tokens', d3.text.slice(0, 200));
     const h = await healthIdle(srv.port);
-    const mem = (await request(srv.port, 'GET', '/v1/memory')).json;
+    const mem = await memoryIdle(srv.port);
     check(h.json?.slots_active === 0 && mem?.kv_pool?.live_blocks === 0 && mem?.budget?.lines?.kv_live?.bytes === 0,
           'after mid-decode failures: no slot, no live KV block, kv_live 0', { h: h.json, pool: mem?.kv_pool });
     srv.proc.kill('SIGTERM');
@@ -166,7 +166,7 @@ async function main() {
     const last = st[2].json;
     check(last?.choices?.[0]?.message?.content === ref.json?.choices?.[0]?.message?.content, 'same greedy answer without a prompt cache', last?.choices?.[0]?.message?.content);
     check(last?.usage?.prompt_tokens_details?.cached_tokens === 0, 'a repeated prompt found nothing cached (the cache could not insert)', last?.usage);
-    const mem = (await request(srv.port, 'GET', '/v1/memory')).json;
+    const mem = await memoryIdle(srv.port);   // the last sequence may hold its slot one more step (commit row)
     check(mem?.prompt_cache?.sequences === 0 && mem?.kv_pool?.free_blocks === mem?.kv_pool?.blocks && mem?.budget?.lines?.kv_live?.bytes === 0 &&
           mem?.budget?.lines?.kv_cached?.bytes === 0, 'cache insert failures leak no block or ledger byte', { cache: mem?.prompt_cache?.sequences, pool: mem?.kv_pool });
     srv.proc.kill('SIGTERM');

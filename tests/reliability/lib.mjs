@@ -128,12 +128,27 @@ export async function settle(pid, base, ms = 8000) {
 }
 export async function health(port) { const r = await request(port, 'GET', '/health', { timeout: 10000 }); return r; }
 // /health once the scheduler is idle: a finished request's slot is published
-// free after the engine's step (and may stay one more step to commit its last
-// token), so a reading right after a response can still show it. Polls up to
-// ms; returns the last reading (a slot that never frees still fails the check).
+// free after the engine's step, so a reading right after a response can
+// still show it. Polls up to ms; returns the last reading (a slot that never
+// frees still fails the check). For KV held by a committing sequence, see
+// memoryIdle below.
 export async function healthIdle(port, ms = 10000) {
   const t0 = Date.now();
   let h = await health(port);
   while (!(h.json?.slots_active === 0 && h.json?.queued === 0) && Date.now() - t0 < ms) { await sleep(50); h = await health(port); }
   return h;
+}
+// GET /v1/memory once no sequence holds KV: a finished sequence may keep
+// its slot and blocks for one more engine step (the commit row that feeds
+// its last token before the prompt cache takes it), so a reading right
+// after a response can still show it live. Polls up to ms; returns the last
+// reading (a leaked sequence or block still fails the caller's check).
+export async function memoryIdle(port, ms = 10000) {
+  const t0 = Date.now();
+  let m = (await request(port, 'GET', '/v1/memory')).json;
+  while (!(m?.kv_pool?.live_sequences === 0 && m?.kv_pool?.live_blocks === 0) && Date.now() - t0 < ms) {
+    await sleep(50);
+    m = (await request(port, 'GET', '/v1/memory')).json;
+  }
+  return m;
 }
