@@ -269,9 +269,13 @@ static bool emit_call_object(kw_toolparse *p, const cJSON *o) {
     else if (cJSON_IsObject(args)) a = cJSON_PrintUnformatted(args);
     else return false;
     if (!a) { p->oom = 1; return true; }
+    /* arguments given as a string are passed on as written; broken if they are not JSON */
+    cJSON *check = cJSON_IsString(args) ? cJSON_Parse(a) : NULL;
+    bool broken = cJSON_IsString(args) && !check;
+    cJSON_Delete(check);
     call_begin(p, name->valuestring, strlen(name->valuestring));
     call_args(p, a, strlen(a));
-    call_end(p, false);
+    call_end(p, broken);
     free(a);
     return true;
 }

@@ -60,10 +60,19 @@ fs.writeFileSync(scriptPath, JSON.stringify([
   { if_last_role: 'tool', if_tools: true, text: 'After the tool.' },
   { if_contains: 'scripted please', text: 'From the script.' },
 ]));
+// Llama 3 style (JSON calls, "parameters") and Mistral style ([AVAILABLE_TOOLS] / [TOOL_CALLS]) templates
+const llamaTpl = path.join(dir, 'llama3.jinja'), mistralTpl = path.join(dir, 'mistral.jinja');
+fs.writeFileSync(llamaTpl, "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n" +
+  "{% if m.role == 'user' and tools and loop.last %}Given the following functions, respond with a JSON for a function call.\n" +
+  "{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif %}{{ m.content }}<|eot_id|>{% endfor %}" +
+  "<|start_header_id|>assistant<|end_header_id|>\n\n");
+fs.writeFileSync(mistralTpl, "{{ bos_token }}{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}" +
+  "{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.role == 'assistant' %}{{ m.content }}</s>{% endif %}{% endfor %}");
 const srv = startServer([]), srvThink = startServer(['--chat-template', tplPath, '--test-replay-script', scriptPath]);
+const srvLlama = startServer(['--chat-template', llamaTpl]), srvMistral = startServer(['--chat-template', mistralTpl]);
 let log = '';
 srv.stderr.on('data', (d) => { log += d.toString(); });
-const stop = () => { for (const p of [srv, srvThink]) { try { p.kill('SIGTERM'); } catch { /* gone */ } } };
+const stop = () => { for (const p of [srv, srvThink, srvLlama, srvMistral]) { try { p.kill('SIGTERM'); } catch { /* gone */ } } };
 process.on('exit', stop);
 
 function post(port, body) {
@@ -293,6 +302,22 @@ async function main() {
       const refuse = await post(tp, { messages, tools: TOOLS, tool_choice: 'required', stream, ...kw, test_replay: 'Sure.' });
       check(JSON.stringify(callOf(refuse, stream)) === JSON.stringify({ finish: 'stop', content: '<tool_call>\nSure.', reasoning: null, calls: [] }),
         `tool_choice required, model writes no call ${tag}`, callOf(refuse, stream));
+    }
+  }
+  // the prefill in the other call formats: Llama 3 JSON ("parameters", bare at the start) and Mistral [TOOL_CALLS]
+  const lp = await portOf(srvLlama), mp = await portOf(srvMistral);
+  const fmtCases = [
+    ['llama3 named', lp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}}', ['get_weather', { city: 'Rome' }]],
+    ['llama3 required', lp, 'required', ' "read", "parameters": {"path": "x"}}', ['read', { path: 'x' }]],
+    ['llama3 auto (bare JSON)', lp, 'auto', '{"name": "read", "parameters": {"path": "y"}}', ['read', { path: 'y' }]],
+    ['mistral named', mp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}}]', ['get_weather', { city: 'Rome' }]],
+    ['mistral required', mp, 'required', '[{"name": "read", "arguments": {"path": "x"}}]', ['read', { path: 'x' }]],
+  ];
+  for (const [what, p, choice, replay, call] of fmtCases) {
+    for (const stream of [false, true]) {
+      const r = await post(p, { messages, tools: TOOLS, tool_choice: choice, stream, test_replay: replay });
+      check(JSON.stringify(callOf(r, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: null, calls: [call] }),
+        `${what} (stream ${stream})`, [r.text.slice(0, 300), callOf(r, stream)]);
     }
   }
   // the replay script: rules by last role + tools, by text; no match samples; the request field wins

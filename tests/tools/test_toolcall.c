@@ -160,6 +160,7 @@ int main(void) {
            "T0(a,{})T1(b,{\"k\":[1,2]})");
     /* arguments given as a JSON string are passed through */
     expect("<tool_call>{\"name\":\"a\",\"arguments\":\"{\\\"q\\\":1}\"}</tool_call>", T, "T0(a,{\"q\":1})");
+    expect("<tool_call>{\"name\":\"a\",\"arguments\":\"not json\"}</tool_call>", T, "T0(a,not json)!");
     /* reasoning */
     expect("<think>\nLet me think.\n</think>\n\nThe answer is 4.", T, "R[Let me think.]C[The answer is 4.]");
     expect("Mulling it over.\n</think>\n\nDone", T | KW_TC_START_IN_THINK, "R[Mulling it over.]C[Done]");
