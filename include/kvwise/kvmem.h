@@ -62,6 +62,8 @@ void kw_kvmem_destroy(kw_kvmem *m);           /* releases every slot and the cac
 int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve);
 int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions);
 void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, bool keep);
+/* Prompt tokens kw_kvmem_begin would find cached right now (0..n-1); changes nothing. */
+int32_t kw_kvmem_cached_prefix(kw_kvmem *m, const int32_t *prompt, int32_t n);
 /* The slot's block table (engine thread only, between begin and end). */
 kw_block_table *kw_kvmem_table(kw_kvmem *m, int32_t slot);
 

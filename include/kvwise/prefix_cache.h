@@ -47,6 +47,9 @@ void kw_prefix_cache_destroy(kw_prefix_cache *c);   /* drops every reference */
  * number of tokens matched (0 if none). */
 int32_t kw_prefix_cache_match(kw_prefix_cache *c, const int32_t *tokens, int32_t n,
                               int32_t max_match, kw_block_table *out);
+/* The length kw_prefix_cache_match would return, with no side effect (no
+ * reference, no LRU stamp, no statistics). */
+int32_t kw_prefix_cache_peek(const kw_prefix_cache *c, const int32_t *tokens, int32_t n, int32_t max_match);
 /* Caches a finished sequence: tokens[0..n) whose KV is in table t (which
  * still belongs to the caller; the cache takes its own references). Caps
  * are enforced before returning. */

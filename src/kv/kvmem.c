@@ -252,6 +252,14 @@ void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, b
     }
 }
 
+int32_t kw_kvmem_cached_prefix(kw_kvmem *m, const int32_t *prompt, int32_t n) {
+    if (!m || !prompt || n <= 0) return 0;
+    pthread_mutex_lock(&m->mu);
+    int32_t got = kw_prefix_cache_peek(m->cache, prompt, n, n - 1);
+    pthread_mutex_unlock(&m->mu);
+    return got;
+}
+
 kw_block_table *kw_kvmem_table(kw_kvmem *m, int32_t slot) {
     if (!m || slot < 0 || slot >= m->n_slots) return NULL;
     return &m->tables[slot];

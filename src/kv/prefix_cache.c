@@ -218,6 +218,24 @@ void kw_prefix_cache_destroy(kw_prefix_cache *c) {
     kw_mem_free(c);
 }
 
+/* The child of node matching the most of q[0..r) (r <= block tokens): a
+ * full block found by its hash, else the longest common prefix. *got = the
+ * tokens it matches (0 and NULL if none). */
+static pc_node *best_child(const kw_prefix_cache *c, const pc_node *node, const int32_t *q, int32_t r, int32_t *got) {
+    pc_node *best = NULL;
+    int32_t best_len = 0;
+    uint64_t h = r == c->bt ? hash_tokens(q, r) : 0;
+    for (int32_t i = 0; i < node->n_kids; i++) {
+        pc_node *k = node->kids[i];
+        if (r == c->bt && k->n_tok == c->bt && k->hash == h &&
+            memcmp(k->tokens, q, (size_t)r * sizeof(int32_t)) == 0) { *got = r; return k; }
+        int32_t l = common_prefix(k->tokens, q, r < k->n_tok ? r : k->n_tok);
+        if (l > best_len) { best_len = l; best = k; }
+    }
+    *got = best_len;
+    return best;
+}
+
 int32_t kw_prefix_cache_match(kw_prefix_cache *c, const int32_t *tokens, int32_t n,
                               int32_t max_match, kw_block_table *out) {
     if (!c || !tokens || !out || n <= 0) return 0;
@@ -229,20 +247,8 @@ int32_t kw_prefix_cache_match(kw_prefix_cache *c, const int32_t *tokens, int32_t
     pc_node *node = &c->root;
     int32_t matched = 0;
     while (matched < limit && node->n_kids > 0) {
-        const int32_t *q = tokens + matched;
-        int32_t r = limit - matched < c->bt ? limit - matched : c->bt;
-        pc_node *exact = NULL, *best = NULL;
-        int32_t best_len = 0;
-        uint64_t h = r == c->bt ? hash_tokens(q, r) : 0;
-        for (int32_t i = 0; i < node->n_kids; i++) {
-            pc_node *k = node->kids[i];
-            if (r == c->bt && k->n_tok == c->bt && k->hash == h &&
-                memcmp(k->tokens, q, (size_t)r * sizeof(int32_t)) == 0) { exact = k; break; }
-            int32_t l = common_prefix(k->tokens, q, r < k->n_tok ? r : k->n_tok);
-            if (l > best_len) { best_len = l; best = k; }
-        }
-        pc_node *k = exact ? exact : best;
-        int32_t got = exact ? r : best_len;
+        int32_t r = limit - matched < c->bt ? limit - matched : c->bt, got = 0;
+        pc_node *k = best_child(c, node, tokens + matched, r, &got);
         if (!k || got == 0) break;
         if (kw_block_table_push(out, k->block) != 0) break;
         kw_kv_ref(c->pool, k->block);
@@ -255,6 +261,21 @@ int32_t kw_prefix_cache_match(kw_prefix_cache *c, const int32_t *tokens, int32_t
     if (matched > 0) {
         c->st.hits++;
         c->st.tokens_matched += (uint64_t)matched;
+    }
+    return matched;
+}
+
+int32_t kw_prefix_cache_peek(const kw_prefix_cache *c, const int32_t *tokens, int32_t n, int32_t max_match) {
+    if (!c || !tokens || n <= 0) return 0;
+    int32_t limit = max_match < n ? max_match : n, matched = 0;
+    const pc_node *node = &c->root;
+    while (matched < limit && node->n_kids > 0) {
+        int32_t r = limit - matched < c->bt ? limit - matched : c->bt, got = 0;
+        const pc_node *k = best_child(c, node, tokens + matched, r, &got);
+        if (!k || got == 0) break;
+        matched += got;
+        if (got < c->bt) break;
+        node = k;
     }
     return matched;
 }

@@ -14,9 +14,10 @@
  * whose logits nobody reads; only then is the sequence (prompt + every
  * generated token) offered to the cache. Its position is inside the
  * reservation (prompt + max_tokens), so a commit never needs new memory.
- * Admission waits while a commit is pending (one step), so a conversation's
- * next turn, sent the moment the answer arrived, finds the whole answer,
- * end-of-turn token included, in the cache. Owns kw_sched_* (sched.h). */
+ * A request that would find more cached after a pending commit (a
+ * conversation's next turn, sent the moment the answer arrived) waits that
+ * one step, so it finds the whole answer, end-of-turn token included, in
+ * the cache; other requests are admitted at once. Owns kw_sched_* (sched.h). */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -56,6 +57,7 @@ struct kw_sched {
     int32_t n_waiting;
     bool stopping, started;
     uint64_t next_id, next_order;
+    uint64_t deferred_id;       /* the last request made to wait for a commit (each waits once at most) */
     seq *seqs;
     int32_t n_slots;
     int32_t *b_tok, *b_pos, *b_slot;
@@ -338,22 +340,37 @@ static void expire_waiting(kw_sched *s) {
     }
 }
 
-/* Is a finished sequence still waiting for its commit row? */
-static bool commit_pending(kw_sched *s) {
-    for (int32_t i = 0; i < s->n_slots; i++) if (s->seqs[i].st == SEQ_COMMIT) return true;
+/* Would r find a longer cached prefix after the pending commits than the
+ * cache gives it now? True for the client's next turn of a conversation
+ * whose answer is being committed (sent the moment the answer arrived);
+ * false for unrelated requests and for ones that share only what is
+ * already cached (a common system prompt), so they are not held up. */
+static bool commit_would_help(kw_sched *s, const kw_sched_req *r) {
+    int32_t lim = r->n_prompt - 1, cached = -1;
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        const seq *q = &s->seqs[i];
+        if (q->st != SEQ_COMMIT) continue;
+        int32_t n = q->n_past + 1 < lim ? q->n_past + 1 : lim, l = 0;
+        while (l < n && q->toks[l] == r->prompt[l]) l++;
+        if (l == 0) continue;
+        if (cached < 0) cached = kw_kvmem_cached_prefix(s->e->kvmem, r->prompt, r->n_prompt);
+        if (l > cached) return true;
+    }
     return false;
 }
 
 static void admit_waiting(kw_sched *s) {
-    /* A commit runs in the very next step; admitting after it lets a request
-     * that continues the committing conversation (the client's next turn,
-     * sent the moment it got the answer) find the whole sequence cached. */
-    if (commit_pending(s)) return;
     for (;;) {
         int32_t slot = free_slot(s);
         if (slot < 0) return;
         kw_sched_req *r = queue_pop(s);
         if (!r) return;
+        if (r->id != s->deferred_id && commit_would_help(s, r)) {
+            /* the commit runs in the very next step: admit after it (one step, once per request) */
+            s->deferred_id = r->id;
+            queue_push_front(s, r);
+            return;
+        }
         kw_engine *e = s->e;
         if (r->n_prompt <= 0 || r->n_prompt >= e->n_ctx) {
             finish_unadmitted(r, KW_FINISH_ERROR, "prompt does not fit the context");

@@ -181,6 +181,16 @@ static void test_max_match_and_cow(void) {
     kw_prefix_cache_insert(c, s.tok, s.n, &s.t);
     seq_done(&s, p);
     KW_CHECK_EQ_INT(p->n_free, 4);
+    /* peek: the same lengths as match, with no reference, stamp or statistic */
+    kw_prefix_cache_stats st0 = kw_prefix_cache_get_stats(c);
+    KW_CHECK_EQ_INT(kw_prefix_cache_peek(c, t, 16, 15), 15);
+    KW_CHECK_EQ_INT(kw_prefix_cache_peek(c, t, 16, 5), 5);
+    KW_CHECK_EQ_INT(kw_prefix_cache_peek(c, t, 16, 0), 0);
+    int32_t other[6]; fill(other, 6, 1); other[5] = 999;
+    KW_CHECK_EQ_INT(kw_prefix_cache_peek(c, other, 6, 6), 5);   /* diverges inside block 1 */
+    KW_CHECK_EQ_INT(kw_prefix_cache_get_stats(c).lookups, st0.lookups);
+    KW_CHECK_EQ_INT(p->n_free, 4);
+    for (int32_t b = 0; b < p->n_blocks; b++) KW_CHECK(p->refs[b] <= 1);
     kw_block_table out = {0};
     KW_CHECK_EQ_INT(kw_prefix_cache_match(c, t, 16, 0, &out), 0);
     KW_CHECK_EQ_INT(kw_prefix_cache_match(c, t, 16, -3, &out), 0);

@@ -24,13 +24,14 @@ typedef struct waiter {
     int32_t admitted_cached;
     kw_kvmem *kvm;
     kw_kvmem_stats at_finish;   /* KV state seen inside the FINISH callback */
+    kw_kvmem_stats at_admit;    /* ... and inside the ADMITTED callback */
     kw_sched *s;
     kw_sched_req *next;         /* submitted from inside the FINISH callback */
 } waiter;
 
 static void on_event(kw_sched_req *r, const kw_sched_event *ev) {
     waiter *w = r->user;
-    if (ev->type == KW_EV_ADMITTED) w->admitted_cached = ev->cached_tokens;
+    if (ev->type == KW_EV_ADMITTED) { w->admitted_cached = ev->cached_tokens; w->at_admit = kw_kvmem_get_stats(w->kvm); }
     if (ev->type != KW_EV_FINISH) return;
     w->at_finish = kw_kvmem_get_stats(w->kvm);   /* engine thread: the commit step has not run yet */
     if (w->next) {              /* the client's next turn, queued before the commit step can run */
@@ -201,6 +202,37 @@ static void test_next_turn_right_away(void) {
     e->destroy(e);
 }
 
+/* A request that shares nothing with the committing sequence is not held
+ * up: it is admitted before the commit step runs (nothing cached yet). */
+static void test_unrelated_not_deferred(void) {
+    kw_engine *e = make_engine(4);
+    kw_sched *s = start(e);
+    int32_t p1[40], ans[3] = {'o', 'k', IM_END}, p2[30], ans2[2] = {'n', 'o'};
+    fill_words(p1, 40, 11);
+    fill_words(p2, 30, 12);
+    p2[0] = 'Z';                                             /* differs from p1 at the first token */
+    waiter w1, w2;
+    waiter_init(&w1, e->kvmem);
+    waiter_init(&w2, e->kvmem);
+    kw_sched_req r1, r2;
+    req_init(&r1, p1, 40, ans, 3, 8, &w1);
+    req_init(&r2, p2, 30, ans2, 2, 2, &w2);
+    w1.s = s;
+    w1.next = &r2;
+    kw_err err;
+    KW_CHECK(kw_sched_submit(s, &r1, &err) == 0);
+    waiter_wait(&w1);
+    waiter_wait(&w2);
+    KW_CHECK(w1.done && w2.done);
+    KW_CHECK_EQ_INT(w2.admitted_cached, 0);
+    KW_CHECK_EQ_INT(w2.at_admit.cache.tokens, 0);            /* admitted while turn 1's commit was pending */
+    KW_CHECK(wait_cached(e->kvmem, 43 + 32));                /* both committed afterwards */
+    waiter_free(&w1);
+    waiter_free(&w2);
+    kw_sched_stop(s);
+    e->destroy(e);
+}
+
 /* The last position a request may ever write is prompt + max_tokens - 1:
  * finishing by length at max_tokens commits exactly that position. */
 static void test_commit_at_the_reservation_edge(void) {
@@ -261,6 +293,7 @@ static void test_stop_with_commit_pending(void) {
 int main(void) {
     test_eog_is_committed();
     test_next_turn_right_away();
+    test_unrelated_not_deferred();
     test_commit_at_the_reservation_edge();
     test_no_cache_no_commit();
     test_stop_with_commit_pending();
