@@ -236,11 +236,6 @@ static int32_t n_active(kw_sched *s) {
 /* Does the slot serve a request (prefill or decode), as opposed to free or committing? */
 static bool seq_running(const seq *q) { return q->st == SEQ_PREFILL || q->st == SEQ_DECODE; }
 
-static int32_t n_running(kw_sched *s) {
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->n_slots; i++) n += seq_running(&s->seqs[i]);
-    return n;
-}
 
 static kw_sched_req *queue_pop(kw_sched *s) {
     pthread_mutex_lock(&s->mu);
@@ -539,7 +534,7 @@ static void *engine_main(void *arg) {
         if (did) s->st.step_seconds += now_s() - t0;
         pthread_mutex_lock(&s->mu);
         s->pub = s->st;
-        s->pub.active = n_running(s);
+        s->pub.active = n_active(s);     /* committing slots too: they hold KV until their step */
         pthread_mutex_unlock(&s->mu);
         if (!did && n_active(s) == 0 && s->q_head) {
             /* queued requests that cannot be admitted and nothing running: avoid spinning */
