@@ -107,12 +107,12 @@ static uint64_t repack_bytes(const kw_gguf *g) {
 /* Rows per packing group of the active kernel family for a type (0: no
  * packed form): packing 1023 rows serves 1024 - group of them. */
 static int64_t pack_row_group(uint32_t type) {
-    int32_t bs = kw_type_traits_get(type) ? kw_type_traits_get(type)->block_size : 0;
-    size_t rb = bs > 0 ? kw_row_bytes(type, bs) : 0;
+    /* 256 values per row: a multiple of every block size (and of the 32 that packed F16 needs) */
+    size_t rb = kw_row_bytes(type, 256);
     if (rb == 0) return 0;
     void *buf = kw_mem_calloc(KW_MEM_OTHER, rb * 1023);
     if (!buf) return 0;
-    kw_matrix W = {.type = type, .rows = 1023, .cols = bs, .row_bytes = rb, .data = buf};
+    kw_matrix W = {.type = type, .rows = 1023, .cols = 256, .row_bytes = rb, .data = buf};
     int64_t served = kw_matrix_pack(&W, NULL) == 0 ? kw_matrix_packed_rows(&W) : 0;
     kw_matrix_unpack(&W);
     kw_mem_free(buf);

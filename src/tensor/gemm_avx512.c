@@ -22,6 +22,7 @@
 #include "tensor/kernels.h"
 #include <immintrin.h>
 #include <string.h>
+#include "kvwise/memory.h"
 
 #define KW_INLINE static inline __attribute__((always_inline))
 #define KW_GX_TILE 8                 /* activation rows per tile */
@@ -108,6 +109,150 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
                 const int32_t *offs = ot;
                 if (q4) { KW_GX_SWITCH(1) }
                 else { KW_GX_SWITCH(0) }
+            }
+        }
+    }
+    return end;
+}
+
+/* ---------------- F16 weights: int16 blocks, vpdpwssd ----------------
+ * vpdpwssd multiplies 16-bit pairs (32 products per instruction, twice the
+ * FMA rate), so F16 matrices get a packed copy at load in a 16-bit integer
+ * form: per row and 32-value block a float scale d = max|w| / 8191 and
+ * q = round(w / d), |q| <= 8191. Activations get the same form per block
+ * (written by act_f16_i16 after the F32 values the unpacked F16 kernels
+ * read). 8191 keeps 32 products within int32: 32 * 8191^2 < 2^31. The
+ * rounding is finer than BF16's (a step of max/8191 per block against 8
+ * significant bits per value); its effect on logits is in docs/PERFORMANCE.md
+ * and the F16 conformance tolerances still hold.
+ *
+ * Packed layout per group of 16 rows and block b (1088 bytes): 16 parts of
+ * 64 bytes, part k lane L = row L's values 2k, 2k+1 (int16), then the 16
+ * rows' float scales. Activation block: 32 int16 then the float scale,
+ * 68 bytes; row i's blocks start at cols * 4 bytes (after the F32 values). */
+#define KW_I16_MAX 8191
+#define KW_I16_BLK 1088
+#define KW_I16_ACT_BLK 68
+
+/* 32 values -> 32 int16 at q and their scale at *d (d = 0 for a zero block). */
+static void i16_block(const float *x, int16_t *q, float *d) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+    float id = amax > 0.0f ? (float)KW_I16_MAX / amax : 0.0f;
+    *d = amax / (float)KW_I16_MAX;
+    const __m512i lim = _mm512_set1_epi32(KW_I16_MAX);
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    q0 = _mm512_max_epi32(_mm512_min_epi32(q0, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+    q1 = _mm512_max_epi32(_mm512_min_epi32(q1, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+    _mm256_storeu_si256((__m256i *)q, _mm512_cvtepi32_epi16(q0));
+    _mm256_storeu_si256((__m256i *)(q + 16), _mm512_cvtepi32_epi16(q1));
+}
+
+size_t kw_act_f16_i16_bytes(int64_t n) {
+    return (size_t)n * 4 + (size_t)(n / 32) * KW_I16_ACT_BLK;
+}
+
+void kw_act_f16_i16(const float *x, void *dst, int64_t n) {
+    float *y = dst;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+    if (n % 32) return;
+    uint8_t *a = (uint8_t *)dst + (size_t)n * 4;
+    for (int64_t b = 0; b < n / 32; b++, a += KW_I16_ACT_BLK) {
+        float d;
+        i16_block(x + 32 * b, (int16_t *)a, &d);
+        memcpy(a + 64, &d, 4);
+    }
+}
+
+int kw_pack_f16_i16(kw_matrix *W, kw_err *err) {
+    if (W->type != KW_TYPE_F16 || W->cols % 32) return 1;
+    int64_t groups = (W->rows + 15) / 16, nb = W->cols / 32;
+    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * KW_I16_BLK;
+    uint8_t *p = kw_mem_calloc(KW_MEM_WEIGHTS, bytes);   /* padding rows stay zero */
+    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld f16 matrix (%zu bytes)", (long long)W->rows,
+                              (long long)W->cols, bytes);
+    kw_advise_hugepages(p, bytes);
+    kw_pack_hdr *h = (kw_pack_hdr *)p;
+    memset(p, 0, KW_PACK_HDR_BYTES);
+    h->magic = KW_PACK_MAGIC;
+    h->format = KW_FMT_F16_I16;
+    h->packed_rows = W->rows;   /* all rows, so every output has the same contract */
+    h->nb = nb;
+    float vals[32];
+    int16_t q[32];
+    for (int64_t g = 0; g < groups; g++)
+        for (int L = 0; L < 16 && 16 * g + L < W->rows; L++) {
+            const uint16_t *row = (const uint16_t *)((const uint8_t *)W->data + (size_t)(16 * g + L) * W->row_bytes);
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *blk = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * KW_I16_BLK;
+                for (int j = 0; j < 32; j += 16)
+                    _mm512_storeu_ps(vals + j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * b + j))));
+                float d;
+                i16_block(vals, q, &d);
+                for (int k = 0; k < 16; k++) memcpy(blk + 64 * k + 4 * L, q + 2 * k, 4);
+                memcpy(blk + 1024 + 4 * L, &d, 4);
+            }
+        }
+    W->packed = p;
+    return 0;
+}
+
+/* One 16-row group x C activation rows: per block 16 vpdpwssd per row,
+ * then acc = fma(float(dot), d_w * d_x, acc) (blocks in order). */
+KW_INLINE void i16_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xa, float *y, int64_t ldy, __mmask16 m,
+                        const int C) {
+    __m512 acc[KW_GX_TILE];
+    _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (size_t)b * KW_I16_BLK;
+        __m512i d[KW_GX_TILE];
+        _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) d[c] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 16") for (int k = 0; k < 16; k++) {
+            __m512i w = _mm512_loadu_si512(blk + 64 * k);
+            _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
+                d[c] = _mm512_dpwssd_epi32(d[c], w, _mm512_set1_epi32(((const int32_t *)(xa[c] + (size_t)b * KW_I16_ACT_BLK))[k]));
+        }
+        __m512 dw = _mm512_loadu_ps((const float *)(blk + 1024));
+        _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
+            const float *dx = (const float *)(xa[c] + (size_t)b * KW_I16_ACT_BLK + 64);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[c]), _mm512_mul_ps(dw, _mm512_set1_ps(*dx)), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy, m, acc[c]);
+}
+
+#define KW_I16_CASE(N) case N: i16_tile(grp, nb, xa, y, ldy, m, KW_GX_C(N)); break;
+
+int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                        int64_t ldy) {
+    const kw_pack_hdr *h = W->packed;
+    if (!h || h->magic != KW_PACK_MAGIC || h->format != KW_FMT_F16_I16 || r0 % 16) return r0;
+    int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;   /* every row is packed (last group zero-padded) */
+    if (end <= r0) return r0;
+    const int64_t nb = h->nb;
+    const uint8_t *packed = (const uint8_t *)h + KW_PACK_HDR_BYTES;
+    const int64_t rowblk = 16 * (int64_t)(KW_GX_PASS_BYTES / ((size_t)nb * KW_I16_BLK) > 1 ? KW_GX_PASS_BYTES / ((size_t)nb * KW_I16_BLK) : 1);
+    for (int64_t rb = r0; rb < end; rb += rowblk) {
+        int64_t re = rb + rowblk < end ? rb + rowblk : end;
+        for (int64_t i = 0; i < nx; i += KW_GX_TILE) {
+            int C = (int)(nx - i < KW_GX_TILE ? nx - i : KW_GX_TILE);
+            const uint8_t *xa[KW_GX_TILE];
+            for (int c = 0; c < C; c++) xa[c] = (const uint8_t *)X + (size_t)(i + c) * xs + (size_t)W->cols * 4;
+            for (int64_t r = rb; r < re; r += 16) {
+                const uint8_t *grp = packed + (size_t)(r / 16) * (size_t)nb * KW_I16_BLK;
+                float *y = Y + i * ldy + r;
+                __mmask16 m = re - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (re - r)) - 1);
+                switch (C) {
+                KW_I16_CASE(1) KW_I16_CASE(2) KW_I16_CASE(3) KW_I16_CASE(4) KW_I16_CASE(5) KW_I16_CASE(6)
+                KW_I16_CASE(7) KW_I16_CASE(8) KW_I16_CASE(9) KW_I16_CASE(10) KW_I16_CASE(11) KW_I16_CASE(12)
+                KW_I16_CASE(13) KW_I16_CASE(14) KW_I16_CASE(15)
+                default: i16_tile(grp, nb, xa, y, ldy, m, KW_GX_TILE); break;
+                }
             }
         }
     }

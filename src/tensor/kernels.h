@@ -64,6 +64,15 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
 /* hugepage.c: transparent huge pages for a large untouched buffer (advice only). */
 void kw_advise_hugepages(void *p, size_t bytes);
 
+/* gemm_avx512.c: F16 matrices as packed int16 blocks (format KW_FMT_F16_I16),
+ * F16 activations as F32 values followed by int16 blocks. */
+#define KW_FMT_F16_I16 0x10u
+int kw_pack_f16_i16(kw_matrix *W, kw_err *err);
+void kw_act_f16_i16(const float *x, void *dst, int64_t n);
+size_t kw_act_f16_i16_bytes(int64_t n);
+int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                        int64_t ldy);
+
 /* quant_ref.c */
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);
 

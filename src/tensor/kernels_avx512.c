@@ -292,6 +292,7 @@ static void pack_group_block(uint32_t type, const kw_matrix *W, int64_t g, int64
 }
 
 static int pack_avx512(kw_matrix *W, kw_err *err) {
+    if (W->type == KW_TYPE_F16) return kw_pack_f16_i16(W, err);   /* gemm_avx512.c */
     if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
@@ -324,15 +325,8 @@ KW_INLINE __m512 ld_f16(const void *p, int64_t k, __mmask16 m) {
 }
 
 /* F16 activations are kept as F32 values already rounded to F16 (kw_matmul
- * leaves 4 bytes per value), so the inner loop converts only weights. */
-static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
-    float *y = dst;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
-    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
-}
-
+ * leaves room), so the inner loop converts only weights; kw_act_f16_i16
+ * (gemm_avx512.c) writes them, followed by the int16 blocks of packed F16. */
 /* Up to 4 weight rows x 6 activation rows: 24 accumulators; each step
  * converts R weight vectors and issues R*C FMAs (activations from L1). */
 #define KW_FTILE(NAME, LDW)                                                                             \
@@ -356,7 +350,7 @@ static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
     }
 
 KW_FTILE(f32, ld_f32)
-KW_FTILE(f16, ld_f16)
+KW_FTILE(f16_rows, ld_f16)
 
 #define KW_FC_SWITCH(NAME, RR, ...)                      \
     switch (C) {                                         \
@@ -387,7 +381,14 @@ KW_FTILE(f16, ld_f16)
         }                                                                                               \
     }
 KW_FGEMM(f32)
-KW_FGEMM(f16)
+KW_FGEMM(f16_rows)
+
+/* Packed F16 rows (int16 blocks, gemm_avx512.c), then the rest as F16. */
+static void gemm_f16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                     int64_t ldy) {
+    r0 = kw_gemm_f16_i16(W, r0, r1, X, xs, nx, Y, ldy);
+    if (r0 < r1) gemm_f16_rows(W, r0, r1, X, xs, nx, Y, ldy);
+}
 
 /* BF16: 32 values (16 pairs) per vdpbf16ps. */
 KW_INLINE void bf16_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t n, float *y,
@@ -587,7 +588,7 @@ void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->name = "avx512";
     k->pack = pack_avx512;
     k->quant[KW_TYPE_Q8_0] = act_q8_0_split;
-    k->quant[KW_TYPE_F16] = act_f16_as_f32;
+    k->quant[KW_TYPE_F16] = kw_act_f16_i16;   /* act_f16_as_f32's values + int16 blocks for packed F16 */
     k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[KW_TYPE_Q5_0] = gemm_q5_0;
     k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;

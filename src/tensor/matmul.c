@@ -21,7 +21,7 @@
 static size_t act_row_stride(uint32_t dt, int64_t cols) {
     size_t b = kw_row_bytes(dt, cols);
     if (dt == KW_TYPE_Q8_0) b += (size_t)(cols / 32) * 8;
-    if (dt == KW_TYPE_F16) b = (size_t)cols * 4;       /* room for F32 copies of the F16 values */
+    if (dt == KW_TYPE_F16) b = (size_t)cols * 4 + (size_t)(cols / 32) * 68;   /* F32 copies + int16 blocks (AVX-512) */
     return (b + 63) & ~(size_t)63;
 }
 

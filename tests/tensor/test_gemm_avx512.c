@@ -8,6 +8,8 @@
  * the per-row packed kernel); shapes with rows that are not a multiple of
  * 16 (tail through the unpacked kernel), several L2 passes (400 rows) and
  * rows longer than 2048 values (offset table tail: 70 blocks).
+ * F16 weights: the packed int16 form (every row packed, the last group
+ * zero-padded), against the int16 block reference written out here.
  * Skips (77) without AVX-512 VNNI. */
 #include "testutil.h"
 #include <float.h>
@@ -19,6 +21,25 @@ static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) {
     g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
     return (float)((g_rng >> 40) * 0x1p-24 * 2.0 - 1.0);
+}
+
+/* gemm_avx512.c's int16 block contract: d = max|v| / 8191, q = round-half-even(v * (8191 / max)). */
+static void i16_block(const float *v, int32_t *q, float *d) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+    float id = amax > 0 ? 8191.0f / amax : 0.0f;
+    *d = amax / 8191.0f;
+    for (int j = 0; j < 32; j++) q[j] = (int32_t)nearbyintf(v[j] * id);
+}
+
+/* Dequantized int16 form of n values (the reference's view of F16 weights and activations). */
+static void i16_round(const float *v, float *out, int64_t n) {
+    int32_t q[32];
+    float d;
+    for (int64_t b = 0; b < n / 32; b++) {
+        i16_block(v + 32 * b, q, &d);
+        for (int j = 0; j < 32; j++) out[32 * b + j] = (float)q[j] * d;
+    }
 }
 
 static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p1, kw_pool *p2) {
@@ -37,7 +58,9 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p
     kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = wd};
     kw_err err = {{0}};
     KW_CHECK_EQ_INT(kw_matrix_pack(&W, &err), 0);
-    KW_CHECK_EQ_INT(kw_matrix_packed_rows(&W), rows / 16 * 16);
+    KW_CHECK_EQ_INT(kw_matrix_packed_rows(&W), type == KW_TYPE_F16 ? rows : rows / 16 * 16);
+    if (type == KW_TYPE_F16)   /* the reference sees the weights in their int16 form */
+        for (int64_t r = 0; r < rows; r++) i16_round(wf + r * cols, wf + r * cols, cols);
     void *scr = kw_mem_alloc(KW_MEM_SCRATCH, kw_matmul_scratch_bytes(&W, n));
 
     kw_matmul(p1, &W, x, n, y1, scr);
@@ -54,8 +77,11 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p
     int bad = 0;
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
-        kw_quantize_row(KW_TYPE_Q8_0, x + i * cols, xq, cols);
-        kw_dequantize_row(KW_TYPE_Q8_0, xq, xr, cols);
+        if (type == KW_TYPE_F16) i16_round(x + i * cols, xr, cols);
+        else {
+            kw_quantize_row(KW_TYPE_Q8_0, x + i * cols, xq, cols);
+            kw_dequantize_row(KW_TYPE_Q8_0, xq, xr, cols);
+        }
         for (int64_t r = 0; r < rows; r++) {
             double ref = 0, mag = 0;
             for (int64_t j = 0; j < cols; j++) {
@@ -84,8 +110,8 @@ int main(void) {
         return 77;
     }
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2);
-    static const uint32_t types[] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0};
-    for (int t = 0; t < 2; t++) {
+    static const uint32_t types[] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0, KW_TYPE_F16};
+    for (int t = 0; t < 3; t++) {
         run(types[t], 400, 2240, 29, p1, p2);   /* several passes, 70 blocks, tiles 8+8+8+5 */
         run(types[t], 203, 256, 17, p1, p2);    /* 11-row tail outside the packed rows */
     }
