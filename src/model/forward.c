@@ -399,6 +399,13 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
     const kw_block_table *t = b->tables[b->seq[i]];
     int32_t n = b->pos[i] + 1, C = c->max_ctx;
     float *scores = scr, *qs = scores + (size_t)G * C, *acc = qs + (size_t)G * hk;
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    if (ci && ci->avx512f && kw_attn_decode_supported(type, G, hk, hv)) {   /* same results, attn_decode_avx512.c */
+        kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
+                               .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
+        kw_attn_decode_avx512(&a, scr, C);
+        return;
+    }
     float scale = 1.0f / sqrtf((float)hk);
     for (int g = 0; g < G; g++) q_for_cache(op, type, c->q + ((int64_t)i * hp->n_head + h0 + g) * hk, qs + g * hk, hk);
     for (int32_t j0 = 0; j0 < n; j0 += bt) {           /* a block's rows of one head are contiguous */

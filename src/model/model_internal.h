@@ -55,4 +55,9 @@ size_t kw_attn_tile_floats(int hk, int hv, int32_t max_ctx);     /* per-thread s
 bool kw_attn_tile_supported(uint32_t kv_type, int G, int hk, int hv);
 void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr);
 
+/* attn_decode_avx512.c: one token (i0, n_tok = 1) x the G heads of KV head
+ * kvh; bit-identical to the per-token AVX2 path. scr: G * max_ctx floats. */
+bool kw_attn_decode_supported(uint32_t kv_type, int G, int hk, int hv);
+void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
+
 #endif
