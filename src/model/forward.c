@@ -503,13 +503,48 @@ static void matmul(kw_ctx *c, const kw_matrix *W, const float *X, int64_t n, flo
     kw_matmul(c->pool, W, X, n, Y, c->mm_scratch);
 }
 
+/* Row-wise steps of a prefill batch on the pool (each row is computed by
+ * the same code whatever the split, so results do not change). */
+typedef struct rows_task {
+    float *y, *a;
+    const float *x, *w;
+    int64_t rows;
+    int n;
+    float eps;
+} rows_task;
+
+static void rmsnorm_task(void *arg, int ith, int nth) {
+    rows_task *t = arg;
+    int64_t lo = t->rows * ith / nth, hi = t->rows * (ith + 1) / nth;
+    rmsnorm_rows(t->y + lo * t->n, t->x + lo * t->n, t->w, hi - lo, t->n, t->eps);
+}
+
+static void swiglu_task(void *arg, int ith, int nth) {
+    rows_task *t = arg;
+    int64_t lo = t->rows * ith / nth, hi = t->rows * (ith + 1) / nth;
+    swiglu(t->a + lo * t->n, t->x + lo * t->n, (hi - lo) * t->n);
+}
+
+#define KW_ROWS_PARALLEL_MIN 65536   /* values; below this the pool wake-up costs more */
+
+static void run_rows(kw_ctx *c, kw_task_fn fn, rows_task *t) {
+    if (c->pool && kw_pool_size(c->pool) > 1 && t->rows > 1 && t->rows * t->n >= KW_ROWS_PARALLEL_MIN)
+        kw_pool_run(c->pool, fn, t);
+    else fn(t, 0, 1);
+}
+
+static void rmsnorm_rows_par(kw_ctx *c, float *y, const float *x, const float *w, int64_t rows, int n, float eps) {
+    rows_task t = {.y = y, .x = x, .w = w, .rows = rows, .n = n, .eps = eps};
+    run_rows(c, rmsnorm_task, &t);
+}
+
 static void attention_block(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     const kw_hparams *hp = &c->m->hp;
     const kw_layer *L = &c->m->layers[il];
     int32_t n = b->n_tokens;
     int q_dim = hp->n_head * hp->head_dim_k, k_dim = hp->n_head_kv * hp->head_dim_k;
     int v_dim = hp->n_head_kv * hp->head_dim_v;
-    rmsnorm_rows(c->xn, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    rmsnorm_rows_par(c, c->xn, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
     matmul(c, &L->wq, c->xn, n, c->q);
     matmul(c, &L->wk, c->xn, n, c->k);
     matmul(c, &L->wv, c->xn, n, c->v);
@@ -529,10 +564,11 @@ static void attention_block(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il
 static void ffn_block(kw_ctx *c, int il, int32_t n) {
     const kw_hparams *hp = &c->m->hp;
     const kw_layer *L = &c->m->layers[il];
-    rmsnorm_rows(c->xn, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    rmsnorm_rows_par(c, c->xn, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
     matmul(c, &L->w_gate, c->xn, n, c->gate);
     matmul(c, &L->w_up, c->xn, n, c->up);
-    swiglu(c->gate, c->up, (int64_t)n * hp->n_ff);
+    rows_task sw = {.a = c->gate, .x = c->up, .rows = n, .n = hp->n_ff};
+    run_rows(c, swiglu_task, &sw);
     matmul(c, &L->w_down, c->gate, n, c->tmp);
     add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
 }
