@@ -331,7 +331,20 @@ async function main() {
   check(r4.status === 400, 'test_replay must be a string', r4.text);
 }
 
-main().then(() => {
+// Graceful shutdown of every server: exit 0 and no sanitizer report (in the ASan+UBSan
+// build, label sanitize, exit 0 also means LeakSanitizer found nothing in the tool paths).
+async function shutdownAll() {
+  for (const p of [srv, srvThink, srvLlama, srvMistral]) {
+    const code = p.exitCode !== null ? p.exitCode : await new Promise((resolve) => {
+      const timer = setTimeout(() => { p.kill('SIGKILL'); resolve('timeout'); }, 20000);
+      p.on('exit', (c) => { clearTimeout(timer); resolve(c); });
+      p.kill('SIGTERM');
+    });
+    check(code === 0 && !/Sanitizer|runtime error/.test(p.log), 'server exits 0 on SIGTERM, no sanitizer report', { code, log: p.log.slice(-600) });
+  }
+}
+
+main().then(shutdownAll).then(() => {
   stop();
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
