@@ -198,6 +198,8 @@ static void add_bias_rows(float *y, const float *bias, int64_t rows, int n) {
 
 /* gate = silu(gate) * up */
 static void swiglu(float *gate, const float *up, int64_t n) {
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    if (ci && ci->avx512f) { kw_swiglu_avx512(gate, up, n); return; }   /* act_avx512.c */
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
