@@ -1,5 +1,7 @@
-/* act_avx512.c - the SwiGLU of the FFN (gate = silu(gate) * up) in 16 lanes
- * for CPUs with AVX-512F; forward.c calls it instead of its scalar loop.
+/* act_avx512.c - exp and the SwiGLU of the FFN (gate = silu(gate) * up) in
+ * 16 lanes for CPUs with AVX-512F; forward.c calls them instead of its
+ * scalar loops (the attention softmax in forward.c and in the prefill tiles
+ * of attn_avx512.c both take exp from here, so they stay bit-identical).
  *
  * exp is computed here: x = n ln2 + r with n = round(x log2 e) and
  * |r| <= ln2/2 (ln2 split in two parts, FMA), exp(r) by its Taylor series to
@@ -28,6 +30,15 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
+
+void kw_exp_avx512(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+__m512 kw_exp16_avx512(__m512 x) { return exp16(x); }
 
 void kw_swiglu_avx512(float *gate, const float *up, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();

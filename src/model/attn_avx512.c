@@ -13,7 +13,7 @@
  * path or tile a token falls in:
  *   - q . k: 8 partial sums (element d goes to sum d % 8, FMA in order of d),
  *     combined as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)), times the scale;
- *   - softmax: max, expf(s - max), sum in double, times (float)(1/sum);
+ *   - softmax: max, exp(s - max) (act_avx512.c), sum in double, times (float)(1/sum);
  *     an F16 cache rounds q and the probabilities to F16 (as llama.cpp);
  *   - out = sum over keys in order of p * v, one FMA per element.
  * Compiled with AVX-512F flags; forward.c calls it only when the CPU has
@@ -22,6 +22,8 @@
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
+
+__m512 kw_exp16_avx512(__m512 x);   /* act_avx512.c */
 
 #define KW_ATT_LANES 16
 #define KW_ATT_VCHUNK 32     /* V rows converted to F32 at a time */
@@ -95,7 +97,7 @@ static void score_keys(const float *qt, const float *k0, const float *k1, int hk
 
 /* softmax of every lane l over scores[j * 16 + l], j < n[l] (n[l] = 0: unused
  * lane), all lanes at once: per lane the operations of forward.c's softmax
- * (max, expf(s - max), sum in double in order of j, times (float)(1/sum)),
+ * (max, exp(s - max), sum in double in order of j, times (float)(1/sum)),
  * then F16 rounding for an F16 cache. Entries past a lane's n are left as
  * they are (never read). */
 static void softmax_lanes(float *s, const int32_t *n, int32_t n_max, int f16) {
@@ -105,15 +107,12 @@ static void softmax_lanes(float *s, const int32_t *n, int32_t n_max, int f16) {
         __mmask16 m = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32(j));
         mx = _mm512_mask_max_ps(mx, m, mx, _mm512_loadu_ps(s + (size_t)j * KW_ATT_LANES));
     }
-    float mxs[KW_ATT_LANES];
-    _mm512_storeu_ps(mxs, mx);
     __m512d sum_lo = _mm512_setzero_pd(), sum_hi = _mm512_setzero_pd();
     for (int32_t j = 0; j < n_max; j++) {
         float *row = s + (size_t)j * KW_ATT_LANES;
-        for (int l = 0; l < KW_ATT_LANES; l++)
-            if (j < n[l]) row[l] = expf(row[l] - mxs[l]);
         __mmask16 m = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32(j));
-        __m512 e = _mm512_loadu_ps(row);
+        __m512 e = kw_exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(row), mx));
+        _mm512_mask_storeu_ps(row, m, e);
         sum_lo = _mm512_mask_add_pd(sum_lo, (__mmask8)m, sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         sum_hi = _mm512_mask_add_pd(sum_hi, (__mmask8)(m >> 8), sum_hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
     }

@@ -384,7 +384,13 @@ static void softmax(float *s, int n) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++) if (s[j] > mx) mx = s[j];
     double sum = 0.0;
-    for (int j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    if (ci && ci->avx512f) {   /* the exp of act_avx512.c, as the prefill tiles */
+        for (int j = 0; j < n; j++) s[j] -= mx;
+        kw_exp_avx512(s, n);
+        for (int j = 0; j < n; j++) sum += s[j];
+    } else
+        for (int j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
     float inv = (float)(1.0 / sum);
     for (int j = 0; j < n; j++) s[j] *= inv;
 }

@@ -38,8 +38,9 @@ void kw_attn_axpy_f32_avx2(float *acc, float p, const float *v, int n);
 void kw_attn_axpy_f16_avx2(float *acc, float p, const uint16_t *v, int n);
 void kw_attn_round_f16_avx2(float *x, int n);
 
-/* act_avx512.c (AVX-512F): gate[i] = silu(gate[i]) * up[i] */
+/* act_avx512.c (AVX-512F): gate[i] = silu(gate[i]) * up[i]; x[i] = exp(x[i]) (~1 ulp) */
 void kw_swiglu_avx512(float *gate, const float *up, int64_t n);
+void kw_exp_avx512(float *x, int64_t n);
 
 /* attn_avx512.c (used when the CPU has AVX-512F): prefill attention of the
  * n_tok consecutive batch tokens i0.. (one sequence) for the G query heads

@@ -50,7 +50,9 @@ static void per_token(kw_kv_pool *kv, const kw_block_table *t, int kvh, const fl
     float mx = -INFINITY;
     for (int32_t j = 0; j < n; j++) if (sc[j] > mx) mx = sc[j];
     double sum = 0.0;
-    for (int32_t j = 0; j < n; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+    for (int32_t j = 0; j < n; j++) sc[j] -= mx;   /* forward.c on AVX-512: the vector exp */
+    kw_exp_avx512(sc, n);
+    for (int32_t j = 0; j < n; j++) sum += sc[j];
     float inv = (float)(1.0 / sum);
     for (int32_t j = 0; j < n; j++) sc[j] *= inv;
     if (type == KW_TYPE_F16) kw_attn_round_f16_avx2(sc, n);
