@@ -90,6 +90,11 @@ size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n);
 /* Y[n][rows] = X[n][cols] . W^T. X and Y are row-major F32. scratch must
  * hold kw_matmul_scratch_bytes(W, n) bytes (64-byte aligned). */
 void kw_matmul(kw_pool *pool, const kw_matrix *W, const float *X, int64_t n, float *Y, void *scratch);
+/* Y[m] = X . W[m]^T for up to 4 matrices of one type and width in one pool
+ * run (activations quantized once); same results as separate kw_matmul
+ * calls, which it falls back to when the matrices differ. Scratch as for W[0]. */
+void kw_matmul_multi(kw_pool *pool, const kw_matrix *const *W, int n_mats, const float *X, int64_t n, float *const *Y,
+                     void *scratch);
 
 /* CPU features found at run time, and which kernel family is in use. */
 typedef struct kw_cpu_info { bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni; } kw_cpu_info;

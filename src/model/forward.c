@@ -553,9 +553,9 @@ static void attention_block(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il
     int q_dim = hp->n_head * hp->head_dim_k, k_dim = hp->n_head_kv * hp->head_dim_k;
     int v_dim = hp->n_head_kv * hp->head_dim_v;
     rmsnorm_rows_par(c, c->xn, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
-    matmul(c, &L->wq, c->xn, n, c->q);
-    matmul(c, &L->wk, c->xn, n, c->k);
-    matmul(c, &L->wv, c->xn, n, c->v);
+    const kw_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};   /* one pool run when the types match */
+    float *qkv_out[3] = {c->q, c->k, c->v};
+    kw_matmul_multi(c->pool, qkv, 3, c->xn, n, qkv_out, c->mm_scratch);
     add_bias_rows(c->q, L->bq, n, q_dim);
     add_bias_rows(c->k, L->bk, n, k_dim);
     add_bias_rows(c->v, L->bv, n, v_dim);
@@ -573,8 +573,9 @@ static void ffn_block(kw_ctx *c, int il, int32_t n) {
     const kw_hparams *hp = &c->m->hp;
     const kw_layer *L = &c->m->layers[il];
     rmsnorm_rows_par(c, c->xn, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
-    matmul(c, &L->w_gate, c->xn, n, c->gate);
-    matmul(c, &L->w_up, c->xn, n, c->up);
+    const kw_matrix *gu[2] = {&L->w_gate, &L->w_up};
+    float *gu_out[2] = {c->gate, c->up};
+    kw_matmul_multi(c->pool, gu, 2, c->xn, n, gu_out, c->mm_scratch);
     rows_task sw = {.a = c->gate, .x = c->up, .rows = n, .n = hp->n_ff};
     run_rows(c, swiglu_task, &sw);
     matmul(c, &L->w_down, c->gate, n, c->tmp);

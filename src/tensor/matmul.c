@@ -32,6 +32,8 @@ size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n) {
     return (size_t)n * act_row_stride(dt, W->cols);
 }
 
+#define KW_MM_MULTI_MAX 4                /* matrices one kw_matmul_multi run takes */
+
 typedef struct {
     const kw_kernel_set *ks;
     const kw_matrix *W;
@@ -43,6 +45,11 @@ typedef struct {
     size_t xq_stride;
     int64_t chunk_rows, n_chunks;
     _Atomic int64_t next_chunk;
+    /* kw_matmul_multi: chunks [first[m], first[m+1]) belong to matrix m */
+    int n_mats;
+    const kw_matrix *Ws[KW_MM_MULTI_MAX];
+    float *Ys[KW_MM_MULTI_MAX];
+    int64_t rows_per_chunk[KW_MM_MULTI_MAX], first[KW_MM_MULTI_MAX + 1];
 } mm_task;
 
 static void quantize_task(void *v, int ith, int nth) {
@@ -62,6 +69,22 @@ static void dot_task(void *v, int ith, int nth) {
         int64_t r0 = c * t->chunk_rows, r1 = r0 + t->chunk_rows;
         if (r1 > t->W->rows) r1 = t->W->rows;
         gemm(t->W, r0, r1, t->xq, t->xq_stride, t->n, t->Y, t->W->rows);
+    }
+}
+
+/* The chunks of several matrices in one pass (kw_matmul_multi). */
+static void dot_multi_task(void *v, int ith, int nth) {
+    (void)ith; (void)nth;
+    mm_task *t = v;
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&t->next_chunk, 1, memory_order_relaxed);
+        if (c >= t->first[t->n_mats]) break;
+        int m = 0;
+        while (c >= t->first[m + 1]) m++;
+        const kw_matrix *W = t->Ws[m];
+        int64_t r0 = (c - t->first[m]) * t->rows_per_chunk[m], r1 = r0 + t->rows_per_chunk[m];
+        if (r1 > W->rows) r1 = W->rows;
+        t->ks->gemm[W->type](W, r0, r1, t->xq, t->xq_stride, t->n, t->Ys[m], W->rows);
     }
 }
 
@@ -131,4 +154,47 @@ void kw_matmul(kw_pool *pool, const kw_matrix *W, const float *X, int64_t n, flo
     atomic_store(&t.next_chunk, 0);
     if (nth > 1 && t.n_chunks > 1) kw_pool_run(pool, dot_task, &t);
     else dot_task(&t, 0, 1);
+}
+
+/* Several matrices of one type and width against the same activations (Q/K/V,
+ * gate/up): the activations are quantized once and every matrix's row chunks
+ * go through one pool run, so a decode step pays one wake-up and barrier
+ * instead of one per matrix. Each output row is computed by the same kernel
+ * call sequence as kw_matmul would use (same chunking per matrix), so results
+ * are identical to separate kw_matmul calls. */
+void kw_matmul_multi(kw_pool *pool, const kw_matrix *const *W, int n_mats, const float *X, int64_t n, float *const *Y,
+                     void *scratch) {
+    if (!W || n_mats <= 0 || !X || !Y || n <= 0) return;
+    const kw_kernel_set *ks = kw_kernels_active();
+    bool same = n_mats <= KW_MM_MULTI_MAX;
+    for (int m = 0; m < n_mats && same; m++)
+        same = W[m] && Y[m] && W[m]->rows > 0 && W[m]->type == W[0]->type && W[m]->cols == W[0]->cols &&
+               ks->gemm[W[m]->type] != NULL;
+    uint32_t dt = same ? kw_dot_type(W[0]->type) : 0;
+    if (!same || dt == KW_TYPE_F32 || kw_row_bytes(dt, W[0]->cols) == 0) {
+        for (int m = 0; m < n_mats; m++) kw_matmul(pool, W[m], X, n, Y[m], scratch);
+        return;
+    }
+    mm_task t;
+    memset(&t, 0, sizeof t);
+    t.ks = ks;
+    t.W = W[0];
+    t.X = X;
+    t.n = n;
+    t.dt = dt;
+    t.xq = scratch;
+    t.xq_stride = act_row_stride(dt, W[0]->cols);
+    if (n * W[0]->cols >= KW_MM_QUANT_PARALLEL_MIN && kw_pool_size(pool) > 1) kw_pool_run(pool, quantize_task, &t);
+    else quantize_task(&t, 0, 1);
+    int nth = kw_pool_size(pool);
+    t.n_mats = n_mats;
+    for (int m = 0; m < n_mats; m++) {
+        t.Ws[m] = W[m];
+        t.Ys[m] = Y[m];
+        t.rows_per_chunk[m] = choose_chunk_rows(W[m]->rows, nth);
+        t.first[m + 1] = t.first[m] + (W[m]->rows + t.rows_per_chunk[m] - 1) / t.rows_per_chunk[m];
+    }
+    atomic_store(&t.next_chunk, 0);
+    if (nth > 1 && t.first[n_mats] > 1) kw_pool_run(pool, dot_multi_task, &t);
+    else dot_multi_task(&t, 0, 1);
 }
