@@ -12,8 +12,9 @@
  * prefill tiles (attn_avx512.c), which match the same path:
  *   - q . k: 8 partial sums (element d goes to sum d % 8, FMA in order of
  *     d), combined as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)), times scale;
- *   - softmax: max, expf(s - max), sum in double in key order, times
- *     (float)(1/sum); an F16 cache rounds q and the probabilities to F16;
+ *   - softmax: max, exp(s - max) (kw_exp_avx512, as forward.c's softmax on
+ *     AVX-512), sum in double in key order, times (float)(1/sum); an F16
+ *     cache rounds q and the probabilities to F16;
  *   - out = sum over keys in order of p * v, one FMA per element.
  * What is faster: two keys share a 512-bit register (lanes 0-7 key A, 8-15
  * key B, each lane one of the 8 partial sums), each K row is converted
@@ -28,9 +29,10 @@
 #include <string.h>
 
 #define KW_DEC_MAX_QFLOATS 4096      /* G * hk * 2 floats of duplicated queries on the stack */
+#define KW_DEC_MAX_G 64              /* query heads per KV head */
 
 bool kw_attn_decode_supported(uint32_t kv_type, int G, int hk, int hv) {
-    return (kv_type == KW_TYPE_F32 || kv_type == KW_TYPE_F16) && G >= 1 && hk % 8 == 0 && hk >= 8 &&
+    return (kv_type == KW_TYPE_F32 || kv_type == KW_TYPE_F16) && G >= 1 && G <= KW_DEC_MAX_G && hk % 8 == 0 && hk >= 8 &&
            G * hk * 2 <= KW_DEC_MAX_QFLOATS && hv % 16 == 0 && hv >= 16;
 }
 
@@ -117,8 +119,11 @@ static void score16(const kw_attn_tile_args *a, const void *const *kr, int cnt, 
     }
 }
 
-/* softmax of each head's n scores; the G sums are independent chains. */
+/* softmax of each head's n scores as forward.c's softmax() on AVX-512:
+ * max, exp of s - max with kw_exp_avx512 (act_avx512.c), sum in double in
+ * key order (the G heads' sums as independent chains), times (float)(1/sum). */
 static void softmax_heads(float *sc, size_t C, int G, int32_t n, int f16) {
+    double sums[KW_DEC_MAX_G];
     for (int g = 0; g < G; g++) {
         float *s = sc + (size_t)g * C;
         __m512 vm = _mm512_set1_ps(-INFINITY);
@@ -126,11 +131,20 @@ static void softmax_heads(float *sc, size_t C, int G, int32_t n, int f16) {
         for (; j + 16 <= n; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + j));
         float mx = _mm512_reduce_max_ps(vm);
         for (; j < n; j++) if (s[j] > mx) mx = s[j];
-        double sum = 0.0;
-        for (j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
-        float inv = (float)(1.0 / sum);
+        __m512 vx = _mm512_set1_ps(mx);
+        for (j = 0; j + 16 <= n; j += 16) _mm512_storeu_ps(s + j, _mm512_sub_ps(_mm512_loadu_ps(s + j), vx));
+        for (; j < n; j++) s[j] -= mx;
+        kw_exp_avx512(s, n);
+        sums[g] = 0.0;
+    }
+    for (int32_t j = 0; j < n; j++)
+        for (int g = 0; g < G; g++) sums[g] += sc[(size_t)g * C + j];
+    for (int g = 0; g < G; g++) {
+        float *s = sc + (size_t)g * C;
+        float inv = (float)(1.0 / sums[g]);
         __m512 vi = _mm512_set1_ps(inv);
-        for (j = 0; j + 16 <= n; j += 16) {
+        int32_t j = 0;
+        for (; j + 16 <= n; j += 16) {
             __m512 p = _mm512_mul_ps(_mm512_loadu_ps(s + j), vi);
             if (f16) p = _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
             _mm512_storeu_ps(s + j, p);

@@ -36,7 +36,7 @@ static float get_val(uint32_t type, const void *row, int d) {
 #define MAXN 192
 #define MAXD 128
 
-/* forward.c's per-token path for one head (the AVX2 helpers). */
+/* forward.c's per-token path for one head (the AVX2 helpers, softmax as on AVX-512). */
 static void per_token(kw_kv_pool *kv, const kw_block_table *t, int kvh, const float *q, int32_t n, int hk, int hv,
                       float *out) {
     uint32_t type = kv->lay.type;
@@ -52,7 +52,9 @@ static void per_token(kw_kv_pool *kv, const kw_block_table *t, int kvh, const fl
     float mx = -INFINITY;
     for (int32_t j = 0; j < n; j++) if (sc[j] > mx) mx = sc[j];
     double sum = 0.0;
-    for (int32_t j = 0; j < n; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+    for (int32_t j = 0; j < n; j++) sc[j] -= mx;
+    kw_exp_avx512(sc, n);                 /* forward.c's softmax on AVX-512 */
+    for (int32_t j = 0; j < n; j++) sum += sc[j];
     float inv = (float)(1.0 / sum);
     for (int32_t j = 0; j < n; j++) sc[j] *= inv;
     if (type == KW_TYPE_F16) kw_attn_round_f16_avx2(sc, n);
