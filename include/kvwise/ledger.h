@@ -12,6 +12,8 @@
  *   tokenizer  vocab, merges and lookup tables
  *   overhead   fixed process cost: binary, libraries, thread stacks, HTTP
  *              server buffers (a measured baseline, see kw_ledger_baseline_bytes)
+ *   connections  open HTTP connections: --max-connections x the bytes one
+ *              connection can hold (KW_SERVER_CONN_BYTES, server.h)
  * Every line counts against the one limit. Lines are either set once at
  * startup (kw_ledger_set: weights, workspace, ...) or move with load
  * (kw_ledger_reserve / kw_ledger_release: KV of admitted requests). A
@@ -38,6 +40,7 @@ typedef enum kw_ledger_kind {
     KW_LEDGER_SCRATCH,
     KW_LEDGER_TOKENIZER,
     KW_LEDGER_OVERHEAD,
+    KW_LEDGER_CONNECTIONS,
     KW_LEDGER_KIND_COUNT
 } kw_ledger_kind;
 

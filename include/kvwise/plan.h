@@ -67,6 +67,8 @@ typedef struct kw_plan_opts {
     double bandwidth;           /* bytes/s for the decode ceiling; 0 = unknown */
     bool bandwidth_measured;    /* bandwidth came from a probe (else given) */
     uint64_t overhead;          /* fixed process overhead; UINT64_MAX = default estimate */
+    int32_t max_connections;    /* serve --max-connections; 0 = KW_SERVER_DEFAULT_MAX_CONNECTIONS */
+    uint64_t max_body;          /* serve --max-body; 0 = KW_SERVER_DEFAULT_MAX_BODY */
 } kw_plan_opts;
 
 void kw_plan_opts_default(kw_plan_opts *o);
@@ -92,7 +94,8 @@ typedef struct kw_plan {
     uint64_t ws_bytes[KW_PLAN_STEP_ROWS];
     /* the budget lines */
     uint64_t weights, tokenizer, overhead, live_kv;
-    uint64_t fixed;                 /* weights + workspace + tokenizer + overhead */
+    uint64_t connections;           /* max_connections x KW_SERVER_CONN_BYTES + max_body (server.h) */
+    uint64_t fixed;                 /* weights + workspace + tokenizer + overhead + connections */
     uint64_t needed;                /* fixed + live_kv */
     bool fits;
     uint64_t remainder;             /* memory_limit - needed (0 if it does not fit) */
@@ -135,7 +138,8 @@ struct cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const c
 /* "kvwise serve -m PATH --memory-limit ... --ctx-size ... " into buf. */
 void kw_plan_serve_line(const kw_plan *p, const char *model_path, char *buf, size_t cap);
 /* The server's startup ledger from the same figures: weights, workspace,
- * tokenizer and overhead lines are set; KV lines are left to reservations. */
+ * tokenizer, overhead and connections lines are set; KV lines are left to
+ * reservations. */
 int kw_plan_fill_ledger(const kw_plan *p, kw_ledger *l, kw_err *err);
 
 /* Loads the model and times a prefill of `tokens` positions and a few
@@ -145,7 +149,11 @@ int kw_plan_probe(const char *model_path, int32_t tokens, uint32_t kv_type, int 
 
 /* Fixed overhead of a kvwise process measured now (kw_ledger_baseline_bytes:
  * RSS minus accounted allocations) plus an allowance for the HTTP server's
- * connections and buffers. */
+ * threads and buffers (open connections and bodies: kw_plan_connections_bytes). */
 uint64_t kw_plan_measured_overhead(void);
+/* The ledger's "connections" line: n open HTTP connections x the bytes one
+ * may hold (KW_SERVER_CONN_BYTES, server.h) + the request bodies' shared
+ * allowance (--max-body). n <= 0 and max_body 0 take the defaults. */
+uint64_t kw_plan_connections_bytes(int32_t n, uint64_t max_body);
 
 #endif

@@ -16,14 +16,32 @@
 
 struct kw_ledger;
 
+/* HTTP connections and their memory (docs/MEMORY.md, "HTTP connections").
+ * libmicrohttpd gives each connection a pool of KW_SERVER_CONN_POOL_BYTES
+ * for its read buffer, headers and response header (431/413 above it).
+ * KW_SERVER_CONN_BYTES is what one open connection may hold: that pool +
+ * MHD's connection struct + ours (struct conn) + allocator slack, measured
+ * at 64.5 KiB RSS per keep-alive connection (the pool fully touched) and
+ * rounded up to 68 KiB. Request bodies come on top: all bodies being read
+ * or parsed share one allowance of --max-body bytes (a body that does not
+ * fit beside the others gets 503). The ledger's "connections" line is
+ * --max-connections x KW_SERVER_CONN_BYTES + --max-body (docs/MEMORY.md). */
+#define KW_SERVER_CONN_POOL_BYTES (64u * 1024u)
+#define KW_SERVER_CONN_BYTES (68ull * 1024ull)
+/* Default --max-connections: every decode slot + a full default queue (8 +
+ * 64) + pollers and idle keep-alive pools of a few clients, at 8.5 MiB. */
+#define KW_SERVER_DEFAULT_MAX_CONNECTIONS 128
+#define KW_SERVER_DEFAULT_MAX_BODY (16ull << 20)
+
 typedef struct kw_server_opts {
     const char *host;             /* default "127.0.0.1" */
     int port;                     /* default 8080; 0 = any free port (see kw_server_port) */
     const char *api_key;          /* NULL = no auth */
     const char *allowed_origins;  /* comma-separated, "*" = any; NULL = no CORS headers */
-    uint64_t max_body_bytes;      /* 413 above this */
+    uint64_t max_body_bytes;      /* 413 above this; also what all buffered bodies share (503 above) */
     int timeout_s;                /* idle connection timeout */
     int max_client_connections;   /* open connections per client address; 0 = unlimited */
+    int max_connections;          /* open connections in all; more are closed at once (0 = default) */
     int http_threads;
     const char *chat_template;    /* --chat-template NAME|FILE or NULL */
     const char *model_alias;      /* id in /v1/models (default: the engine's) */

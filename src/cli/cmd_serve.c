@@ -24,6 +24,7 @@ typedef struct serve_opts {
     int port, ctx_size, decode_conc, prompt_conc, prefill_step, kv_blocks, kv_block_tokens;
     int timeout_s, http_threads, max_queue, stub_step_us, threads;
     int max_client_conns;       /* -1 = default: unlimited on loopback, 64 elsewhere */
+    int max_conns;              /* open HTTP connections in all (a ledger line) */
     uint64_t max_body;
     bool mlock, stub, quiet_progress;
     /* memory (docs/MEMORY.md) */
@@ -47,11 +48,17 @@ static void usage(FILE *f) {
         "  --port N                 TCP port (default 8080; 0 = any free port, printed at startup)\n"
         "  --api-key KEY            require 'Authorization: Bearer KEY' (401 otherwise; /health is open)\n"
         "  --allowed-origins LIST   CORS: comma-separated origins allowed to call from a browser, or '*'\n"
-        "  --max-body BYTES         largest request body (default 16MiB; 413 above)\n"
+        "  --max-body BYTES         largest request body (default 16MiB; 413 above). Bodies being read\n"
+        "                           or parsed share this many bytes in all (503 + Retry-After when one\n"
+        "                           does not fit beside the others); counted in --memory-limit\n"
         "  --timeout S              idle connection timeout in seconds (default 600)\n"
         "  --max-client-connections N  open connections one client address may hold; more are closed at\n"
         "                           once (default: unlimited on loopback, where every local tool shares\n"
         "                           127.0.0.1; 64 when listening elsewhere; 0 = unlimited)\n"
+        "  --max-connections N      open HTTP connections in all, idle keep-alive ones included; more are\n"
+        "                           closed at once (default 128: every decode slot + a full queue + some\n"
+        "                           idle keep-alive). Each may hold 68 KiB (its 64 KiB buffer pool), so\n"
+        "                           N x 68 KiB + --max-body is a line of --memory-limit (\"HTTP connections\")\n"
         "  --http-threads N         HTTP I/O threads (default 2)\n"
         "model and context:\n"
         "  -m, --model PATH         GGUF model file\n"
@@ -77,7 +84,7 @@ static void usage(FILE *f) {
         "memory (one wall: docs/MEMORY.md; GET /v1/config and /v1/memory show what applied):\n"
         "  --memory-limit B         the whole server's budget: resident weights (the mapped file counted\n"
         "                           in full) + live KV + prompt cache + prefill workspace + scratch +\n"
-        "                           fixed overhead (e.g. 24GiB, 512MB, bytes). The kernel-measured peak\n"
+        "                           fixed overhead + HTTP connections (e.g. 24GiB, 512MB, bytes). The kernel-measured peak\n"
         "                           (VmHWM) stays under it. Default: MemAvailable at start minus a\n"
         "                           reserve for the OS (10%%, at least 256 MiB); better: measure what the\n"
         "                           OS and your other apps need at idle and give the server the rest.\n"
@@ -120,7 +127,8 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) 
 static int parse_args(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .decode_conc = 8, .prompt_conc = 1,
                       .prefill_step = 512, .kv_type = "f16", .kv_block_tokens = 32, .timeout_s = 600, .max_client_conns = -1,
-                      .http_threads = 2, .max_queue = 64, .max_body = 16u << 20,
+                      .max_conns = KW_SERVER_DEFAULT_MAX_CONNECTIONS,
+                      .http_threads = 2, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
                       .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -147,6 +155,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--kv-block-size")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 4096, &o->kv_block_tokens); }
         else if (!strcmp(a, "--timeout")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 86400, &o->timeout_s); }
         else if (!strcmp(a, "--max-client-connections")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 100000, &o->max_client_conns); }
+        else if (!strcmp(a, "--max-connections")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 100000, &o->max_conns); }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1024, &o->threads); }
         else if (!strcmp(a, "--http-threads")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 64, &o->http_threads); }
         else if (!strcmp(a, "--max-body")) {
@@ -202,6 +211,8 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddNumberToObject(c, "max_body_bytes", (double)o->max_body);
     cJSON_AddNumberToObject(c, "timeout_s", o->timeout_s);
     cJSON_AddNumberToObject(c, "max_client_connections", o->max_client_conns);
+    cJSON_AddNumberToObject(c, "max_connections", o->max_conns);
+    cJSON_AddNumberToObject(c, "connection_bytes", (double)KW_SERVER_CONN_BYTES);
     cJSON_AddNumberToObject(c, "http_threads", o->http_threads);
     cJSON_AddNumberToObject(c, "ctx_size", e->n_ctx);
     cJSON_AddNumberToObject(c, "decode_concurrency", o->decode_conc < e->n_slots ? o->decode_conc : e->n_slots);
@@ -285,7 +296,8 @@ static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, kw_err *err) 
 }
 
 /* The budget: --memory-limit or MemAvailable minus a reserve; the fixed
- * overhead of this process (measured now) is its first line. */
+ * overhead of this process (measured now) is its first line, the HTTP
+ * connections (--max-connections x KW_SERVER_CONN_BYTES) its second. */
 static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
     if (!o->memory_limit) {
         uint64_t total = 0, avail = 0, reserve = 0;
@@ -297,7 +309,18 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
     }
     kw_ledger *led = kw_ledger_create(o->memory_limit);
     if (!led) { kw_err_set(err, "out of memory"); return NULL; }
-    if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, kw_plan_measured_overhead(), err) < 0) {
+    char lim[32], body[32];
+    kw_format_bytes(o->memory_limit, lim, sizeof lim);
+    kw_err e = {{0}};
+    if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, kw_plan_measured_overhead(), &e) < 0) {
+        kw_err_set(err, "--memory-limit %s is too small: %s", lim, e.msg);
+        kw_ledger_destroy(led);
+        return NULL;
+    }
+    if (kw_ledger_set(led, KW_LEDGER_CONNECTIONS, kw_plan_connections_bytes(o->max_conns, o->max_body), &e) < 0) {
+        kw_err_set(err, "--memory-limit %s is too small: %s (or shrink that line: --max-connections %d x %llu bytes "
+                   "+ --max-body %s)", lim, e.msg, o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES,
+                   kw_format_bytes(o->max_body, body, sizeof body));
         kw_ledger_destroy(led);
         return NULL;
     }
@@ -337,13 +360,14 @@ int cmd_serve(int argc, char **argv) {
     if (parse_args(argc, argv, &o) < 0) return 2;
     signal(SIGBUS, on_sigbus);
     if (o.max_client_conns < 0) o.max_client_conns = host_is_loopback(o.host) ? 0 : 64;
+    if (o.http_threads > o.max_conns) o.http_threads = o.max_conns;    /* MHD gives each thread a share */
     kw_err err = {{0}};
     if (o.test_fail_alloc && start_fault_injection(&o, &err) < 0) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 2; }
     kw_ledger *led = make_ledger(&o, &err);
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
-                         .max_client_connections = o.max_client_conns,
+                         .max_client_connections = o.max_client_conns, .max_connections = o.max_conns,
                          .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led,
                          .test_replay = o.test_replay, .test_replay_script = o.test_replay_script};
     if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))

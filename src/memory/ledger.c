@@ -156,14 +156,15 @@ kw_ledger_snapshot kw_ledger_get_snapshot(const kw_ledger *l) {
 
 const char *kw_ledger_kind_name(kw_ledger_kind kind) {
     static const char *names[KW_LEDGER_KIND_COUNT] = {
-        "weights", "kv_live", "kv_cached", "workspace", "scratch", "tokenizer", "overhead"};
+        "weights", "kv_live", "kv_cached", "workspace", "scratch", "tokenizer", "overhead", "connections"};
     return valid_kind(kind) ? names[kind] : "?";
 }
 
 const char *kw_ledger_kind_label(kw_ledger_kind kind) {
     static const char *labels[KW_LEDGER_KIND_COUNT] = {
         "weights (mmap'd file + repacks)", "KV live (running sequences)", "KV cached (prompt cache)",
-        "prefill workspace", "thread scratch", "tokenizer", "fixed overhead (process, libraries, server)"};
+        "prefill workspace", "thread scratch", "tokenizer", "fixed overhead (process, libraries, server)",
+        "HTTP connections (max x 68 KiB + bodies)"};
     return valid_kind(kind) ? labels[kind] : "?";
 }
 

@@ -8,6 +8,7 @@
  * are written out in docs/PLAN.md. */
 #include "kvwise/plan.h"
 #include "kvwise/kv.h"
+#include "kvwise/server.h"
 #include "kvwise/tensor.h"
 #include "plan_internal.h"
 #include <math.h>
@@ -32,6 +33,8 @@ void kw_plan_opts_default(kw_plan_opts *o) {
     o->block_tokens = KW_PLAN_DEFAULT_BLOCK;
     o->n_threads = 2;
     o->overhead = UINT64_MAX;
+    o->max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
+    o->max_body = KW_SERVER_DEFAULT_MAX_BODY;
 }
 
 uint64_t kw_plan_default_memory_limit(uint64_t ram, bool measured, uint64_t reserve, uint64_t *reserve_out) {
@@ -50,6 +53,12 @@ uint64_t kw_plan_default_memory_limit(uint64_t ram, bool measured, uint64_t rese
 
 uint64_t kw_plan_measured_overhead(void) {
     return kw_ledger_baseline_bytes() + KW_PLAN_SERVER_ALLOWANCE;
+}
+
+uint64_t kw_plan_connections_bytes(int32_t n, uint64_t max_body) {
+    if (n <= 0) n = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
+    if (max_body == 0) max_body = KW_SERVER_DEFAULT_MAX_BODY;
+    return sat_add(sat_mul((uint64_t)n, KW_SERVER_CONN_BYTES), max_body);
 }
 
 uint64_t kw_plan_kv_bytes_per_token(const kw_plan_model *m, uint32_t kv_type) {
@@ -91,7 +100,7 @@ static uint64_t cfg_needed(const kw_plan_model *m, const kw_plan *p, cfg c) {
     int32_t tokens = batch_tokens(p, c.step, c.conc);
     uint64_t ws = kw_plan_workspace_bytes(m, tokens, c.ctx, p->o.n_threads);
     uint64_t per_seq = sat_add(seq_kv(bpt, p->o.block_tokens, c.ctx), m->linear_state_bytes);
-    uint64_t fixed = sat_add(sat_add(p->weights, ws), sat_add(p->tokenizer, p->overhead));
+    uint64_t fixed = sat_add(sat_add(sat_add(p->weights, ws), sat_add(p->tokenizer, p->overhead)), p->connections);
     return sat_add(fixed, sat_mul((uint64_t)c.conc, per_seq));
 }
 
@@ -147,6 +156,10 @@ static int check_opts(const kw_plan_model *m, kw_plan_opts *o, kw_err *err) {
         if (o->ctx > KW_PLAN_DEFAULT_CTX) o->ctx = KW_PLAN_DEFAULT_CTX;
     }
     if (o->ctx < 1 || o->ctx > KW_PLAN_MAX_CTX) return kw_err_set(err, "plan: --ctx must be 1..%d (got %d)", KW_PLAN_MAX_CTX, o->ctx);
+    if (o->max_connections == 0) o->max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
+    if (o->max_body == 0) o->max_body = KW_SERVER_DEFAULT_MAX_BODY;
+    if (o->max_connections < 1 || o->max_connections > 100000)
+        return kw_err_set(err, "plan: --max-connections must be 1..100000 (got %d)", o->max_connections);
     if (o->concurrency < 1 || o->concurrency > 4096) return kw_err_set(err, "plan: --concurrency must be 1..4096 (got %d)", o->concurrency);
     if (o->prompt_concurrency < 1 || o->prompt_concurrency > 256)
         return kw_err_set(err, "plan: --prompt-concurrency must be 1..256 (got %d)", o->prompt_concurrency);
@@ -214,8 +227,8 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
             warn(p, "the prompt cache (%s) holds less than one conversation at --ctx %d (%s): long prefixes will be recomputed",
                  kw_format_bytes(p->prompt_cache_bytes, a, sizeof a), p->o.ctx, kw_format_bytes(p->seq_bytes, b, sizeof b));
     } else {
-        uint64_t others = sat_add(sat_add(p->workspace_bytes, p->tokenizer), p->overhead);
-        if (sat_add(sat_add(p->weights, p->tokenizer), p->overhead) > p->memory_limit) {
+        uint64_t others = sat_add(sat_add(sat_add(p->workspace_bytes, p->tokenizer), p->overhead), p->connections);
+        if (sat_add(sat_add(sat_add(p->weights, p->tokenizer), p->overhead), p->connections) > p->memory_limit) {
             warn(p, "the weights alone (%s) do not fit in the %s limit: use a smaller quant (weights under %s) or more RAM",
                  kw_format_bytes(p->weights, a, sizeof a), kw_format_bytes(p->memory_limit, b, sizeof b),
                  kw_format_bytes(p->memory_limit > sat_add(others, p->live_kv) ? p->memory_limit - sat_add(others, p->live_kv) : 0, c, sizeof c));
@@ -283,8 +296,10 @@ int kw_plan_compute(const kw_plan_model *m, const kw_plan_opts *opts, kw_plan *p
     p->weights = m->resident_bytes;
     p->tokenizer = m->tokenizer_bytes;
     p->overhead = o->overhead == UINT64_MAX ? KW_PLAN_DEFAULT_OVERHEAD : o->overhead;
+    p->connections = kw_plan_connections_bytes(o->max_connections, o->max_body);
     p->live_kv = sat_mul((uint64_t)o->concurrency, p->seq_bytes);
-    p->fixed = sat_add(sat_add(p->weights, p->workspace_bytes), sat_add(p->tokenizer, p->overhead));
+    p->fixed = sat_add(sat_add(sat_add(p->weights, p->workspace_bytes), sat_add(p->tokenizer, p->overhead)),
+                       p->connections);
     p->needed = sat_add(p->fixed, p->live_kv);
     p->fits = p->needed <= p->memory_limit;
     p->remainder = p->fits ? p->memory_limit - p->needed : 0;

@@ -14,7 +14,8 @@
  * libmicrohttpd, PCRE2, cJSON, thread stacks actually touched, HTTP
  * buffers. `kvwise plan` measures its own baseline instead (same binary). */
 #define KW_PLAN_DEFAULT_OVERHEAD (48ULL << 20)
-/* Added to the measured baseline for the HTTP server's connections and buffers. */
+/* Added to the measured baseline for the HTTP server's threads and buffers (open
+ * connections are their own ledger line: kw_plan_connections_bytes). */
 #define KW_PLAN_SERVER_ALLOWANCE (16ULL << 20)
 /* Tokenizer heap per vocab entry when the vocab itself is not at hand (HF
  * config): the string, its score/type, hash-table and trie slots. */

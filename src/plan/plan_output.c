@@ -2,6 +2,7 @@
  * JSON document (schema "kvwise.plan/1", docs/PLAN.md), the ready-to-paste
  * `kvwise serve` line, and the server's startup ledger from the same plan. */
 #include "plan_internal.h"
+#include "kvwise/server.h"
 #include "kvwise/tensor.h"
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -65,14 +66,19 @@ void kw_plan_serve_line(const kw_plan *p, const char *model_path, char *buf, siz
                      o->ctx, kw_plan_type_name(o->kv_type), o->concurrency, o->prompt_concurrency, o->prefill_step,
                      o->n_threads);
     if (n >= 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n, " --prompt-cache-size %d --prompt-cache-bytes %s --kv-block-size %d --kv-blocks %d",
-                 p->prompt_cache_size, flag_bytes(p->prompt_cache_bytes, cb, sizeof cb), o->block_tokens,
-                 p->kv_pool_blocks);
+        n += snprintf(buf + n, cap - (size_t)n, " --prompt-cache-size %d --prompt-cache-bytes %s --kv-block-size %d --kv-blocks %d",
+                      p->prompt_cache_size, flag_bytes(p->prompt_cache_bytes, cb, sizeof cb), o->block_tokens,
+                      p->kv_pool_blocks);
+    if (n >= 0 && (size_t)n < cap && o->max_connections != KW_SERVER_DEFAULT_MAX_CONNECTIONS)
+        n += snprintf(buf + n, cap - (size_t)n, " --max-connections %d", o->max_connections);
+    if (n >= 0 && (size_t)n < cap && o->max_body != KW_SERVER_DEFAULT_MAX_BODY)
+        snprintf(buf + n, cap - (size_t)n, " --max-body %" PRIu64, o->max_body);
 }
 
 int kw_plan_fill_ledger(const kw_plan *p, kw_ledger *l, kw_err *err) {
     if (kw_ledger_set(l, KW_LEDGER_WEIGHTS, p->weights, err) || kw_ledger_set(l, KW_LEDGER_WORKSPACE, p->workspace_bytes, err) ||
-        kw_ledger_set(l, KW_LEDGER_TOKENIZER, p->tokenizer, err) || kw_ledger_set(l, KW_LEDGER_OVERHEAD, p->overhead, err))
+        kw_ledger_set(l, KW_LEDGER_TOKENIZER, p->tokenizer, err) || kw_ledger_set(l, KW_LEDGER_OVERHEAD, p->overhead, err) ||
+        kw_ledger_set(l, KW_LEDGER_CONNECTIONS, p->connections, err))
         return -1;
     return 0;
 }
@@ -145,6 +151,7 @@ static void print_budget(const kw_plan_model *m, const kw_plan *p, FILE *out) {
         {"prefill workspace", p->workspace_bytes},
         {m->tokenizer_measured ? "tokenizer (measured)" : "tokenizer (estimate)", p->tokenizer},
         {"fixed overhead (process, libraries, server)", p->overhead},
+        {"HTTP connections (max x 68 KiB + bodies)", p->connections},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         fprintf(out, "  %-46s %12s\n", rows[i].what, kw_format_bytes(rows[i].v, a, sizeof a));
@@ -286,6 +293,9 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(jb, "workspace", (double)p->workspace_bytes);
     num(jb, "tokenizer", (double)p->tokenizer);
     num(jb, "overhead", (double)p->overhead);
+    num(jb, "connections", (double)p->connections);
+    num(jb, "max_connections", (double)p->o.max_connections);
+    num(jb, "max_body", (double)p->o.max_body);
     num(jb, "live_kv", (double)p->live_kv);
     num(jb, "fixed", (double)p->fixed);
     num(jb, "needed", (double)p->needed);

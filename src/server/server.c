@@ -33,6 +33,9 @@ struct kw_server {
     int n_jobs;                   /* live jobs (atomic) */
     uint64_t n_requests, n_ok;    /* generation requests received / answered 200 (atomic) */
     uint64_t n_rej_ctx, n_rej_never;  /* 400s decided at parse time (atomic) */
+    int n_conns;                  /* open HTTP connections, at most o.max_connections (atomic) */
+    uint64_t n_conns_refused;     /* connections closed at accept for being over it (atomic) */
+    uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
 };
 
@@ -42,6 +45,8 @@ typedef struct conn {
     route rt;
     kw_sbuf body;
     bool too_large;
+    bool no_room;                 /* the body did not fit the memory budget: 503 */
+    size_t body_reserved;         /* bytes of the ledger's connections line held for the body */
     int phase;                    /* 0 reading, 1 waiting for the engine, 2 answered */
     kw_job *j;
     double t0;
@@ -191,6 +196,57 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return 0;
 }
 
+/* ---- request bodies in the budget ----------------------------------------
+ * A body is buffered whole on top of its connection's fixed bytes. All
+ * bodies being read or parsed share one allowance of --max-body bytes (part
+ * of the ledger's connections line, kw_plan_connections_bytes): a buffer
+ * takes its capacity from it before it grows (exactly Content-Length when
+ * given, else sbuf's doubling) and gives it back once the body is parsed
+ * into a job, or when the request ends. A
+ * body that does not fit beside the others now gets 503 + Retry-After. */
+
+static size_t body_cap_after(const kw_sbuf *b, size_t extra) {    /* mirrors sbuf.c's growth */
+    if (b->len + extra + 1 <= b->cap) return b->cap;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1) cap *= 2;
+    return cap;
+}
+
+static uint64_t content_length(struct MHD_Connection *mc) {
+    const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+    return cl ? strtoull(cl, NULL, 10) : 0;
+}
+
+static bool body_take(kw_server *s, conn *c, size_t cap) {
+    if (cap <= c->body_reserved) return true;
+    uint64_t more = cap - c->body_reserved;
+    if (__atomic_add_fetch(&s->body_bytes, more, __ATOMIC_ACQ_REL) > s->o.max_body_bytes) {
+        __atomic_sub_fetch(&s->body_bytes, more, __ATOMIC_ACQ_REL);
+        return false;
+    }
+    c->body_reserved = cap;
+    return true;
+}
+
+/* Room for `extra` more body bytes; the first time, the whole declared length. */
+static bool body_reserve(kw_server *s, conn *c, size_t extra, uint64_t content_length) {
+    if (!c->body.p && content_length > extra && content_length <= s->o.max_body_bytes) {
+        if (!body_take(s, c, (size_t)content_length + 1)) return false;
+        c->body.p = malloc((size_t)content_length + 1);
+        if (!c->body.p) return false;                   /* out of memory: 503, retry */
+        c->body.cap = (size_t)content_length + 1;
+        c->body.p[0] = 0;
+        return true;
+    }
+    return body_take(s, c, body_cap_after(&c->body, extra));
+}
+
+static void body_release(kw_server *s, conn *c) {
+    kw_sbuf_free(&c->body);
+    if (c->body_reserved) __atomic_sub_fetch(&s->body_bytes, (uint64_t)c->body_reserved, __ATOMIC_ACQ_REL);
+    c->body_reserved = 0;
+}
+
 /* ---- generation requests ------------------------------------------------ */
 
 static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc, conn *c) {
@@ -210,7 +266,7 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
         if (e.code && !strcmp(e.code, "request_exceeds_memory")) __atomic_add_fetch(&s->n_rej_never, 1, __ATOMIC_RELAXED);
         return send_error(s, mc, &e);
     }
-    kw_sbuf_free(&c->body);
+    body_release(s, c);               /* parsed: its bytes go back to the bodies' allowance */
     j->mc = mc;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->req.client_fd = ci ? ci->connect_fd : -1;
@@ -322,10 +378,12 @@ static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route
         if (ready)
             kw_sbuf_printf(&b, "{\"status\":\"ok\",\"slots_active\":%d,\"queued\":%d,\"requests_done\":%llu,"
                            "\"steps\":%llu,\"tokens_generated\":%llu,\"tokens_prefilled\":%llu,"
-                           "\"forward_seconds\":%.3f,\"step_seconds\":%.3f}",
+                           "\"forward_seconds\":%.3f,\"step_seconds\":%.3f,\"connections_open\":%d,"
+                           "\"connections_refused\":%llu}",
                            st.active, st.waiting, (unsigned long long)st.requests_done, (unsigned long long)st.steps,
                            (unsigned long long)st.tokens_generated, (unsigned long long)st.tokens_prefilled,
-                           st.forward_seconds, st.step_seconds);
+                           st.forward_seconds, st.step_seconds, __atomic_load_n(&s->n_conns, __ATOMIC_ACQUIRE),
+                           (unsigned long long)__atomic_load_n(&s->n_conns_refused, __ATOMIC_RELAXED));
         else
             kw_sbuf_puts(&b, s->stopping ? "{\"status\":\"stopping\"}" : "{\"status\":\"loading\"}");
         return send_body(s, mc, ready ? 200 : 503, "application/json", kw_sbuf_take(&b));
@@ -392,16 +450,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     }
     if (c->phase == 2) { *upload_size = 0; return MHD_YES; }
     if (*upload_size) {                              /* body bytes */
-        if (!c->too_large && c->body.len + *upload_size <= s->o.max_body_bytes) {
-            if (kw_sbuf_add(&c->body, upload, *upload_size) < 0) c->too_large = true;
-        } else {
+        if (c->too_large || c->no_room) {
+            /* drained and dropped */
+        } else if (c->body.len + *upload_size > s->o.max_body_bytes) {
             c->too_large = true;
-            kw_sbuf_free(&c->body);
+            body_release(s, c);
+        } else if (!body_reserve(s, c, *upload_size, content_length(mc))) {
+            c->no_room = true;
+            body_release(s, c);
+        } else if (kw_sbuf_add(&c->body, upload, *upload_size) < 0) {
+            c->too_large = true;
         }
         *upload_size = 0;
         return MHD_YES;
     }
     if (c->phase == 1) return continue_generation(s, mc, c);
+    if (c->no_room) {
+        c->phase = 2;
+        return send_err(s, mc, 503, "out_of_memory", "no room in --memory-limit for this request body now; retry later");
+    }
     if (c->too_large) {
         c->phase = 2;
         kw_http_error e = {0};
@@ -438,9 +505,37 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
                 j->log_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
         job_unref(j);
     }
-    kw_sbuf_free(&c->body);
+    body_release(s, c);
     free(c);
     *con_cls = NULL;
+}
+
+/* ---- connection limit ---------------------------------------------------
+ * --max-connections is a memory line (ledger "connections"), so it is exact
+ * across MHD's worker threads: a connection takes a place when accepted
+ * (accept policy: one atomic add, undone and the socket closed when over the
+ * limit) and gives it back when MHD reports it closed. MHD's own limit is set
+ * above ours so a full server closes new connections at once instead of
+ * leaving them in the kernel's accept queue. (If MHD failed to set up an
+ * accepted connection, out of memory, its place would stay taken.) */
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    (void)addr; (void)addrlen;
+    kw_server *s = cls;
+    if (__atomic_add_fetch(&s->n_conns, 1, __ATOMIC_ACQ_REL) <= s->o.max_connections) return MHD_YES;
+    __atomic_sub_fetch(&s->n_conns, 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&s->n_conns_refused, 1, __ATOMIC_RELAXED);
+    return MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx, enum MHD_ConnectionNotificationCode code) {
+    (void)mc;
+    kw_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) *socket_ctx = s;          /* holds a place */
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_ctx == s) {
+        *socket_ctx = NULL;
+        __atomic_sub_fetch(&s->n_conns, 1, __ATOMIC_ACQ_REL);
+    }
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -488,8 +583,11 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     s->origins = dup_or_null(o->allowed_origins);
     s->config_json = dup_or_null(o->config_json);
     s->alias = dup_or_null(o->model_alias);
-    if (!s->o.max_body_bytes) s->o.max_body_bytes = 16u << 20;
+    if (!s->o.max_body_bytes) s->o.max_body_bytes = KW_SERVER_DEFAULT_MAX_BODY;
     if (s->o.http_threads < 1) s->o.http_threads = 2;
+    if (s->o.max_connections < 1) s->o.max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
+    /* MHD splits the limit over its worker threads: each needs at least one */
+    if (s->o.max_connections < s->o.http_threads) s->o.http_threads = s->o.max_connections;
     s->started = (long)time(NULL);
     pthread_rwlock_init(&s->lk, NULL);
     signal(SIGPIPE, SIG_IGN);
@@ -498,14 +596,15 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     if (resolve_host(s->host, o->port, &ss, err) < 0) { kw_server_stop(s); return NULL; }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, on_accept, s, on_request, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->timeout_s > 0 ? o->timeout_s : 600),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->o.max_connections + s->o.http_threads),
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_client_connections > 0 ? o->max_client_connections : 0),
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)KW_SERVER_CONN_POOL_BYTES,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_END);
     if (!s->d) {
         kw_err_set(err, "cannot listen on %s:%d: %s", s->host, o->port, strerror(errno ? errno : EADDRINUSE));

@@ -8,6 +8,7 @@
  * machine: RAM, bandwidth and overhead are always given. */
 #include "testutil.h"
 #include "kvwise/plan.h"
+#include "kvwise/server.h"
 #include "kvwise/tensor.h"
 #include <string.h>
 
@@ -165,7 +166,9 @@ static void test_budget_and_cache(void) {
     KW_CHECK(p.workspace_bytes > 0);
     /* the server's batch: 1 decoding sequence + one 512-token prefill chunk */
     KW_CHECK_EQ_INT(p.workspace_bytes, kw_plan_workspace_bytes(&m, 1 + 512, 8192, 2));
-    KW_CHECK_EQ_INT(p.fixed, p.weights + p.workspace_bytes + p.tokenizer + p.overhead);
+    /* HTTP connections: 128 (default) x 68 KiB + the 16 MiB body allowance */
+    KW_CHECK_EQ_INT(p.connections, 128ULL * 68 * 1024 + 16 * MiB);
+    KW_CHECK_EQ_INT(p.fixed, p.weights + p.workspace_bytes + p.tokenizer + p.overhead + p.connections);
     KW_CHECK_EQ_INT(p.live_kv, 147456ULL * 8192);
     KW_CHECK_EQ_INT(p.needed, p.fixed + p.live_kv);
     KW_CHECK(p.fits);
@@ -226,6 +229,43 @@ static bool has_warning(const kw_plan *p, const char *s) {
     for (int i = 0; i < p->n_warnings; i++)
         if (strstr(p->warnings[i], s)) return true;
     return false;
+}
+
+/* The connections line: --max-connections x KW_SERVER_CONN_BYTES + --max-body,
+ * in the plan, its ledger and its serve line; more connections can stop a
+ * plan from fitting, exactly at the boundary. */
+static void test_connections_line(void) {
+    KW_CHECK_EQ_INT(KW_SERVER_CONN_BYTES, 68 * 1024);
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(0, 0), 128ULL * 68 * 1024 + 16 * MiB);
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(10, 1 * MiB), 10ULL * 68 * 1024 + 1 * MiB);
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(100000, UINT64_MAX), UINT64_MAX);     /* saturates */
+    kw_plan_model m;
+    KW_CHECK(load(QWEN3_8B, 16400000000ULL, &m) == 0);
+    kw_plan_opts o = opts(32 * GiB, 8192);
+    o.max_connections = 1000;
+    o.max_body = 4 * MiB;
+    kw_plan p;
+    kw_err err;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK_EQ_INT(p.connections, 1000ULL * 68 * 1024 + 4 * MiB);
+    kw_ledger *l = kw_ledger_create(p.memory_limit);
+    KW_CHECK(kw_plan_fill_ledger(&p, l, &err) == 0);
+    KW_CHECK_EQ_INT(kw_ledger_line(l, KW_LEDGER_CONNECTIONS), p.connections);
+    KW_CHECK_EQ_INT(kw_ledger_used(l), p.fixed);
+    kw_ledger_destroy(l);
+    char line[1024];
+    kw_plan_serve_line(&p, "m.gguf", line, sizeof line);
+    KW_CHECK_MSG(strstr(line, " --max-connections 1000 --max-body 4194304") != NULL, "%s", line);
+    /* a limit of exactly what 1000 connections need fits; 1001 are one connection short */
+    o.memory_limit = p.needed;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK(p.fits);
+    o.max_connections = 1001;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK(!p.fits);
+    KW_CHECK_EQ_INT(p.shortfall, KW_SERVER_CONN_BYTES);
+    o.max_connections = -1;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) != 0);
 }
 
 static void test_does_not_fit(void) {
@@ -349,6 +389,7 @@ int main(void) {
     test_bandwidth_ceiling();
     test_budget_and_cache();
     test_does_not_fit();
+    test_connections_line();
     test_limits_and_errors();
     return kw_test_finish();
 }

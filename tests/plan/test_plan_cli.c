@@ -53,7 +53,7 @@ static void check_schema(const cJSON *j) {
                                           "prefill_step_size", "block_tokens", "threads"};
     static const char *kv_nums[] = {"bytes_per_token", "bytes_per_token_f16", "bytes_per_token_q8_0", "block_bytes",
                                     "per_sequence_kv_bytes", "per_sequence_state_bytes", "per_sequence_bytes"};
-    static const char *budget_nums[] = {"memory_limit", "weights", "workspace", "tokenizer", "overhead", "live_kv", "fixed",
+    static const char *budget_nums[] = {"memory_limit", "weights", "workspace", "tokenizer", "overhead", "connections", "live_kv", "fixed",
                                         "needed", "remainder", "shortfall", "prompt_cache_bytes", "prompt_cache_size",
                                         "headroom", "kv_pool_blocks", "max_ctx", "max_ctx_q8_0", "max_concurrency"};
     static const char *speed_nums[] = {"bytes_per_token", "bandwidth_bytes_per_s", "decode_tok_s", "decode_tok_s_full_ctx",
@@ -81,7 +81,7 @@ static void check_schema(const cJSON *j) {
              !strncmp(cJSON_GetObjectItem(j, "serve")->valuestring, "kvwise serve -m ", 16));
     /* the budget adds up */
     double fixed = num_at(j, "budget", "weights") + num_at(j, "budget", "workspace") + num_at(j, "budget", "tokenizer") +
-                   num_at(j, "budget", "overhead");
+                   num_at(j, "budget", "overhead") + num_at(j, "budget", "connections");
     KW_CHECK_EQ_INT(num_at(j, "budget", "fixed"), fixed);
     KW_CHECK_EQ_INT(num_at(j, "budget", "needed"), fixed + num_at(j, "budget", "live_kv"));
     KW_CHECK_EQ_INT(num_at(j, "budget", "live_kv"),

@@ -1,0 +1,88 @@
+// conn_memory.mjs - --max-connections K is a memory line that holds
+// (docs/MEMORY.md, "HTTP connections"). The ledger's "connections" line is
+// K x connection_bytes + --max-body (GET /v1/memory, /v1/config). K clients
+// each hold a keep-alive connection after a request (the costliest idle
+// state: MHD's 64 KiB pool touched) and EXTRA more try to connect: the
+// extras are closed at once without a response and counted, every held
+// connection still answers, the server's RSS grows by no more than the
+// line's K x connection_bytes, and once a place frees a normal request is
+// served. Afterwards no connection, fd or thread is left behind.
+import net from 'node:net';
+import fs from 'node:fs';
+import { check, finish, makeModel, startServer, request, rawExchange, statusOf, procStats, settle, health, sleep } from './lib.mjs';
+
+const K = 64;           // held connections: 64 x 68 KiB = 4.25 MiB, far above RSS noise at idle
+const EXTRA = 32;
+const MAX_BODY = 1 << 20;
+
+// A connection that sent one keep-alive request and read its answer; stays open.
+function holdAfterRequest(port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    const h = { s, text: '', closed: false };
+    s.on('error', () => { h.closed = true; });
+    s.on('end', () => { h.closed = true; resolve(h); });
+    s.on('data', (d) => { h.text += d.toString('latin1'); if (/\r\n\r\n[\s\S]*\}/.test(h.text)) resolve(h); });
+    s.on('connect', () => s.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n'));
+    setTimeout(() => resolve(h), 10000);
+  });
+}
+function again(h) {          // a second request on a held connection
+  return new Promise((resolve) => {
+    h.text = '';
+    h.s.once('end', () => resolve(h.text));
+    h.s.write('GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    setTimeout(() => resolve(h.text), 10000);
+  });
+}
+const vmKiB = (pid, key) => Number((new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8')) || [0, -1])[1]);
+
+async function main() {
+  const model = makeModel();
+  const srv = await startServer(model, ['--max-connections', String(K), '--max-body', String(MAX_BODY), '--timeout', '30',
+                                        '--ctx-size', '256', '--decode-concurrency', '2']);
+  const { port } = srv, pid = srv.proc.pid;
+  const cfg = (await request(port, 'GET', '/v1/config')).json;
+  check(cfg?.max_connections === K, `/v1/config max_connections ${K}`, cfg?.max_connections);
+  const perConn = cfg?.connection_bytes;
+  check(perConn >= 64 * 1024, 'per-connection bytes cover at least MHD\'s 64 KiB pool', perConn);
+  const mem = (await request(port, 'GET', '/v1/memory')).json;
+  const line = mem?.budget?.lines?.connections?.bytes;
+  check(line === K * perConn + MAX_BODY, `ledger line "connections" = ${K} x ${perConn} + ${MAX_BODY}`, line);
+  check(/HTTP connections/.test(srv.log()), 'the startup ledger table shows the connections line');
+  const warm = await request(port, 'POST', '/v1/chat/completions', { body: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 } });
+  check(warm.status === 200, 'warm-up request served', warm.status);
+  await sleep(300);
+  const base = procStats(pid);
+
+  // K held connections, each answered once
+  const held = [];
+  for (let i = 0; i < K; i++) held.push(await holdAfterRequest(port));
+  const answered = held.filter((h) => statusOf(h.text) === 200 && !h.closed).length;
+  check(answered === K, `${K} connections accepted and answered`, answered);
+  // EXTRA more: closed at once without a response
+  const extra = await Promise.all(Array.from({ length: EXTRA }, () => rawExchange(port, 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n', 5000)));
+  const refused = extra.filter((r) => r.why !== 'timeout' && statusOf(r.text) === -1).length;
+  check(refused === EXTRA, `${EXTRA} connections over the limit closed at once without a response`, extra.map((r) => r.why));
+  await sleep(500);
+  const rssHeld = vmKiB(pid, 'VmRSS');
+  const growth = (rssHeld - base.rssKiB) * 1024;
+  console.log(`conn_memory: ${K} held keep-alive connections: RSS ${base.rssKiB} -> ${rssHeld} KiB ` +
+              `(${(growth / K / 1024).toFixed(1)} KiB each; ledger ${perConn / 1024} KiB each)`);
+  check(growth <= K * perConn, `RSS growth with ${K} connections held (${growth} B) within the ledger's ${K} x ${perConn} B`);
+
+  // each held connection still works
+  const second = await Promise.all(held.map(again));
+  check(second.every((t) => statusOf(t) === 200), 'every held connection answers a second request', second.filter((t) => statusOf(t) !== 200).length);
+  for (const h of held) h.s.destroy();
+  await sleep(300);
+  const after = await request(port, 'POST', '/v1/chat/completions', { body: { messages: [{ role: 'user', content: 'still there?' }], max_tokens: 2 } });
+  check(after.status === 200, 'a normal request is served once places free', after.status);
+  const h = await health(port);
+  check(h.json?.connections_refused >= EXTRA, '/health counts the refused connections', h.json);
+  check(h.json?.connections_open <= 2, '/health: the held connections were given back', h.json?.connections_open);
+  const end = await settle(pid, base);
+  check(end.threads <= base.threads && end.fds <= base.fds, 'no thread or fd left behind', { base, end });
+  finish('conn_memory', [srv]);
+}
+main().catch((e) => { console.error(e); process.exit(1); });
