@@ -12,8 +12,9 @@
  *   tokenizer  vocab, merges and lookup tables
  *   overhead   fixed process cost: binary, libraries, thread stacks, HTTP
  *              server buffers (a measured baseline, see kw_ledger_baseline_bytes)
- *   connections  open HTTP connections: --max-connections x the bytes one
- *              connection can hold (KW_SERVER_CONN_BYTES, server.h)
+ *   connections  HTTP: --max-connections x the bytes one open connection
+ *              can hold (KW_SERVER_CONN_BYTES, server.h) + the --max-body
+ *              allowance all buffered request bodies share
  * Every line counts against the one limit. Lines are either set once at
  * startup (kw_ledger_set: weights, workspace, ...) or move with load
  * (kw_ledger_reserve / kw_ledger_release: KV of admitted requests). A
