@@ -6,7 +6,8 @@
 // extras are closed at once without a response and counted, every held
 // connection still answers, the server's RSS grows by no more than the
 // line's K x connection_bytes, and once a place frees a normal request is
-// served. Afterwards no connection, fd or thread is left behind.
+// served. Request bodies share the --max-body allowance (503 beside a big
+// upload). Afterwards no connection, fd or thread is left behind.
 import net from 'node:net';
 import fs from 'node:fs';
 import { check, finish, makeModel, startServer, request, rawExchange, statusOf, procStats, settle, health, sleep } from './lib.mjs';
@@ -81,6 +82,22 @@ async function main() {
   const h = await health(port);
   check(h.json?.connections_refused >= EXTRA, '/health counts the refused connections', h.json);
   check(h.json?.connections_open <= 2, '/health: the held connections were given back', h.json?.connections_open);
+  // request bodies share --max-body: a 700 KB upload in progress holds 700 KB
+  // of the 1 MiB, so a 400 KB body beside it gets 503 + Retry-After; once the
+  // first is gone the same body is read (and judged on its content: not 503)
+  const big = net.connect(port, '127.0.0.1');
+  big.on('error', () => {});
+  await new Promise((r) => big.on('connect', r));
+  big.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 700000\r\n\r\n{"messages":');
+  await sleep(300);
+  const bodyB = JSON.stringify({ messages: [{ role: 'user', content: 'y'.repeat(400000) }], max_tokens: 2 });
+  const busy = await request(port, 'POST', '/v1/chat/completions', { raw: bodyB });
+  check(busy.status === 503 && busy.json?.error?.code === 'out_of_memory' && busy.headers['retry-after'],
+        'a body that does not fit beside another in the --max-body allowance: 503 out_of_memory + Retry-After', { status: busy.status, body: busy.text?.slice(0, 200) });
+  big.destroy();
+  await sleep(300);
+  const later = await request(port, 'POST', '/v1/chat/completions', { raw: bodyB });
+  check(later.status !== 503 && later.status > 0, `the same body is read once the other upload is gone (${later.status} ${later.json?.error?.code || ''})`, later.status);
   const end = await settle(pid, base);
   check(end.threads <= base.threads && end.fds <= base.fds, 'no thread or fd left behind', { base, end });
   finish('conn_memory', [srv]);
