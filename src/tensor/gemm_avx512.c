@@ -131,6 +131,7 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
  * rows' float scales. Activation block: 32 int16 then the float scale,
  * 68 bytes; row i's blocks start at cols * 4 bytes (after the F32 values). */
 #define KW_I16_MAX 8191
+#define KW_I16_TILE 12   /* activation rows per int16 tile: 12 chains + 12 accumulators */
 #define KW_I16_BLK 1088
 #define KW_I16_ACT_BLK 68
 
@@ -206,11 +207,11 @@ int kw_pack_f16_i16(kw_matrix *W, kw_err *err) {
  * then acc = fma(float(dot), d_w * d_x, acc) (blocks in order). */
 KW_INLINE void i16_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xa, float *y, int64_t ldy, __mmask16 m,
                         const int C) {
-    __m512 acc[KW_GX_TILE];
+    __m512 acc[KW_I16_TILE];
     _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (size_t)b * KW_I16_BLK;
-        __m512i d[KW_GX_TILE];
+        __m512i d[KW_I16_TILE];
         _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) d[c] = _mm512_setzero_si512();
         _Pragma("GCC unroll 16") for (int k = 0; k < 16; k++) {
             __m512i w = _mm512_loadu_si512(blk + 64 * k);
@@ -226,7 +227,8 @@ KW_INLINE void i16_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xa
     _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy, m, acc[c]);
 }
 
-#define KW_I16_CASE(N) case N: i16_tile(grp, nb, xa, y, ldy, m, KW_GX_C(N)); break;
+#define KW_I16_C(N) ((N) < KW_I16_TILE ? (N) : KW_I16_TILE)
+#define KW_I16_CASE(N) case N: i16_tile(grp, nb, xa, y, ldy, m, KW_I16_C(N)); break;
 
 int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy) {
@@ -239,9 +241,9 @@ int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *
     const int64_t rowblk = 16 * (int64_t)(KW_GX_PASS_BYTES / ((size_t)nb * KW_I16_BLK) > 1 ? KW_GX_PASS_BYTES / ((size_t)nb * KW_I16_BLK) : 1);
     for (int64_t rb = r0; rb < end; rb += rowblk) {
         int64_t re = rb + rowblk < end ? rb + rowblk : end;
-        for (int64_t i = 0; i < nx; i += KW_GX_TILE) {
-            int C = (int)(nx - i < KW_GX_TILE ? nx - i : KW_GX_TILE);
-            const uint8_t *xa[KW_GX_TILE];
+        for (int64_t i = 0; i < nx; i += KW_I16_TILE) {
+            int C = (int)(nx - i < KW_I16_TILE ? nx - i : KW_I16_TILE);
+            const uint8_t *xa[KW_I16_TILE];
             for (int c = 0; c < C; c++) xa[c] = (const uint8_t *)X + (size_t)(i + c) * xs + (size_t)W->cols * 4;
             for (int64_t r = rb; r < re; r += 16) {
                 const uint8_t *grp = packed + (size_t)(r / 16) * (size_t)nb * KW_I16_BLK;
@@ -251,7 +253,7 @@ int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *
                 KW_I16_CASE(1) KW_I16_CASE(2) KW_I16_CASE(3) KW_I16_CASE(4) KW_I16_CASE(5) KW_I16_CASE(6)
                 KW_I16_CASE(7) KW_I16_CASE(8) KW_I16_CASE(9) KW_I16_CASE(10) KW_I16_CASE(11) KW_I16_CASE(12)
                 KW_I16_CASE(13) KW_I16_CASE(14) KW_I16_CASE(15)
-                default: i16_tile(grp, nb, xa, y, ldy, m, KW_GX_TILE); break;
+                default: i16_tile(grp, nb, xa, y, ldy, m, KW_I16_TILE); break;
                 }
             }
         }
