@@ -28,6 +28,7 @@
 #include <math.h>
 #include <string.h>
 
+#define KW_INLINE static inline __attribute__((always_inline))
 #define KW_DEC_MAX_QFLOATS 4096      /* G * hk * 2 floats of duplicated queries on the stack */
 #define KW_DEC_MAX_G 64              /* query heads per KV head */
 
@@ -92,30 +93,46 @@ static inline const void *kv_row(const kw_attn_tile_args *a, int32_t j, int v) {
  * head: sc[g * C + j0 + k] for k < cnt. q2[g][hk/8][16]: q_g's 8 values of
  * each chunk in both halves. Each key pair is converted once for up to 8
  * heads; their partial-sum vectors go through xs[g][pair]. */
+/* Heads g0..g0+GN (GN a constant, so the accumulators stay in registers). */
+KW_INLINE void score16_heads(const void *const *kr, int cnt, const float *q2, const tree_idx *t, float scale,
+                             float *sc, size_t C, int32_t j0, int f16, int nch, int g0, const int GN) {
+    __m512 xs[8][8];
+    for (int p = 0; p < 8; p++) {
+        __m512 acc[8];
+        _Pragma("GCC unroll 8") for (int g = 0; g < GN; g++) acc[g] = _mm512_setzero_ps();
+        for (int c = 0; c < nch; c++) {
+            __m512 kv = pair8(kr[2 * p], kr[2 * p + 1], 8 * c, f16);
+            _Pragma("GCC unroll 8") for (int g = 0; g < GN; g++)
+                acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + ((size_t)(g0 + g) * nch + c) * 16), kv, acc[g]);
+        }
+        _Pragma("GCC unroll 8") for (int g = 0; g < GN; g++) xs[g][p] = acc[g];
+    }
+    _Pragma("GCC unroll 8") for (int g = 0; g < GN; g++) {
+        const __m512 *x = xs[g];
+        __m512 y0 = stage(x[0], x[1], t->lo1, t->hi1), y1 = stage(x[2], x[3], t->lo1, t->hi1);
+        __m512 y2 = stage(x[4], x[5], t->lo1, t->hi1), y3 = stage(x[6], x[7], t->lo1, t->hi1);
+        __m512 z0 = stage(y0, y1, t->lo2, t->hi2), z1 = stage(y2, y3, t->lo2, t->hi2);
+        __m512 s = _mm512_mul_ps(stage(z0, z1, t->lo3, t->hi3), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(sc + (size_t)(g0 + g) * C + j0, (__mmask16)((1u << cnt) - 1), s);
+    }
+}
+
 static void score16(const kw_attn_tile_args *a, const void *const *kr, int cnt, const float *q2, const tree_idx *t,
                     float scale, float *sc, size_t C, int32_t j0, int f16) {
     const int G = a->G, nch = a->hk / 8;
-    __m512 xs[8][8];
     for (int g0 = 0; g0 < G; g0 += 8) {
-        const int GN = G - g0 < 8 ? G - g0 : 8;
-        for (int p = 0; p < 8; p++) {
-            __m512 acc[8];
-            for (int g = 0; g < GN; g++) acc[g] = _mm512_setzero_ps();
-            for (int c = 0; c < nch; c++) {
-                __m512 kv = pair8(kr[2 * p], kr[2 * p + 1], 8 * c, f16);
-                for (int g = 0; g < GN; g++)
-                    acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q2 + ((size_t)(g0 + g) * nch + c) * 16), kv, acc[g]);
-            }
-            for (int g = 0; g < GN; g++) xs[g][p] = acc[g];
+#define KW_S16(GN) score16_heads(kr, cnt, q2, t, scale, sc, C, j0, f16, nch, g0, GN)
+        switch (G - g0 < 8 ? G - g0 : 8) {
+        case 1: KW_S16(1); break;
+        case 2: KW_S16(2); break;
+        case 3: KW_S16(3); break;
+        case 4: KW_S16(4); break;
+        case 5: KW_S16(5); break;
+        case 6: KW_S16(6); break;
+        case 7: KW_S16(7); break;
+        default: KW_S16(8); break;
         }
-        for (int g = 0; g < GN; g++) {
-            const __m512 *x = xs[g];
-            __m512 y0 = stage(x[0], x[1], t->lo1, t->hi1), y1 = stage(x[2], x[3], t->lo1, t->hi1);
-            __m512 y2 = stage(x[4], x[5], t->lo1, t->hi1), y3 = stage(x[6], x[7], t->lo1, t->hi1);
-            __m512 z0 = stage(y0, y1, t->lo2, t->hi2), z1 = stage(y2, y3, t->lo2, t->hi2);
-            __m512 s = _mm512_mul_ps(stage(z0, z1, t->lo3, t->hi3), _mm512_set1_ps(scale));
-            _mm512_mask_storeu_ps(sc + (size_t)(g0 + g) * C + j0, (__mmask16)((1u << cnt) - 1), s);
-        }
+#undef KW_S16
     }
 }
 
@@ -156,12 +173,13 @@ static void softmax_heads(float *sc, size_t C, int G, int32_t n, int f16) {
     }
 }
 
-/* out_g[c0 .. c0+16*NC) for heads g0..g0+GN (GN <= 4, NC <= 4) over all keys. */
-static void pv_block(const kw_attn_tile_args *a, const float *sc, size_t C, int32_t n, int g0, int GN, int c0, int NC,
-                     int f16) {
+/* out_g[c0 .. c0+16*NC) for heads g0..g0+GN (GN <= 4, NC <= 4, both
+ * constants so the accumulators stay in registers) over all keys. */
+KW_INLINE void pv_block(const kw_attn_tile_args *a, const float *sc, size_t C, int32_t n, int g0, int c0, int f16,
+                        const int GN, const int NC) {
     __m512 acc[4][4];
-    for (int g = 0; g < GN; g++)
-        for (int c = 0; c < NC; c++) acc[g][c] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++)
+    _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) acc[g][c] = _mm512_setzero_ps();
     int32_t bt = a->kv->lay.block_tokens;
     size_t vrb = a->kv->v_row_bytes;
     for (int32_t jb = 0; jb < n; jb += bt) {
@@ -169,20 +187,40 @@ static void pv_block(const kw_attn_tile_args *a, const float *sc, size_t C, int3
         int32_t je = jb + bt < n ? jb + bt : n;
         for (int32_t j = jb; j < je; j++, vr += vrb) {
             __m512 v[4];
-            for (int c = 0; c < NC; c++)
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++)
                 v[c] = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)vr + c0 + 16 * c)))
                            : _mm512_loadu_ps((const float *)vr + c0 + 16 * c);
-            for (int g = 0; g < GN; g++) {
+            _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++) {
                 __m512 p = _mm512_set1_ps(sc[(size_t)(g0 + g) * C + j]);
-                for (int c = 0; c < NC; c++) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+                _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
             }
         }
     }
     int32_t i = a->i0;
-    for (int g = 0; g < GN; g++) {
+    _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++) {
         float *o = a->out + ((size_t)i * (size_t)a->n_head + (size_t)(a->kvh * a->G + g0 + g)) * (size_t)a->hv;
-        for (int c = 0; c < NC; c++) _mm512_storeu_ps(o + c0 + 16 * c, acc[g][c]);
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) _mm512_storeu_ps(o + c0 + 16 * c, acc[g][c]);
     }
+}
+
+static void pv_heads(const kw_attn_tile_args *a, const float *sc, size_t C, int32_t n, int g0, int GN, int c0, int NC,
+                     int f16) {
+#define KW_PV(G_, N_) pv_block(a, sc, C, n, g0, c0, f16, G_, N_)
+#define KW_PV_N(G_)                      \
+    switch (NC) {                        \
+    case 1: KW_PV(G_, 1); break;         \
+    case 2: KW_PV(G_, 2); break;         \
+    case 3: KW_PV(G_, 3); break;         \
+    default: KW_PV(G_, 4); break;        \
+    }
+    switch (GN) {
+    case 1: KW_PV_N(1) break;
+    case 2: KW_PV_N(2) break;
+    case 3: KW_PV_N(3) break;
+    default: KW_PV_N(4) break;
+    }
+#undef KW_PV_N
+#undef KW_PV
 }
 
 void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
@@ -219,6 +257,6 @@ void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_c
     /* out = P . V in pieces of up to 4 heads x 64 values */
     for (int c0 = 0; c0 < hv; c0 += 64) {
         int NC = (hv - c0) / 16 < 4 ? (hv - c0) / 16 : 4;
-        for (int g0 = 0; g0 < G; g0 += 4) pv_block(a, sc, C, n, g0, G - g0 < 4 ? G - g0 : 4, c0, NC, f16);
+        for (int g0 = 0; g0 < G; g0 += 4) pv_heads(a, sc, C, n, g0, G - g0 < 4 ? G - g0 : 4, c0, NC, f16);
     }
 }
