@@ -269,9 +269,11 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
         warn(p, "mixture of experts: a token reads only %d of %d experts, so decode can beat the ceiling shown "
              "(it divides by all weights)", m->n_experts_used, m->n_experts);
     if (!strcmp(m->source, "hf-config") &&
-        (plan_pack_probe(KW_TYPE_Q4_0, 256, 64) > 0 || plan_pack_probe(KW_TYPE_Q8_0, 256, 64) > 0))
-        warn(p, "on this CPU (%s kernels) Q4_0/Q8_0 weights also get a repacked heap copy at load (about their size "
-             "again), not counted in --weights-bytes: plan the GGUF file for the exact weights line", kw_kernel_name());
+        (plan_pack_probe(KW_TYPE_Q4_0, 256, 64) > 0 || plan_pack_probe(KW_TYPE_Q8_0, 256, 64) > 0 ||
+         plan_pack_probe(KW_TYPE_F16, 256, 64) > 0))
+        warn(p, "on this CPU (%s kernels) Q4_0/Q8_0/F16 weights get a repacked heap copy at load (about their size; "
+             "the mapped pages it replaces are dropped), not counted in --weights-bytes: plan the GGUF file for the "
+             "exact weights line", kw_kernel_name());
     if (m->kv_layers_sliding_as_full)
         warn(p, "sliding-window layers are counted as full attention (an upper bound on KV)");
 }
