@@ -249,7 +249,13 @@ void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_c
     const void *kr[16];
     for (int32_t j0 = 0; j0 < n; j0 += 16) {
         int cnt = n - j0 < 16 ? (int)(n - j0) : 16;
-        for (int k = 0; k < 16; k++) kr[k] = kv_row(a, j0 + (k < cnt ? k : 0), 0);
+        int32_t bt = a->kv->lay.block_tokens;
+        if (j0 % bt + cnt <= bt) {   /* all in one block: rows are consecutive */
+            const uint8_t *base = kv_row(a, j0, 0);
+            for (int k = 0; k < 16; k++) kr[k] = base + (size_t)(k < cnt ? k : 0) * a->kv->k_row_bytes;
+        } else {
+            for (int k = 0; k < 16; k++) kr[k] = kv_row(a, j0 + (k < cnt ? k : 0), 0);
+        }
         score16(a, kr, cnt, q2, &t, scale, sc, C, j0, f16);
     }
     softmax_heads(sc, C, G, n, f16);
