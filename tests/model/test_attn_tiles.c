@@ -6,9 +6,7 @@
  * F32 and F16 caches, block_tokens 16 and 24 (tiles cross blocks), G = 4, 7
  * and 1, tiles that start mid-sequence and have uneven positions.
  * Skips (77) without AVX-512F. */
-#include "testutil.h"
-#include "model/model_internal.h"
-#include <string.h>
+#include "attn_ref.h"
 
 /* The tile computes in float with products of F16/F32 values; against a
  * double reference over <= 80 keys of 64 dims the error is a few float ulps
@@ -16,77 +14,7 @@
 static const double TOL_REF = 1e-5;
 
 static uint32_t g_seed = 12345u;
-static float frand(void) {
-    g_seed = g_seed * 1664525u + 1013904223u;
-    return (float)((g_seed >> 8) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-static float round_f16(float x) { return kw_f16_to_f32(kw_f32_to_f16(x)); }
-
-static void put_row(uint32_t type, void *dst, const float *src, int n) {
-    if (type == KW_TYPE_F32) memcpy(dst, src, sizeof(float) * (size_t)n);
-    else for (int i = 0; i < n; i++) ((uint16_t *)dst)[i] = kw_f32_to_f16(src[i]);
-}
-
-static const float *get_row(uint32_t type, const void *src, float *buf, int n) {
-    if (type == KW_TYPE_F32) return src;
-    for (int i = 0; i < n; i++) buf[i] = kw_f16_to_f32(((const uint16_t *)src)[i]);
-    return buf;
-}
-
-/* forward.c's per-token path for one (token, head) with the AVX2 helpers. */
-static void per_token(kw_kv_pool *kv, const kw_block_table *t, int kvh, const float *q, int32_t n, int hk, int hv,
-                      float *out) {
-    uint32_t type = kv->lay.type;
-    int bt = kv->lay.block_tokens;
-    float qs[64], sc[128];
-    memcpy(qs, q, sizeof(float) * (size_t)hk);
-    if (type == KW_TYPE_F16) kw_attn_round_f16_avx2(qs, hk);
-    float scale = 1.0f / sqrtf((float)hk);
-    for (int32_t j = 0; j < n; j++) {
-        const void *k = kw_kv_k(kv, t->ids[j / bt], 0, kvh, j % bt);
-        sc[j] = (type == KW_TYPE_F32 ? kw_attn_dot_f32_avx2(qs, k, hk) : kw_attn_dot_f16_avx2(qs, k, hk)) * scale;
-    }
-    float mx = -INFINITY;
-    for (int32_t j = 0; j < n; j++) if (sc[j] > mx) mx = sc[j];
-    double sum = 0.0;
-    for (int32_t j = 0; j < n; j++) sc[j] -= mx;   /* forward.c on AVX-512: the vector exp */
-    kw_exp_avx512(sc, n);
-    for (int32_t j = 0; j < n; j++) sum += sc[j];
-    float inv = (float)(1.0 / sum);
-    for (int32_t j = 0; j < n; j++) sc[j] *= inv;
-    if (type == KW_TYPE_F16) kw_attn_round_f16_avx2(sc, n);
-    memset(out, 0, sizeof(float) * (size_t)hv);
-    for (int32_t j = 0; j < n; j++) {
-        const void *v = kw_kv_v(kv, t->ids[j / bt], 0, kvh, j % bt);
-        if (type == KW_TYPE_F32) kw_attn_axpy_f32_avx2(out, sc[j], v, hv);
-        else kw_attn_axpy_f16_avx2(out, sc[j], v, hv);
-    }
-}
-
-/* Plain double softmax attention over the cache as stored. */
-static void reference(kw_kv_pool *kv, const kw_block_table *t, int kvh, const float *q, int32_t n, int hk, int hv,
-                      double *out) {
-    uint32_t type = kv->lay.type;
-    int bt = kv->lay.block_tokens;
-    double sc[128], mx = -INFINITY, sum = 0.0;
-    float buf[64];
-    for (int32_t j = 0; j < n; j++) {
-        const float *k = get_row(type, kw_kv_k(kv, t->ids[j / bt], 0, kvh, j % bt), buf, hk);
-        double s = 0.0;
-        for (int d = 0; d < hk; d++) s += (double)(type == KW_TYPE_F16 ? round_f16(q[d]) : q[d]) * k[d];
-        sc[j] = s / sqrt((double)hk);
-        if (sc[j] > mx) mx = sc[j];
-    }
-    for (int32_t j = 0; j < n; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
-    for (int d = 0; d < hv; d++) out[d] = 0.0;
-    for (int32_t j = 0; j < n; j++) {
-        const float *v = get_row(type, kw_kv_v(kv, t->ids[j / bt], 0, kvh, j % bt), buf, hv);
-        double p = sc[j] / sum;
-        if (type == KW_TYPE_F16) p = round_f16((float)p);
-        for (int d = 0; d < hv; d++) out[d] += p * v[d];
-    }
-}
+static float frand(void) { return attn_ref_frand(&g_seed); }
 
 static void run_case(uint32_t type, int bt, int n_head, int n_head_kv, int n_tok, int32_t first_pos) {
     const int hk = 64, hv = 64, G = n_head / n_head_kv, n_pos = first_pos + 2 * n_tok + 1;
