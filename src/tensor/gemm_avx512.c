@@ -21,6 +21,7 @@
  * do not depend on which kernel, tile or thread produced them. */
 #include "tensor/kernels.h"
 #include <immintrin.h>
+#include "tensor/x16_avx512.h"
 #include <string.h>
 #include "kvwise/memory.h"
 
@@ -33,21 +34,12 @@
 KW_INLINE void gx_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xq, const int32_t *offs,
                        float *y, int64_t ldy, const int C, const int q4) {
     const size_t blkb = q4 ? 288 : 544, qsb = q4 ? 256 : 512;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[KW_GX_TILE];
     _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (size_t)b * blkb;
         __m512i w[8];
-        if (q4) {
-            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-                __m512i p = _mm512_loadu_si512(blk + 64 * j);
-                w[j] = _mm512_and_si512(p, m4);
-                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
-            }
-        } else {
-            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(blk + 64 * k);
-        }
+        kw_x16_unpack(blk, q4, w);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + qsb)));
         /* the C chains of 8 vpdpbusd advance together (no dependency between rows) */
         __m512i d[KW_GX_TILE];

@@ -25,6 +25,7 @@
 #include "tensor/kernels.h"
 #include "tensor/quant_blocks.h"
 #include <immintrin.h>
+#include "tensor/x16_avx512.h"
 #include <string.h>
 #include "kvwise/memory.h"
 
@@ -181,7 +182,6 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
                         const int C, const int q4) {
     const size_t blkb = q4 ? 288 : 544, qsb = q4 ? 256 : 512;
     const int off = q4 ? 8 : 128;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8];
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -190,15 +190,7 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
             _Pragma("GCC unroll 9") for (size_t o = 0; o < blkb; o += 64)
                 _mm_prefetch((const char *)blk + KW_X16_PREFETCH + o, _MM_HINT_T0);
         __m512i w[8];
-        if (q4) {
-            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-                __m512i p = _mm512_loadu_si512(blk + 64 * j);
-                w[j] = _mm512_and_si512(p, m4);
-                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
-            }
-        } else {
-            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(blk + 64 * k);
-        }
+        kw_x16_unpack(blk, q4, w);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + qsb)));
         _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
             const uint8_t *xq = x0 + (size_t)c * xs;

@@ -1,0 +1,25 @@
+/* x16_avx512.h - the one unpack of a block of the 16-row interleaved packed
+ * Q4_0 / Q8_0 format (layout in kernels_avx512.c), shared by the per-group
+ * tile there and the prefill GEMM in gemm_avx512.c so both read the format
+ * the same way. Include only from files compiled with AVX-512 flags
+ * (*_avx512.c). */
+#ifndef KW_TENSOR_X16_AVX512_H
+#define KW_TENSOR_X16_AVX512_H
+#include <immintrin.h>
+#include <stdint.h>
+
+/* w[k] = part k of the block as unsigned bytes (lane L: row L's values 4k..4k+3). */
+static inline __attribute__((always_inline)) void kw_x16_unpack(const uint8_t *blk, int q4, __m512i w[8]) {
+    if (q4) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            __m512i p = _mm512_loadu_si512(blk + 64 * j);
+            w[j] = _mm512_and_si512(p, m4);
+            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+        }
+    } else {
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(blk + 64 * k);
+    }
+}
+
+#endif
