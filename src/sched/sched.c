@@ -236,7 +236,6 @@ static int32_t n_active(kw_sched *s) {
 /* Does the slot serve a request (prefill or decode), as opposed to free or committing? */
 static bool seq_running(const seq *q) { return q->st == SEQ_PREFILL || q->st == SEQ_DECODE; }
 
-
 static kw_sched_req *queue_pop(kw_sched *s) {
     pthread_mutex_lock(&s->mu);
     kw_sched_req *r = s->q_head;
@@ -257,6 +256,21 @@ static void queue_push_front(kw_sched *s, kw_sched_req *r) {
     if (!s->q_tail) s->q_tail = r;
     s->n_waiting++;
     pthread_mutex_unlock(&s->mu);
+}
+
+#define KW_HANGUP_POLL_MAX 256
+
+/* Polls the client sockets of reqs[0..n) once, without waiting, and marks
+ * the requests whose client hung up as cancelled (the one hang-up check,
+ * for waiting requests and running sequences alike). */
+static void cancel_hung_up(kw_sched_req **reqs, int n) {
+    struct pollfd pf[KW_HANGUP_POLL_MAX];
+    if (n > KW_HANGUP_POLL_MAX) n = KW_HANGUP_POLL_MAX;
+    for (int i = 0; i < n; i++) { pf[i].fd = reqs[i]->client_fd; pf[i].events = POLLRDHUP; pf[i].revents = 0; }
+    if (n <= 0 || poll(pf, (nfds_t)n, 0) <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+            __atomic_store_n(&reqs[i]->cancel, 1, __ATOMIC_RELEASE);
 }
 
 /* Unlinks, under mu, every waiting request for which gone(s, r, now) is
@@ -298,18 +312,11 @@ static void drop_cancelled_waiting(kw_sched *s) {
     pthread_mutex_lock(&s->mu);
     /* clients that hung up while waiting (their connection is suspended, so
      * the HTTP layer cannot notice) */
-    struct pollfd pf[128];
     kw_sched_req *who[128];
     int n = 0;
-    for (kw_sched_req *r = s->q_head; r && n < 128; r = r->next) {
-        if (r->client_fd < 0) continue;
-        pf[n].fd = r->client_fd; pf[n].events = POLLRDHUP; pf[n].revents = 0;
-        who[n++] = r;
-    }
-    if (n && poll(pf, (nfds_t)n, 0) > 0)
-        for (int i = 0; i < n; i++)
-            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-                __atomic_store_n(&who[i]->cancel, 1, __ATOMIC_RELEASE);
+    for (kw_sched_req *r = s->q_head; r && n < 128; r = r->next)
+        if (r->client_fd >= 0) who[n++] = r;
+    cancel_hung_up(who, n);
     kw_sched_req *gone = queue_unlink_if(s, waiting_cancelled, 0);
     pthread_mutex_unlock(&s->mu);
     while (gone) {
@@ -415,21 +422,13 @@ static void admit_waiting(kw_sched *s) {
 
 /* Polls the sockets of live requests for a hang-up; cancels those. */
 static void poll_hangups(kw_sched *s) {
-    struct pollfd pf[256];
-    int32_t who[256];
+    kw_sched_req *who[KW_HANGUP_POLL_MAX];
     int n = 0;
-    for (int32_t i = 0; i < s->n_slots && n < 256; i++) {
+    for (int32_t i = 0; i < s->n_slots && n < KW_HANGUP_POLL_MAX; i++) {
         seq *q = &s->seqs[i];
-        if (!seq_running(q) || q->r->client_fd < 0) continue;
-        pf[n].fd = q->r->client_fd;
-        pf[n].events = POLLRDHUP;
-        pf[n].revents = 0;
-        who[n++] = i;
+        if (seq_running(q) && q->r->client_fd >= 0) who[n++] = q->r;
     }
-    if (!n || poll(pf, (nfds_t)n, 0) <= 0) return;
-    for (int i = 0; i < n; i++)
-        if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-            __atomic_store_n(&s->seqs[who[i]].r->cancel, 1, __ATOMIC_RELEASE);
+    cancel_hung_up(who, n);
 }
 
 /* ---- one step ----------------------------------------------------------- */
