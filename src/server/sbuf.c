@@ -5,10 +5,16 @@
 #include <string.h>
 #include "sbuf.h"
 
-static int grow(kw_sbuf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return 0;
+size_t kw_sbuf_cap_after(const kw_sbuf *b, size_t extra) {
+    if (b->len + extra + 1 <= b->cap) return b->cap;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra + 1) cap *= 2;
+    return cap;
+}
+
+static int grow(kw_sbuf *b, size_t extra) {
+    size_t cap = kw_sbuf_cap_after(b, extra);
+    if (cap == b->cap) return 0;
     char *p = realloc(b->p, cap);
     if (!p) { b->oom = 1; return -1; }
     b->p = p;

@@ -7,6 +7,8 @@
 
 typedef struct kw_sbuf { char *p; size_t len, cap; int oom; } kw_sbuf;
 
+/* The capacity the buffer will have after adding `extra` bytes (doubling from 256). */
+size_t kw_sbuf_cap_after(const kw_sbuf *b, size_t extra);
 int kw_sbuf_add(kw_sbuf *b, const char *s, size_t n);
 int kw_sbuf_puts(kw_sbuf *b, const char *s);
 int kw_sbuf_printf(kw_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -205,13 +205,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
  * into a job, or when the request ends. A
  * body that does not fit beside the others now gets 503 + Retry-After. */
 
-static size_t body_cap_after(const kw_sbuf *b, size_t extra) {    /* mirrors sbuf.c's growth */
-    if (b->len + extra + 1 <= b->cap) return b->cap;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1) cap *= 2;
-    return cap;
-}
-
 static uint64_t content_length(struct MHD_Connection *mc) {
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
     return cl ? strtoull(cl, NULL, 10) : 0;
@@ -238,7 +231,7 @@ static bool body_reserve(kw_server *s, conn *c, size_t extra, uint64_t content_l
         c->body.p[0] = 0;
         return true;
     }
-    return body_take(s, c, body_cap_after(&c->body, extra));
+    return body_take(s, c, kw_sbuf_cap_after(&c->body, extra));
 }
 
 static void body_release(kw_server *s, conn *c) {
