@@ -253,13 +253,15 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
     __atomic_add_fetch(&s->n_requests, 1, __ATOMIC_RELAXED);
     kw_job *j = kw_openai_parse(s, s->engine, &s->tpl, c->rt == R_CHAT, c->body.p ? c->body.p : "",
                                 c->body.len, s->alias ? s->alias : s->engine->model_id, &e);
+    body_release(s, c);               /* parsed or refused: its bytes go back to the bodies' allowance now,
+                                       * not when MHD reports the request done (the client may send its
+                                       * next body first) */
     if (!j) {
         pthread_rwlock_unlock(&s->lk);
         if (e.code && !strcmp(e.code, "context_length_exceeded")) __atomic_add_fetch(&s->n_rej_ctx, 1, __ATOMIC_RELAXED);
         if (e.code && !strcmp(e.code, "request_exceeds_memory")) __atomic_add_fetch(&s->n_rej_never, 1, __ATOMIC_RELAXED);
         return send_error(s, mc, &e);
     }
-    body_release(s, c);               /* parsed: its bytes go back to the bodies' allowance */
     j->mc = mc;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->req.client_fd = ci ? ci->connect_fd : -1;
