@@ -110,41 +110,54 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
 /* ---------------- F16 weights: int16 blocks, vpdpwssd ----------------
  * vpdpwssd multiplies 16-bit pairs (32 products per instruction, twice the
  * FMA rate), so F16 matrices get a packed copy at load in a 16-bit integer
- * form: per row and 32-value block a float scale d = max|w| / 8191 and
- * q = round(w / d), |q| <= 8191. Activations get the same form per block
- * (written by act_f16_i16 after the F32 values the unpacked F16 kernels
- * read). 8191 keeps 32 products within int32: 32 * 8191^2 < 2^31. The
- * rounding is finer than BF16's (a step of max/8191 per block against 8
- * significant bits per value); its effect on logits is in docs/PERFORMANCE.md
- * and the F16 conformance tolerances still hold.
+ * form: per row and block of KW_I16_QK (64) values a float scale
+ * d = max|w| / KW_I16_WMAX and q = round(w / d). Activations get the same
+ * form per 64-value block with range KW_I16_XMAX (written by
+ * kw_act_f16_i16 after the F32 values the unpacked F16 kernels read). The
+ * ranges are asymmetric so a whole block's products still fit int32:
+ * 64 * 4095 * 8191 = 2146697280 < 2^31 (checked below), and the block's
+ * float work (convert, scale product, FMA) is spread over 32 vpdpwssd
+ * instead of 16 (32-value blocks with 8191 / 8191 were ~5% slower). The
+ * activations keep the finer range because they carry the outliers; the
+ * weights, F16 to begin with, get a step of max/4095 per block. Measured on
+ * llama-f16 conformance (tolerance abs 0.02): 4095/8191 max 0.0136 rms
+ * 0.0031, 8191/4095 0.0136 / 0.0033, 16383/2047 0.0225 (fails), and the
+ * former 32-value 8191/8191 0.0115 / 0.0027 (docs/PERFORMANCE.md). Matrices
+ * whose width is not a multiple of 64 are not packed (the exact F16 kernels
+ * serve them).
  *
- * Packed layout per group of 16 rows and block b (1088 bytes): 16 parts of
+ * Packed layout per group of 16 rows and block b (2112 bytes): 32 parts of
  * 64 bytes, part k lane L = row L's values 2k, 2k+1 (int16), then the 16
- * rows' float scales. Activation block: 32 int16 then the float scale,
- * 68 bytes; row i's blocks start at cols * 4 bytes (after the F32 values). */
-#define KW_I16_MAX 8191
-#define KW_I16_TILE 12   /* activation rows per int16 tile: 12 chains + 12 accumulators */
-#define KW_I16_BLK 1088
-#define KW_I16_ACT_BLK 68
+ * rows' float scales. Activation row of n values: n F32 values, then the n
+ * int16 values, then the n / 64 float scales (6n + n/16 bytes: within the
+ * 4n + 68n/32 that kw_matmul reserves per row). */
+#define KW_I16_QK 64
+#define KW_I16_WMAX 4095
+#define KW_I16_XMAX 8191
+#define KW_I16_R 2       /* 16-row groups per int16 tile */
+#define KW_I16_TC 6      /* activation rows per int16 tile: 2 x 6 chains + 12 accumulators */
+#define KW_I16_PASS_BYTES (384u * 1024u)   /* packed weight bytes of one pass (Zen 4 L2: 1 MiB) */
+#define KW_I16_BLK (KW_I16_QK * 32 + 64)
+_Static_assert((int64_t)KW_I16_QK * KW_I16_WMAX * KW_I16_XMAX < ((int64_t)1 << 31),
+               "a block's int16 products must fit int32");
 
-/* 32 values -> 32 int16 at q and their scale at *d (d = 0 for a zero block). */
-static void i16_block(const float *x, int16_t *q, float *d) {
-    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+/* KW_I16_QK values -> int16 at q (|q| <= lim) and their scale at *d (d = 0 for a zero block). */
+static void i16_block(const float *x, int16_t *q, float *d, int lim) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
-    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-    float id = amax > 0.0f ? (float)KW_I16_MAX / amax : 0.0f;
-    *d = amax / (float)KW_I16_MAX;
-    const __m512i lim = _mm512_set1_epi32(KW_I16_MAX);
-    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    q0 = _mm512_max_epi32(_mm512_min_epi32(q0, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
-    q1 = _mm512_max_epi32(_mm512_min_epi32(q1, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
-    _mm256_storeu_si256((__m256i *)q, _mm512_cvtepi32_epi16(q0));
-    _mm256_storeu_si256((__m256i *)(q + 16), _mm512_cvtepi32_epi16(q1));
+    __m512 mx = _mm512_setzero_ps();
+    for (int j = 0; j < KW_I16_QK; j += 16) mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + j)));
+    float amax = _mm512_reduce_max_ps(mx);
+    float id = amax > 0.0f ? (float)lim / amax : 0.0f;
+    *d = amax / (float)lim;
+    const __m512i hi = _mm512_set1_epi32(lim), lo = _mm512_set1_epi32(-lim);
+    for (int j = 0; j < KW_I16_QK; j += 16) {
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), _mm512_set1_ps(id)));
+        _mm256_storeu_si256((__m256i *)(q + j), _mm512_cvtepi32_epi16(_mm512_max_epi32(_mm512_min_epi32(v, hi), lo)));
+    }
 }
 
 size_t kw_act_f16_i16_bytes(int64_t n) {
-    return (size_t)n * 4 + (size_t)(n / 32) * KW_I16_ACT_BLK;
+    return (size_t)n * 6 + (size_t)(n / KW_I16_QK) * 4;
 }
 
 void kw_act_f16_i16(const float *x, void *dst, int64_t n) {
@@ -153,18 +166,15 @@ void kw_act_f16_i16(const float *x, void *dst, int64_t n) {
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
     for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
-    if (n % 32) return;
-    uint8_t *a = (uint8_t *)dst + (size_t)n * 4;
-    for (int64_t b = 0; b < n / 32; b++, a += KW_I16_ACT_BLK) {
-        float d;
-        i16_block(x + 32 * b, (int16_t *)a, &d);
-        memcpy(a + 64, &d, 4);
-    }
+    if (n % KW_I16_QK) return;
+    int16_t *q = (int16_t *)((uint8_t *)dst + (size_t)n * 4);
+    float *d = (float *)(q + n);
+    for (int64_t b = 0; b < n / KW_I16_QK; b++) i16_block(x + KW_I16_QK * b, q + KW_I16_QK * b, d + b, KW_I16_XMAX);
 }
 
 int kw_pack_f16_i16(kw_matrix *W, kw_err *err) {
-    if (W->type != KW_TYPE_F16 || W->cols % 32) return 1;
-    int64_t groups = (W->rows + 15) / 16, nb = W->cols / 32;
+    if (W->type != KW_TYPE_F16 || W->cols % KW_I16_QK) return 1;
+    int64_t groups = (W->rows + 15) / 16, nb = W->cols / KW_I16_QK;
     size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * KW_I16_BLK;
     uint8_t *p = kw_mem_calloc(KW_MEM_WEIGHTS, bytes);   /* padding rows stay zero */
     if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld f16 matrix (%zu bytes)", (long long)W->rows,
@@ -176,51 +186,79 @@ int kw_pack_f16_i16(kw_matrix *W, kw_err *err) {
     h->format = KW_FMT_F16_I16;
     h->packed_rows = W->rows;   /* all rows, so every output has the same contract */
     h->nb = nb;
-    float vals[32];
-    int16_t q[32];
+    float vals[KW_I16_QK];
+    int16_t q[KW_I16_QK];
     for (int64_t g = 0; g < groups; g++)
         for (int L = 0; L < 16 && 16 * g + L < W->rows; L++) {
             const uint16_t *row = (const uint16_t *)((const uint8_t *)W->data + (size_t)(16 * g + L) * W->row_bytes);
             for (int64_t b = 0; b < nb; b++) {
                 uint8_t *blk = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * KW_I16_BLK;
-                for (int j = 0; j < 32; j += 16)
-                    _mm512_storeu_ps(vals + j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * b + j))));
+                for (int j = 0; j < KW_I16_QK; j += 16)
+                    _mm512_storeu_ps(vals + j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + KW_I16_QK * b + j))));
                 float d;
-                i16_block(vals, q, &d);
-                for (int k = 0; k < 16; k++) memcpy(blk + 64 * k + 4 * L, q + 2 * k, 4);
-                memcpy(blk + 1024 + 4 * L, &d, 4);
+                i16_block(vals, q, &d, KW_I16_WMAX);
+                for (int k = 0; k < KW_I16_QK / 2; k++) memcpy(blk + 64 * k + 4 * L, q + 2 * k, 4);
+                memcpy(blk + 64 * (KW_I16_QK / 2) + 4 * L, &d, 4);
             }
         }
     W->packed = p;
     return 0;
 }
 
-/* One 16-row group x C activation rows: per block 16 vpdpwssd per row,
- * then acc = fma(float(dot), d_w * d_x, acc) (blocks in order). */
-KW_INLINE void i16_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xa, float *y, int64_t ldy, __mmask16 m,
-                        const int C) {
-    __m512 acc[KW_I16_TILE];
-    _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+/* R 16-row groups (gstride bytes apart) x C activation rows: per block and
+ * k, R weight vectors and C activation broadcasts feed R*C vpdpwssd, so a
+ * tile of 2 groups x 6 rows needs half the broadcasts of 1 x 12 (on Zen 4 a
+ * broadcast costs about as much as the vpdpwssd it feeds). Small tiles run
+ * NCH independent chains per output (exact int32 sums, so the result does
+ * not depend on NCH) to hide vpdpwssd latency. Then per block
+ * acc = fma(float(dot), d_w * d_x, acc), blocks in order. `left` = rows of
+ * the output still inside the caller's range (the last group may be
+ * partial). */
+KW_INLINE void i16_tile(const uint8_t *grp, size_t gstride, int64_t nb, const int16_t *const *xq,
+                        const float *const *xd, float *y, int64_t ldy, int64_t left, const int R, const int C,
+                        const int NCH) {
+    __m512 acc[KW_I16_R * KW_I16_TC];
+    _Pragma("GCC unroll 16") for (int t = 0; t < R * C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (size_t)b * KW_I16_BLK;
-        __m512i d[KW_I16_TILE];
-        _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) d[c] = _mm512_setzero_si512();
-        _Pragma("GCC unroll 16") for (int k = 0; k < 16; k++) {
-            __m512i w = _mm512_loadu_si512(blk + 64 * k);
-            _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
-                d[c] = _mm512_dpwssd_epi32(d[c], w, _mm512_set1_epi32(((const int32_t *)(xa[c] + (size_t)b * KW_I16_ACT_BLK))[k]));
+        __m512i d[KW_I16_R * KW_I16_TC];
+        _Pragma("GCC unroll 16") for (int t = 0; t < R * C * NCH; t++) d[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4") for (int k = 0; k < KW_I16_QK / 2; k += NCH)
+        _Pragma("GCC unroll 4") for (int h = 0; h < NCH; h++) {
+            __m512i w[KW_I16_R];
+            _Pragma("GCC unroll 4") for (int g = 0; g < R; g++) w[g] = _mm512_loadu_si512(blk + (size_t)g * gstride + 64 * (k + h));
+            _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
+                __m512i x = _mm512_set1_epi32(((const int32_t *)(xq[c] + (size_t)b * KW_I16_QK))[k + h]);
+                _Pragma("GCC unroll 4") for (int g = 0; g < R; g++)
+                    d[(g * C + c) * NCH + h] = _mm512_dpwssd_epi32(d[(g * C + c) * NCH + h], w[g], x);
+            }
         }
-        __m512 dw = _mm512_loadu_ps((const float *)(blk + 1024));
         _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
-            const float *dx = (const float *)(xa[c] + (size_t)b * KW_I16_ACT_BLK + 64);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[c]), _mm512_mul_ps(dw, _mm512_set1_ps(*dx)), acc[c]);
+            __m512 dx = _mm512_set1_ps(xd[c][b]);
+            _Pragma("GCC unroll 4") for (int g = 0; g < R; g++) {
+                __m512i s = d[(g * C + c) * NCH];
+                _Pragma("GCC unroll 4") for (int h = 1; h < NCH; h++) s = _mm512_add_epi32(s, d[(g * C + c) * NCH + h]);
+                __m512 dw = _mm512_loadu_ps((const float *)(blk + (size_t)g * gstride + 64 * (KW_I16_QK / 2)));
+                acc[g * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dx), acc[g * C + c]);
+            }
         }
     }
-    _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy, m, acc[c]);
+    _Pragma("GCC unroll 4") for (int g = 0; g < R; g++) {
+        int64_t l = left - 16 * g;
+        __mmask16 m = l >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << l) - 1);
+        _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
+            _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + 16 * g, m, acc[g * C + c]);
+    }
 }
 
-#define KW_I16_C(N) ((N) < KW_I16_TILE ? (N) : KW_I16_TILE)
-#define KW_I16_CASE(N) case N: i16_tile(grp, nb, xa, y, ldy, m, KW_I16_C(N)); break;
+/* chains per output: at least ~4 independent vpdpwssd chains per tile */
+#define KW_I16_NCH(R, N) ((R) * (N) >= 4 ? 1 : (R) * (N) >= 2 ? 2 : 4)
+#define KW_I16_CASE(R, N) case N: i16_tile(grp, gstride, nb, xq, xd, y, ldy, left, R, N, KW_I16_NCH(R, N)); break;
+#define KW_I16_SWITCH(R)                                                                              \
+    switch (C) {                                                                                      \
+    KW_I16_CASE(R, 1) KW_I16_CASE(R, 2) KW_I16_CASE(R, 3) KW_I16_CASE(R, 4) KW_I16_CASE(R, 5)         \
+    default: i16_tile(grp, gstride, nb, xq, xd, y, ldy, left, R, KW_I16_TC, 1); break;               \
+    }
 
 int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy) {
@@ -228,25 +266,28 @@ int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *
     if (!h || h->magic != KW_PACK_MAGIC || h->format != KW_FMT_F16_I16 || r0 % 16) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;   /* every row is packed (last group zero-padded) */
     if (end <= r0) return r0;
-    const int64_t nb = h->nb;
+    const int64_t nb = h->nb, n = W->cols;
+    const size_t gstride = (size_t)nb * KW_I16_BLK;
     const uint8_t *packed = (const uint8_t *)h + KW_PACK_HDR_BYTES;
-    const int64_t rowblk = 16 * (int64_t)(KW_GX_PASS_BYTES / ((size_t)nb * KW_I16_BLK) > 1 ? KW_GX_PASS_BYTES / ((size_t)nb * KW_I16_BLK) : 1);
+    /* rows per pass: whole tiles of R groups whose weights stay in L2 while every activation tile runs over them */
+    int64_t tiles = (int64_t)(KW_I16_PASS_BYTES / (gstride * KW_I16_R));
+    const int64_t rowblk = 16 * KW_I16_R * (tiles > 1 ? tiles : 1);
     for (int64_t rb = r0; rb < end; rb += rowblk) {
         int64_t re = rb + rowblk < end ? rb + rowblk : end;
-        for (int64_t i = 0; i < nx; i += KW_I16_TILE) {
-            int C = (int)(nx - i < KW_I16_TILE ? nx - i : KW_I16_TILE);
-            const uint8_t *xa[KW_I16_TILE];
-            for (int c = 0; c < C; c++) xa[c] = (const uint8_t *)X + (size_t)(i + c) * xs + (size_t)W->cols * 4;
-            for (int64_t r = rb; r < re; r += 16) {
-                const uint8_t *grp = packed + (size_t)(r / 16) * (size_t)nb * KW_I16_BLK;
+        for (int64_t i = 0; i < nx; i += KW_I16_TC) {
+            int C = (int)(nx - i < KW_I16_TC ? nx - i : KW_I16_TC);
+            const int16_t *xq[KW_I16_TC];
+            const float *xd[KW_I16_TC];
+            for (int c = 0; c < C; c++) {
+                xq[c] = (const int16_t *)((const uint8_t *)X + (size_t)(i + c) * xs + (size_t)n * 4);
+                xd[c] = (const float *)(xq[c] + n);
+            }
+            for (int64_t r = rb; r < re; ) {
+                const uint8_t *grp = packed + (size_t)(r / 16) * gstride;
                 float *y = Y + i * ldy + r;
-                __mmask16 m = re - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (re - r)) - 1);
-                switch (C) {
-                KW_I16_CASE(1) KW_I16_CASE(2) KW_I16_CASE(3) KW_I16_CASE(4) KW_I16_CASE(5) KW_I16_CASE(6)
-                KW_I16_CASE(7) KW_I16_CASE(8) KW_I16_CASE(9) KW_I16_CASE(10) KW_I16_CASE(11) KW_I16_CASE(12)
-                KW_I16_CASE(13) KW_I16_CASE(14) KW_I16_CASE(15)
-                default: i16_tile(grp, nb, xa, y, ldy, m, KW_I16_TILE); break;
-                }
+                int64_t left = re - r;
+                if (left > 16 * (KW_I16_R - 1)) { KW_I16_SWITCH(KW_I16_R) r += 16 * KW_I16_R; }
+                else { KW_I16_SWITCH(1) r += 16; }
             }
         }
     }

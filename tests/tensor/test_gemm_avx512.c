@@ -9,10 +9,13 @@
  * 16 (tail through the unpacked kernel), several L2 passes (400 rows) and
  * rows longer than 2048 values (offset table tail: 70 blocks).
  * F16 weights: the packed int16 form (every row packed, the last group
- * zero-padded), against the int16 block reference written out here.
+ * zero-padded; tiles of 2 row groups x up to 6 activation rows, smaller
+ * tiles with several chains per output), against the int16 block reference
+ * written out here.
  * Skips (77) without AVX-512 VNNI. */
 #include "testutil.h"
 #include <float.h>
+#include <stdbool.h>
 #include <string.h>
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
@@ -23,23 +26,34 @@ static float frand(void) {
     return (float)((g_rng >> 40) * 0x1p-24 * 2.0 - 1.0);
 }
 
-/* gemm_avx512.c's int16 block contract: d = max|v| / 8191, q = round-half-even(v * (8191 / max)). */
-static void i16_block(const float *v, int32_t *q, float *d) {
+/* gemm_avx512.c's int16 block contract (format KW_FMT_F16_I16): blocks of
+ * 64 values, d = max|v| / lim, q = round-half-even(v * (lim / max)), with
+ * lim = 4095 for weights and 8191 for activations (64 * 4095 * 8191 < 2^31,
+ * so a block's integer dot is exact). */
+#define I16_QK 64
+#define I16_WMAX 4095.0f
+#define I16_XMAX 8191.0f
+static void i16_block(const float *v, int32_t *q, float *d, float lim) {
     float amax = 0;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
-    float id = amax > 0 ? 8191.0f / amax : 0.0f;
-    *d = amax / 8191.0f;
-    for (int j = 0; j < 32; j++) q[j] = (int32_t)nearbyintf(v[j] * id);
+    for (int j = 0; j < I16_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
+    float id = amax > 0 ? lim / amax : 0.0f;
+    *d = amax / lim;
+    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)nearbyintf(v[j] * id);
 }
 
 /* Dequantized int16 form of n values (the reference's view of F16 weights and activations). */
-static void i16_round(const float *v, float *out, int64_t n) {
-    int32_t q[32];
+static void i16_round(const float *v, float *out, int64_t n, float lim) {
+    int32_t q[I16_QK];
     float d;
-    for (int64_t b = 0; b < n / 32; b++) {
-        i16_block(v + 32 * b, q, &d);
-        for (int j = 0; j < 32; j++) out[32 * b + j] = (float)q[j] * d;
+    for (int64_t b = 0; b < n / I16_QK; b++) {
+        i16_block(v + I16_QK * b, q, &d, lim);
+        for (int j = 0; j < I16_QK; j++) out[I16_QK * b + j] = (float)q[j] * d;
     }
+}
+
+/* F16 rounding of n values (F16 weights whose width is no multiple of 64 stay unpacked: exact F16 kernels, activations rounded to F16). */
+static void f16_round(const float *v, float *out, int64_t n) {
+    for (int64_t j = 0; j < n; j++) out[j] = kw_f16_to_f32(kw_f32_to_f16(v[j]));
 }
 
 static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p1, kw_pool *p2) {
@@ -57,10 +71,11 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p
     for (int64_t i = 0; i < n * cols; i++) x[i] = frand() * ((i / 32) % 5 == 1 ? 3.0f : 1.0f);
     kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = wd};
     kw_err err = {{0}};
-    KW_CHECK_EQ_INT(kw_matrix_pack(&W, &err), 0);
-    KW_CHECK_EQ_INT(kw_matrix_packed_rows(&W), type == KW_TYPE_F16 ? rows : rows / 16 * 16);
-    if (type == KW_TYPE_F16)   /* the reference sees the weights in their int16 form */
-        for (int64_t r = 0; r < rows; r++) i16_round(wf + r * cols, wf + r * cols, cols);
+    const bool i16 = type == KW_TYPE_F16 && cols % I16_QK == 0;
+    KW_CHECK_EQ_INT(kw_matrix_pack(&W, &err), type == KW_TYPE_F16 && !i16 ? 1 : 0);   /* 1: left unpacked */
+    KW_CHECK_EQ_INT(kw_matrix_packed_rows(&W), type == KW_TYPE_F16 ? (i16 ? rows : 0) : rows / 16 * 16);
+    if (i16)   /* the reference sees the weights in their int16 form */
+        for (int64_t r = 0; r < rows; r++) i16_round(wf + r * cols, wf + r * cols, cols, I16_WMAX);
     void *scr = kw_mem_alloc(KW_MEM_SCRATCH, kw_matmul_scratch_bytes(&W, n));
 
     kw_matmul(p1, &W, x, n, y1, scr);
@@ -77,7 +92,8 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p
     int bad = 0;
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (type == KW_TYPE_F16) i16_round(x + i * cols, xr, cols);
+        if (i16) i16_round(x + i * cols, xr, cols, I16_XMAX);
+        else if (type == KW_TYPE_F16) f16_round(x + i * cols, xr, cols);
         else {
             kw_quantize_row(KW_TYPE_Q8_0, x + i * cols, xq, cols);
             kw_dequantize_row(KW_TYPE_Q8_0, xq, xr, cols);
@@ -115,6 +131,11 @@ int main(void) {
         run(types[t], 400, 2240, 29, p1, p2);   /* several passes, 70 blocks, tiles 8+8+8+5 */
         run(types[t], 203, 256, 17, p1, p2);    /* 11-row tail outside the packed rows */
     }
+    /* F16: a 2-group tile whose second group is partial (53 = 32 + 21 rows), tiles of 2 and 3
+     * activation rows (15 = 6 + 6 + 3, then 13 + 2); a width that is no multiple of 64 (not
+     * packed: exact F16 kernels). n must exceed 13 (run() splits 13 + rest). */
+    run(KW_TYPE_F16, 53, 128, 15, p1, p2);
+    run(KW_TYPE_F16, 37, 96, 14, p1, p2);
     kw_pool_destroy(p1);
     kw_pool_destroy(p2);
     return kw_test_finish();
