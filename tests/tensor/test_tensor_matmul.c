@@ -150,14 +150,16 @@ static void check_against_refs(mm_case *c, const char *family) {
     free(scorr);
 }
 
-/* The int16 block form of 32 values (gemm_avx512.c's packed F16 contract,
- * written out here): d = max|v| / 8191 in float, q = round-half-even(v * (8191 / max)). */
-static void i16_ref_block(const float *v, int32_t *q, float *d) {
+/* The int16 block form of 64 values (gemm_avx512.c's packed F16 contract,
+ * written out here): d = max|v| / lim in float, q = round-half-even(v * (lim / max)),
+ * lim = 4095 for weights and 8191 for activations. */
+#define I16_QK 64
+static void i16_ref_block(const float *v, int32_t *q, float *d, float lim) {
     float amax = 0;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
-    float id = amax > 0 ? 8191.0f / amax : 0.0f;
-    *d = amax / 8191.0f;
-    for (int j = 0; j < 32; j++) q[j] = (int32_t)nearbyintf(v[j] * id);
+    for (int j = 0; j < I16_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
+    float id = amax > 0 ? lim / amax : 0.0f;
+    *d = amax / lim;
+    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)nearbyintf(v[j] * id);
 }
 
 /* Packed F16 on AVX-512 computes with int16 blocks of the weights and of the
@@ -165,19 +167,19 @@ static void i16_ref_block(const float *v, int32_t *q, float *d) {
  * docs/PERFORMANCE.md): its reference is that integer form, exact dot per
  * block, then the kernel's float steps, within the same float-rounding bound. */
 static void check_i16_ref(mm_case *c, const char *family) {
-    int64_t nb = c->cols / 32;
-    int32_t *qx = malloc(sizeof(int32_t) * (size_t)c->cols), qw[32];
+    int64_t nb = c->cols / I16_QK;
+    int32_t *qx = malloc(sizeof(int32_t) * (size_t)c->cols), qw[I16_QK];
     float *dx = malloc(sizeof(float) * (size_t)nb), dw;
     int bad = 0;
     double worst = 0;
     for (int64_t i = 0; i < c->n; i++) {
-        for (int64_t b = 0; b < nb; b++) i16_ref_block(c->x + i * c->cols + 32 * b, qx + 32 * b, dx + b);
+        for (int64_t b = 0; b < nb; b++) i16_ref_block(c->x + i * c->cols + I16_QK * b, qx + I16_QK * b, dx + b, 8191.0f);
         for (int64_t r = 0; r < c->rows; r++) {
             double ref = 0, mag = 0;
             for (int64_t b = 0; b < nb; b++) {
-                i16_ref_block(c->wf + r * c->cols + 32 * b, qw, &dw);
+                i16_ref_block(c->wf + r * c->cols + I16_QK * b, qw, &dw, 4095.0f);
                 int64_t dot = 0;
-                for (int j = 0; j < 32; j++) dot += (int64_t)qw[j] * qx[32 * b + j];
+                for (int j = 0; j < I16_QK; j++) dot += (int64_t)qw[j] * qx[I16_QK * b + j];
                 ref += (double)dw * dx[b] * (double)dot;
                 mag += fabs((double)dw * dx[b] * (double)dot);
             }
