@@ -1,0 +1,147 @@
+/* bench_attn.c - attention micro-benchmark on the Llama-3.2-1B shape
+ * (32 query heads, 8 KV heads, head dim 64, F16 paged KV of 32-token blocks).
+ *
+ * Decode: one token at position D attends over D + 1 keys in every layer
+ * and KV head (the KV of all layers, 128 MiB at D = 4096, is far larger
+ * than the caches, as in a real decode step); reports ms per token and the
+ * GB/s of K/V it streamed. Prefill: -p tokens at positions D.. in tiles (as
+ * forward.c runs them) over -L layers, reported as the attention-only
+ * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
+ *
+ * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--cputime] [--no-decode]
+ * --cputime times with this thread's CPU seconds (immune to other load;
+ * memory stalls still count, they are spent on the CPU). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "model/model_internal.h"
+
+#define N_LAYER 16
+#define N_HEAD 32
+#define N_KV 8
+#define HD 64
+#define BT 32
+
+static int g_cputime;
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(g_cputime ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t g_rng = 88172645463325252ull;
+static float frand(void) {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * 0x1p-24 * 2.0 - 1.0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* KV of n positions in every layer, random F16 rows; blocks in pool order. */
+static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {
+    kw_err err = {{0}};
+    kw_kv_layout lay = {.n_layer = N_LAYER, .n_head_kv = N_KV, .head_dim_k = HD, .head_dim_v = HD,
+                        .type = KW_TYPE_F16, .block_tokens = BT};
+    int32_t nb = (n + BT - 1) / BT;
+    kw_kv_pool *kv = kw_kv_pool_create(&lay, nb, &err);
+    if (!kv) { fprintf(stderr, "bench_attn: %s\n", err.msg); return NULL; }
+    t->ids = malloc(sizeof(int32_t) * (size_t)nb);
+    t->n = t->cap = nb;
+    uint16_t row[HD];
+    for (int32_t b = 0; b < nb; b++) t->ids[b] = kw_kv_alloc(kv);
+    for (int l = 0; l < N_LAYER; l++)
+        for (int32_t j = 0; j < n; j++)
+            for (int h = 0; h < N_KV; h++) {
+                for (int d = 0; d < HD; d++) row[d] = kw_f32_to_f16(frand());
+                memcpy(kw_kv_k(kv, t->ids[j / BT], l, h, j % BT), row, sizeof row);
+                for (int d = 0; d < HD; d++) row[d] = kw_f32_to_f16(frand());
+                memcpy(kw_kv_v(kv, t->ids[j / BT], l, h, j % BT), row, sizeof row);
+            }
+    return kv;
+}
+
+int main(int argc, char **argv) {
+    int32_t depth = 4096, n_pre = 512;
+    int reps = 5, pre_layers = 2, do_decode = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-d") && i + 1 < argc) depth = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_pre = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-L") && i + 1 < argc) pre_layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cputime")) g_cputime = 1;
+        else if (!strcmp(argv[i], "--no-decode")) do_decode = 0;
+        else {
+            fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--cputime] [--no-decode]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (depth < 1 || n_pre < 0 || reps < 1 || reps > 1000 || pre_layers < 1 || pre_layers > N_LAYER) {
+        fprintf(stderr, "bench_attn: bad arguments\n");
+        return 2;
+    }
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    if (!ci || !ci->avx512f || !kw_attn_decode_supported(KW_TYPE_F16, N_HEAD / N_KV, HD, HD)) {
+        printf("bench_attn: needs AVX-512F; skipped\n");
+        return 77;
+    }
+    int32_t n_ctx = depth + n_pre;
+    kw_block_table t = {0};
+    kw_kv_pool *kv = make_kv(n_ctx, &t);
+    if (!kv) return 1;
+    int32_t n_tok = n_pre > 0 ? n_pre : 1;
+    float *q = malloc(sizeof(float) * (size_t)n_tok * N_HEAD * HD);
+    float *out = malloc(sizeof(float) * (size_t)n_tok * N_HEAD * HD);
+    float *scr = malloc(sizeof(float) * kw_attn_tile_floats(HD, HD, n_ctx) + sizeof(float) * (size_t)N_HEAD * (size_t)n_ctx);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
+    double *ts = malloc(sizeof(double) * (size_t)reps);
+    if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
+    for (int64_t i = 0; i < (int64_t)n_tok * N_HEAD * HD; i++) q[i] = frand();
+    printf("shape        %d heads, %d KV heads, head dim %d, F16 KV, %d-token blocks, 1 thread, %s time\n", N_HEAD, N_KV, HD,
+           BT, g_cputime ? "CPU" : "wall");
+
+    if (do_decode) {
+        pos[0] = depth;
+        for (int r = 0; r < reps; r++) {
+            double t0 = now_sec();
+            for (int l = 0; l < N_LAYER; l++)
+                for (int h = 0; h < N_KV; h++) {
+                    kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = 0, .n_tok = 1,
+                                           .layer = l, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
+                    kw_attn_decode_avx512(&a, scr, n_ctx);
+                }
+            ts[r] = now_sec() - t0;
+        }
+        qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
+        double bytes = (double)N_LAYER * N_KV * (depth + 1) * HD * 2 * 2;
+        printf("decode @%-6d %.3f ms/token (min %.3f, max %.3f), %.1f GB/s of K/V (%.1f MiB per token)\n", depth,
+               ts[reps / 2] * 1e3, ts[0] * 1e3, ts[reps - 1] * 1e3, bytes / ts[reps / 2] * 1e-9, bytes / 1048576.0);
+    }
+
+    if (n_pre > 0) {
+        int G = N_HEAD / N_KV, per = kw_attn_tile_tokens(G);
+        for (int32_t i = 0; i < n_pre; i++) pos[i] = depth + i;
+        for (int r = 0; r < reps; r++) {
+            double t0 = now_sec();
+            for (int l = 0; l < pre_layers; l++)
+                for (int32_t i0 = 0; i0 < n_pre; i0 += per)
+                    for (int h = 0; h < N_KV; h++) {
+                        kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = i0,
+                                               .n_tok = n_pre - i0 < per ? n_pre - i0 : per, .layer = l, .kvh = h,
+                                               .n_head = N_HEAD, .G = G, .hk = HD, .hv = HD};
+                        kw_attn_tile_avx512(&a, scr);
+                    }
+            ts[r] = now_sec() - t0;
+        }
+        qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
+        double per_model = ts[reps / 2] * N_LAYER / pre_layers;
+        printf("prefill %d @%d: %.1f tok/s attention only, 16 layers (%.3f s; min %.3f, max %.3f per %d layers)\n", n_pre,
+               depth, n_pre / per_model, per_model, ts[0], ts[reps - 1], pre_layers);
+    }
+    free(q); free(out); free(scr); free(pos); free(ts); free(t.ids);
+    kw_kv_pool_destroy(kv);
+    return 0;
+}
