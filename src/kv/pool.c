@@ -5,11 +5,17 @@
  * K/V rows inside a block, and per-sequence block tables (grow, push,
  * release). A block holds, for every layer, K[head][slot][head_dim_k] then
  * V[head][slot][head_dim_v], each row stored in the layout's element type
- * (F32, F16 or Q8_0 blocks of 32). Not thread-safe: one scheduler owns it. */
+ * (F32, F16 or Q8_0 blocks of 32). Not thread-safe: one scheduler owns it.
+ * The allocation asks for transparent huge pages: attention reads one
+ * head's rows of a block (a few KiB) and then jumps a whole block ahead, so
+ * with 4 KiB pages nearly every K/V row group costs a page walk. Pages are
+ * still only touched when a block is first written; the budget holds the
+ * whole pool either way. */
 #include "kvwise/kv.h"
 #include "kvwise/fault.h"
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
+#include "tensor/kernels.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +69,7 @@ kw_kv_pool *kw_kv_pool_create(const kw_kv_layout *lay, int32_t n_blocks, kw_err 
         return NULL;
     }
     p->data = kw_mem_alloc(KW_MEM_KV, p->block_bytes * (size_t)n_blocks);
+    kw_advise_hugepages(p->data, p->block_bytes * (size_t)n_blocks);
     p->refs = calloc((size_t)n_blocks, sizeof *p->refs);
     p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
     if (!p->data || !p->refs || !p->free_ids) {
