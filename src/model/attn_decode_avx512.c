@@ -136,22 +136,56 @@ KW_INLINE void score16_heads(const void *const *kr, int cnt, const float *q2, co
     }
 }
 
+/* score16_heads for GN <= 4 heads with the chunk loop outside: the 16 keys
+ * in two halves of 4 pairs, each head's q chunk loaded once per chunk for
+ * the 4 pairs (GN x 4 accumulators), and the first two tree stages of a
+ * half done before the next, so nothing is spilled. The same FMAs in the
+ * same order per lane and the same tree as score16_heads. */
+KW_INLINE void score16_heads4(const void *const *kr, int cnt, const float *q2, const tree_idx *t, float scale,
+                              float *sc, size_t C, int32_t j0, int f16, int nch, int g0, const int GN) {
+    __m512 z[2][4];
+    for (int h = 0; h < 2; h++) {
+        __m512 acc[4][4];
+        _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++)
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) acc[g][p] = _mm512_setzero_ps();
+        const void *const *r = kr + 8 * h;
+        for (int c = 0; c < nch; c++) {
+            __m512 q[4];
+            _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++) q[g] = _mm512_loadu_ps(q2 + ((size_t)(g0 + g) * nch + c) * 16);
+            _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+                __m512 kv = pair8(r[2 * p], r[2 * p + 1], 8 * c, f16);
+                _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++) acc[g][p] = _mm512_fmadd_ps(q[g], kv, acc[g][p]);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++) {
+            __m512 y0 = stage(acc[g][0], acc[g][1], t->lo1, t->hi1), y1 = stage(acc[g][2], acc[g][3], t->lo1, t->hi1);
+            z[h][g] = stage(y0, y1, t->lo2, t->hi2);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++) {
+        __m512 s = _mm512_mul_ps(stage(z[0][g], z[1][g], t->lo3, t->hi3), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(sc + (size_t)(g0 + g) * C + j0, (__mmask16)((1u << cnt) - 1), s);
+    }
+}
+
 static void score16(const kw_attn_tile_args *a, const void *const *kr, int cnt, const float *q2, const tree_idx *t,
                     float scale, float *sc, size_t C, int32_t j0, int f16) {
     const int G = a->G, nch = a->hk / 8;
     for (int g0 = 0; g0 < G; g0 += 8) {
 #define KW_S16(GN) score16_heads(kr, cnt, q2, t, scale, sc, C, j0, f16, nch, g0, GN)
+#define KW_S16_4(GN) score16_heads4(kr, cnt, q2, t, scale, sc, C, j0, f16, nch, g0, GN)
         switch (G - g0 < 8 ? G - g0 : 8) {
-        case 1: KW_S16(1); break;
-        case 2: KW_S16(2); break;
-        case 3: KW_S16(3); break;
-        case 4: KW_S16(4); break;
+        case 1: KW_S16_4(1); break;
+        case 2: KW_S16_4(2); break;
+        case 3: KW_S16_4(3); break;
+        case 4: KW_S16_4(4); break;
         case 5: KW_S16(5); break;
         case 6: KW_S16(6); break;
         case 7: KW_S16(7); break;
         default: KW_S16(8); break;
         }
 #undef KW_S16
+#undef KW_S16_4
     }
 }
 
