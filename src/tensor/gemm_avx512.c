@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #include "tensor/x16_avx512.h"
 #include <string.h>
+#include <math.h>
 #include "kvwise/memory.h"
 
 #define KW_INLINE static inline __attribute__((always_inline))
@@ -110,35 +111,42 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
 /* ---------------- F16 weights: int16 blocks, vpdpwssd ----------------
  * vpdpwssd multiplies 16-bit pairs (32 products per instruction, twice the
  * FMA rate), so F16 matrices get a packed copy at load in a 16-bit integer
- * form: per row and block of KW_I16_QK (64) values a float scale
- * d = max|w| / KW_I16_WMAX and q = round(w / d). Activations get the same
- * form per 64-value block with range KW_I16_XMAX (written by
- * kw_act_f16_i16 after the F32 values the unpacked F16 kernels read). The
- * ranges are asymmetric so a whole block's products still fit int32:
- * 64 * 4095 * 8191 = 2146697280 < 2^31 (checked below), and the block's
- * float work (convert, scale product, FMA) is spread over 32 vpdpwssd
- * instead of 16 (32-value blocks with 8191 / 8191 were ~5% slower). The
- * activations keep the finer range because they carry the outliers; the
- * weights, F16 to begin with, get a step of max/4095 per block. Measured on
- * llama-f16 conformance (tolerance abs 0.02): 4095/8191 max 0.0136 rms
- * 0.0031, 8191/4095 0.0136 / 0.0033, 16383/2047 0.0225 (fails), and the
- * former 32-value 8191/8191 0.0115 / 0.0027 (docs/PERFORMANCE.md). Matrices
- * whose width is not a multiple of 64 are not packed (the exact F16 kernels
- * serve them).
+ * form: per row and block of KW_I16_QK (128) values a float scale
+ * d = max|w| / KW_I16_WMAX (8191) and q = round(w / d). Activations get
+ * the same form per 128-value block (written by kw_act_f16_i16 after the
+ * F32 values the unpacked F16 kernels read), but their scale is bounded by
+ * the block's sum of magnitudes instead of its maximum: d = max(max|x| /
+ * 32767, sum|x| / KW_I16_XL1), so sum|q_x| <= XL1 + 64 and any weight
+ * block with |q_w| <= 8191 gives |dot| <= 8191 * (XL1 + 128) < 2^31
+ * (checked below): the integer dot of a whole block is exact in int32.
+ * Typical activation blocks then get ~7-8k levels at their maximum (an
+ * outlier block up to 32767) over 128 values, and the block's float work
+ * (convert, scale product, FMA) is spread over 64 vpdpwssd.
  *
- * Packed layout per group of 16 rows and block b (2112 bytes): 32 parts of
+ * Choice (llama-f16 conformance, tolerance abs 0.02; max top-10 |d| /
+ * last-token rms over 6 prompts): this form 0.0122 / 0.0026; the first
+ * int16 form (32 values, both 8191 by max) 0.0115 / 0.0027; 64 values with
+ * weights 4095 / activations 8191 by max 0.0136 / 0.0031; 128 values
+ * 4095 / 4095 by max 0.0179; 128 values with the sum bound and weights
+ * 16383 0.0164, 4095 0.0144; 256 values 0.0149. Exact F16: 0.0049 / 0.0016.
+ * Matrices whose width is not a multiple of 128 are not packed (the exact
+ * F16 kernels serve them).
+ *
+ * Packed layout per group of 16 rows and block b (4160 bytes): 64 parts of
  * 64 bytes, part k lane L = row L's values 2k, 2k+1 (int16), then the 16
  * rows' float scales. Activation row of n values: n F32 values, then the n
- * int16 values, then the n / 64 float scales (6n + n/16 bytes: within the
+ * int16 values, then the n / 128 float scales (6n + n/32 bytes: within the
  * 4n + 68n/32 that kw_matmul reserves per row). */
-#define KW_I16_QK 64
-#define KW_I16_WMAX 4095
-#define KW_I16_XMAX 8191
+#define KW_I16_QK 128
+#define KW_I16_WMAX 8191
+#define KW_I16_XMAX 32767                                     /* int16 */
+#define KW_I16_XL1 ((int32_t)(2147483647 / KW_I16_WMAX) - KW_I16_QK)   /* sum |q_x| target per block */
 #define KW_I16_R 2       /* 16-row groups per int16 tile */
 #define KW_I16_TC 6      /* activation rows per int16 tile: 2 x 6 chains + 12 accumulators */
 #define KW_I16_PASS_BYTES (384u * 1024u)   /* packed weight bytes of one pass (Zen 4 L2: 1 MiB) */
 #define KW_I16_BLK (KW_I16_QK * 32 + 64)
-_Static_assert((int64_t)KW_I16_QK * KW_I16_WMAX * KW_I16_XMAX < ((int64_t)1 << 31),
+/* |dot| <= WMAX * sum|q_x| <= WMAX * (XL1 + QK/2 (rounding) + slack for the float sum of |x|) */
+_Static_assert((int64_t)KW_I16_WMAX * (KW_I16_XL1 + KW_I16_QK) < ((int64_t)1 << 31),
                "a block's int16 products must fit int32");
 
 /* KW_I16_QK values -> int16 at q (|q| <= lim) and their scale at *d (d = 0 for a zero block). */
@@ -150,6 +158,34 @@ static void i16_block(const float *x, int16_t *q, float *d, int lim) {
     float id = amax > 0.0f ? (float)lim / amax : 0.0f;
     *d = amax / (float)lim;
     const __m512i hi = _mm512_set1_epi32(lim), lo = _mm512_set1_epi32(-lim);
+    for (int j = 0; j < KW_I16_QK; j += 16) {
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), _mm512_set1_ps(id)));
+        _mm256_storeu_si256((__m256i *)(q + j), _mm512_cvtepi32_epi16(_mm512_max_epi32(_mm512_min_epi32(v, hi), lo)));
+    }
+}
+
+/* Activation block: the scale is the larger of max|x| / 32767 (int16) and
+ * sum|x| / XL1 (sum: 16 lane sums over j = lane mod 16 in order, folded
+ * pairwise: lane i += lane i + w for w = 8, 4, 2, 1), so sum |q| <= XL1 + QK/2 and any block of weights with
+ * |q_w| <= WMAX gives an int32 dot (see the assertion above). */
+static void i16_act_block(const float *x, int16_t *q, float *d) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 mx = _mm512_setzero_ps(), l1 = _mm512_setzero_ps();
+    for (int j = 0; j < KW_I16_QK; j += 16) {
+        __m512 a = _mm512_andnot_ps(sign, _mm512_loadu_ps(x + j));
+        mx = _mm512_max_ps(mx, a);
+        l1 = _mm512_add_ps(l1, a);
+    }
+    /* the lane sums folded in a fixed order (halves, quarters, ...), so a reference can repeat it exactly */
+    float ls[16];
+    _mm512_storeu_ps(ls, l1);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) ls[i] += ls[i + w];
+    float amax = _mm512_reduce_max_ps(mx), sum = ls[0];
+    float s = fmaxf(amax / (float)KW_I16_XMAX, sum / (float)KW_I16_XL1);
+    float id = s > 0.0f ? 1.0f / s : 0.0f;
+    *d = s;
+    const __m512i hi = _mm512_set1_epi32(KW_I16_XMAX), lo = _mm512_set1_epi32(-KW_I16_XMAX);
     for (int j = 0; j < KW_I16_QK; j += 16) {
         __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), _mm512_set1_ps(id)));
         _mm256_storeu_si256((__m256i *)(q + j), _mm512_cvtepi32_epi16(_mm512_max_epi32(_mm512_min_epi32(v, hi), lo)));
@@ -169,7 +205,7 @@ void kw_act_f16_i16(const float *x, void *dst, int64_t n) {
     if (n % KW_I16_QK) return;
     int16_t *q = (int16_t *)((uint8_t *)dst + (size_t)n * 4);
     float *d = (float *)(q + n);
-    for (int64_t b = 0; b < n / KW_I16_QK; b++) i16_block(x + KW_I16_QK * b, q + KW_I16_QK * b, d + b, KW_I16_XMAX);
+    for (int64_t b = 0; b < n / KW_I16_QK; b++) i16_act_block(x + KW_I16_QK * b, q + KW_I16_QK * b, d + b);
 }
 
 int kw_pack_f16_i16(kw_matrix *W, kw_err *err) {

@@ -27,31 +27,36 @@ static float frand(void) {
 }
 
 /* gemm_avx512.c's int16 block contract (format KW_FMT_F16_I16): blocks of
- * 64 values, d = max|v| / lim, q = round-half-even(v * (lim / max)), with
- * lim = 4095 for weights and 8191 for activations (64 * 4095 * 8191 < 2^31,
- * so a block's integer dot is exact). */
-#define I16_QK 64
-#define I16_WMAX 4095.0f
-#define I16_XMAX 8191.0f
-static void i16_block(const float *v, int32_t *q, float *d, float lim) {
-    float amax = 0;
+ * 128 values; weights d = max|v| / 8191, activations d = the larger of
+ * max|v| / 32767 and sum|v| / (2147483647 / 8191 - 128) (so a block's
+ * integer dot fits int32 and is exact), all in float; q =
+ * round-half-even(v / d) with |q| capped at the range. */
+#define I16_QK 128
+static void i16_block(const float *v, int32_t *q, float *d, int act) {
+    float amax = 0, sum = 0, ls[16] = {0};
     for (int j = 0; j < I16_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
-    float id = amax > 0 ? lim / amax : 0.0f;
-    *d = amax / lim;
-    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)nearbyintf(v[j] * id);
+    for (int j = 0; j < I16_QK; j++) ls[j % 16] += fabsf(v[j]);   /* the kernel's lane sums and fold order */
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) ls[i] += ls[i + w];
+    sum = ls[0];
+    float s = act ? fmaxf(amax / 32767.0f, sum / (float)(2147483647 / 8191 - I16_QK)) : amax / 8191.0f;
+    float id = act ? (s > 0 ? 1.0f / s : 0.0f) : (amax > 0 ? 8191.0f / amax : 0.0f);
+    float lim = act ? 32767.0f : 8191.0f;
+    *d = s;
+    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)fminf(fmaxf(nearbyintf(v[j] * id), -lim), lim);
 }
 
 /* Dequantized int16 form of n values (the reference's view of F16 weights and activations). */
-static void i16_round(const float *v, float *out, int64_t n, float lim) {
+static void i16_round(const float *v, float *out, int64_t n, int act) {
     int32_t q[I16_QK];
     float d;
     for (int64_t b = 0; b < n / I16_QK; b++) {
-        i16_block(v + I16_QK * b, q, &d, lim);
+        i16_block(v + I16_QK * b, q, &d, act);
         for (int j = 0; j < I16_QK; j++) out[I16_QK * b + j] = (float)q[j] * d;
     }
 }
 
-/* F16 rounding of n values (F16 weights whose width is no multiple of 64 stay unpacked: exact F16 kernels, activations rounded to F16). */
+/* F16 rounding of n values (F16 weights whose width is no multiple of 128 stay unpacked: exact F16 kernels, activations rounded to F16). */
 static void f16_round(const float *v, float *out, int64_t n) {
     for (int64_t j = 0; j < n; j++) out[j] = kw_f16_to_f32(kw_f32_to_f16(v[j]));
 }
@@ -68,14 +73,15 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p
         kw_quantize_row(type, wf + r * cols, wd + (size_t)r * rb, cols);
         kw_dequantize_row(type, wd + (size_t)r * rb, wf + r * cols, cols);
     }
-    for (int64_t i = 0; i < n * cols; i++) x[i] = frand() * ((i / 32) % 5 == 1 ? 3.0f : 1.0f);
+    /* some blocks 3x larger; a spike every 997 values (F16: int16 activation scale set by max|x|, not sum|x|) */
+    for (int64_t i = 0; i < n * cols; i++) x[i] = frand() * ((i / 32) % 5 == 1 ? 3.0f : 1.0f) * (i % 997 == 5 ? 1000.0f : 1.0f);
     kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = wd};
     kw_err err = {{0}};
     const bool i16 = type == KW_TYPE_F16 && cols % I16_QK == 0;
     KW_CHECK_EQ_INT(kw_matrix_pack(&W, &err), type == KW_TYPE_F16 && !i16 ? 1 : 0);   /* 1: left unpacked */
     KW_CHECK_EQ_INT(kw_matrix_packed_rows(&W), type == KW_TYPE_F16 ? (i16 ? rows : 0) : rows / 16 * 16);
     if (i16)   /* the reference sees the weights in their int16 form */
-        for (int64_t r = 0; r < rows; r++) i16_round(wf + r * cols, wf + r * cols, cols, I16_WMAX);
+        for (int64_t r = 0; r < rows; r++) i16_round(wf + r * cols, wf + r * cols, cols, 0);
     void *scr = kw_mem_alloc(KW_MEM_SCRATCH, kw_matmul_scratch_bytes(&W, n));
 
     kw_matmul(p1, &W, x, n, y1, scr);
@@ -92,7 +98,7 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p
     int bad = 0;
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (i16) i16_round(x + i * cols, xr, cols, I16_XMAX);
+        if (i16) i16_round(x + i * cols, xr, cols, 1);
         else if (type == KW_TYPE_F16) f16_round(x + i * cols, xr, cols);
         else {
             kw_quantize_row(KW_TYPE_Q8_0, x + i * cols, xq, cols);
@@ -119,6 +125,32 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int64_t n, kw_pool *p
     free(wd); free(wf); free(x); free(y1); free(y2); free(y3); free(xr); free(xq);
 }
 
+/* F16 int16 blocks at the int32 bound: all weights 1 (q = 8191) and all
+ * activations -1 (sum|x| sets the scale d = 128 / 262048: q = -round(2047.25)
+ * = -2047 each), so each 128-value block's dot is -8191 * 2047 * 128 =
+ * -2146173056, just inside int32; the result must be -cols (a wrapped sum
+ * would be far off). Tolerance: the activation rounding, at most d/2 per
+ * value (relative 0.5 / 2047.25), plus 1e-5 relative for float roundings. */
+static void i16_worst_case(kw_pool *p) {
+    const int64_t rows = 16, cols = 512, n = 2;
+    size_t rb = kw_row_bytes(KW_TYPE_F16, cols);
+    uint16_t *wd = malloc(rb * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)(n * cols)), *y = malloc(sizeof(float) * (size_t)(n * rows));
+    for (int64_t i = 0; i < rows * cols; i++) wd[i] = kw_f32_to_f16(1.0f);
+    for (int64_t i = 0; i < n * cols; i++) x[i] = -1.0f;
+    kw_matrix W = {.type = KW_TYPE_F16, .rows = rows, .cols = cols, .row_bytes = rb, .data = wd};
+    kw_err err = {{0}};
+    KW_CHECK_EQ_INT(kw_matrix_pack(&W, &err), 0);
+    void *scr = kw_mem_alloc(KW_MEM_SCRATCH, kw_matmul_scratch_bytes(&W, n));
+    kw_matmul(p, &W, x, n, y, scr);
+    for (int64_t i = 0; i < n * rows; i++)
+        KW_CHECK_MSG(fabsf(y[i] + (float)cols) <= (0.5f / 2047.25f + 1e-5f) * (float)cols, "int16 bound case: y[%lld] = %g, want %lld",
+                     (long long)i, y[i], (long long)-cols);
+    kw_matrix_unpack(&W);
+    kw_mem_free(scr);
+    free(wd); free(x); free(y);
+}
+
 int main(void) {
     const kw_cpu_info *ci = kw_cpu_info_get();
     if (!ci || !ci->avx512f || !ci->avx512bw || !ci->avx512vl || !ci->avx512vnni || kw_kernel_force("avx512") != 0) {
@@ -128,14 +160,17 @@ int main(void) {
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2);
     static const uint32_t types[] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0, KW_TYPE_F16};
     for (int t = 0; t < 3; t++) {
-        run(types[t], 400, 2240, 29, p1, p2);   /* several passes, 70 blocks, tiles 8+8+8+5 */
+        /* several passes; Q4_0/Q8_0: 70 blocks, tiles 8+8+8+5; F16: 18 blocks of 128, tiles 6 x 4 + 5 */
+        run(types[t], 400, types[t] == KW_TYPE_F16 ? 2304 : 2240, 29, p1, p2);
         run(types[t], 203, 256, 17, p1, p2);    /* 11-row tail outside the packed rows */
     }
     /* F16: a 2-group tile whose second group is partial (53 = 32 + 21 rows), tiles of 2 and 3
-     * activation rows (15 = 6 + 6 + 3, then 13 + 2); a width that is no multiple of 64 (not
+     * activation rows (15 = 6 + 6 + 3, then 13 + 2); widths that are no multiple of 128 (not
      * packed: exact F16 kernels). n must exceed 13 (run() splits 13 + rest). */
     run(KW_TYPE_F16, 53, 128, 15, p1, p2);
     run(KW_TYPE_F16, 37, 96, 14, p1, p2);
+    run(KW_TYPE_F16, 37, 192, 14, p1, p2);
+    i16_worst_case(p2);
     kw_pool_destroy(p1);
     kw_pool_destroy(p2);
     return kw_test_finish();

@@ -150,16 +150,24 @@ static void check_against_refs(mm_case *c, const char *family) {
     free(scorr);
 }
 
-/* The int16 block form of 64 values (gemm_avx512.c's packed F16 contract,
- * written out here): d = max|v| / lim in float, q = round-half-even(v * (lim / max)),
- * lim = 4095 for weights and 8191 for activations. */
-#define I16_QK 64
-static void i16_ref_block(const float *v, int32_t *q, float *d, float lim) {
-    float amax = 0;
+/* The int16 block form of 128 values (gemm_avx512.c's packed F16 contract,
+ * written out here): weights d = max|v| / 8191, activations d = the larger
+ * of max|v| / 32767 and sum|v| / (2147483647 / 8191 - 128) (so a block's
+ * dot fits int32), all in float; q = round-half-even(v / d) with |q| capped
+ * at the range. */
+#define I16_QK 128
+static void i16_ref_block(const float *v, int32_t *q, float *d, int act) {
+    float amax = 0, sum = 0, ls[16] = {0};
     for (int j = 0; j < I16_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
-    float id = amax > 0 ? lim / amax : 0.0f;
-    *d = amax / lim;
-    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)nearbyintf(v[j] * id);
+    for (int j = 0; j < I16_QK; j++) ls[j % 16] += fabsf(v[j]);   /* the kernel's lane sums and fold order */
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) ls[i] += ls[i + w];
+    sum = ls[0];
+    float s = act ? fmaxf(amax / 32767.0f, sum / (float)(2147483647 / 8191 - I16_QK)) : amax / 8191.0f;
+    float id = act ? (s > 0 ? 1.0f / s : 0.0f) : (amax > 0 ? 8191.0f / amax : 0.0f);
+    float lim = act ? 32767.0f : 8191.0f;
+    *d = s;
+    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)fminf(fmaxf(nearbyintf(v[j] * id), -lim), lim);
 }
 
 /* Packed F16 on AVX-512 computes with int16 blocks of the weights and of the
@@ -173,11 +181,11 @@ static void check_i16_ref(mm_case *c, const char *family) {
     int bad = 0;
     double worst = 0;
     for (int64_t i = 0; i < c->n; i++) {
-        for (int64_t b = 0; b < nb; b++) i16_ref_block(c->x + i * c->cols + I16_QK * b, qx + I16_QK * b, dx + b, 8191.0f);
+        for (int64_t b = 0; b < nb; b++) i16_ref_block(c->x + i * c->cols + I16_QK * b, qx + I16_QK * b, dx + b, 1);
         for (int64_t r = 0; r < c->rows; r++) {
             double ref = 0, mag = 0;
             for (int64_t b = 0; b < nb; b++) {
-                i16_ref_block(c->wf + r * c->cols + I16_QK * b, qw, &dw, 4095.0f);
+                i16_ref_block(c->wf + r * c->cols + I16_QK * b, qw, &dw, 0);
                 int64_t dot = 0;
                 for (int j = 0; j < I16_QK; j++) dot += (int64_t)qw[j] * qx[I16_QK * b + j];
                 ref += (double)dw * dx[b] * (double)dot;
