@@ -96,10 +96,12 @@ static void score_keys(const float *qt, const float *k0, const float *k1, int hk
     for (int l = 0; l < 8; l++) { a0[l] = _mm512_setzero_ps(); a1[l] = _mm512_setzero_ps(); }
     if (k1) {
         for (int d = 0; d < hk; d += 8) {
+            __m512 q[8];
+            _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) q[l] = _mm512_loadu_ps(qt + (size_t)(d + l) * KW_ATT_LANES);
+            __asm__("" : "+v"(q[0]), "+v"(q[1]), "+v"(q[2]), "+v"(q[3]), "+v"(q[4]), "+v"(q[5]), "+v"(q[6]), "+v"(q[7]));
             _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
-                __m512 q = _mm512_loadu_ps(qt + (size_t)(d + l) * KW_ATT_LANES);
-                a0[l] = _mm512_fmadd_ps(q, _mm512_set1_ps(k0[d + l]), a0[l]);
-                a1[l] = _mm512_fmadd_ps(q, _mm512_set1_ps(k1[d + l]), a1[l]);
+                a0[l] = _mm512_fmadd_ps(q[l], _mm512_set1_ps(k0[d + l]), a0[l]);
+                a1[l] = _mm512_fmadd_ps(q[l], _mm512_set1_ps(k1[d + l]), a1[l]);
             }
         }
         _mm512_storeu_ps(s1, _mm512_mul_ps(tree8(a1), _mm512_set1_ps(scale)));
