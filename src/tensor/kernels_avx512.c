@@ -164,11 +164,16 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  *   then the 16 rows' F16 scales.
  * Unpacked, part k is a vector whose lane L holds row L's values 4k..4k+3,
  * which vpdpbusd multiplies with activation bytes 4k..4k+3 broadcast. */
-/* Activation rows from which the tiled GEMM takes over; up to 8 rows (batched
- * decode) the per-group tile streams each block once for all rows, with
- * prefetch (measured on 65536 x 2048, 2 threads: n=4 Q4_0 14.1 vs 15.8 ms,
- * n=8 23.7 vs 37.4 ms; Q8_0 n=4 31.4 vs 36.2, n=8 36.6 vs 51.1). */
-#define KW_X16_GEMM_MIN_ROWS 9
+/* Activation rows from which the tiled GEMM (gemm_avx512.c) takes over; up
+ * to 16 rows (batched decode, short prefill chunks) the per-group tile
+ * streams each block once for all rows (tiles of 8) with its far prefetch.
+ * From DRAM the GEMM, which has no prefetch, was slower at every size up to
+ * 64 rows once the tile prefetched 16 KiB ahead (65536 x 2048, one thread,
+ * CPU time, GEMM vs tile: Q4_0 n=9 11.8 vs 7.3 ms, n=16 17.2 vs 12.4, n=32
+ * 30.4 vs 26.9, n=64 55.1 vs 52.9; Q8_0 n=16 24.4 vs 13.7; two threads Q4_0
+ * n=12 7.1 vs 4.7, n=16 8.9 vs 6.4), and alike from L2 (512 rows). 16 keeps
+ * the GEMM for prefill chunks, where it keeps weights in L2 across tiles. */
+#define KW_X16_GEMM_MIN_ROWS 17
 #define KW_FMT_Q4_0_X16 1u
 #define KW_FMT_Q8_0_X16 2u
 /* Bytes ahead in the group stream that the small-batch tile prefetches, into

@@ -1,12 +1,12 @@
 /* test_x16_batch.c - batch composition never changes a packed Q4_0 / Q8_0
  * result: the small-batch path of the 16-row interleaved kernel
- * (kernels_avx512.c, 2..8 activation rows, the batched decode step) gives
+ * (kernels_avx512.c, 2..16 activation rows, the batched decode step) gives
  * exactly the bytes of the per-row packed kernel (1 row) for every row, in
  * any position of the batch and with 1 or 2 threads. Shapes: 70 blocks per
  * row (prefetch runs past the end of each group and of the matrix), 3
  * blocks (odd block count), 203 rows (11-row tail through the unpacked
  * kernel), and 1032 blocks per row, where the prefill GEMM declines (its
- * offset table holds 1024) and the small-batch path also takes 9..12 rows.
+ * offset table holds 1024) and the small-batch path also takes 17..20 rows.
  * Skips (77) without AVX-512 VNNI. */
 #include "testutil.h"
 #include <string.h>
@@ -70,9 +70,9 @@ int main(void) {
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2);
     static const uint32_t types[] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0};
     for (int t = 0; t < 2; t++) {
-        run(types[t], 203, 2240, 9, p1, p2);     /* 70 blocks; 9 rows goes to the prefill GEMM */
+        run(types[t], 203, 2240, 17, p1, p2);    /* 70 blocks; tiles of 8 + 1..8 rows; 17 rows: the prefill GEMM */
         run(types[t], 96, 96, 8, p1, p2);        /* 3 blocks */
-        run(types[t], 48, 33024, 12, p1, p2);    /* 1032 blocks: the small-batch path for 9..12 rows too */
+        run(types[t], 48, 33024, 20, p1, p2);    /* 1032 blocks: the GEMM declines, the small-batch path takes 17..20 */
     }
     kw_pool_destroy(p1);
     kw_pool_destroy(p2);
