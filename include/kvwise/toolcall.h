@@ -4,8 +4,11 @@
  * Formats understood: Qwen/Hermes `<tool_call>{"name":..,"arguments":..}</tool_call>`,
  * Llama 3 `<|python_tag|>{...}` and a bare JSON object at the start of the
  * output (`{"name":..,"parameters":..}`, only with KW_TC_BARE_JSON), Mistral
- * `[TOOL_CALLS][{...}, ...]`. Text is fed as it is generated; anything that
- * could still be the start of a tag is held back (like a stop string).
+ * `[TOOL_CALLS][{...}, ...]` (tokenizer v3-v7) and Mistral v11+
+ * `[TOOL_CALLS]NAME[ARGS]{...}` / `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`
+ * (each call with its own [TOOL_CALLS]; committed at the arguments' `{`).
+ * Text is fed as it is generated; anything that could still be the start of
+ * a tag is held back (like a stop string).
  *
  * Calls stream: once the text of a call reads `{"name": "NAME", "arguments": {`
  * (whitespace free, "parameters" for "arguments") the call is committed:

@@ -275,13 +275,22 @@ static int parse_tool_choice(const cJSON *root, int *mode, const char **named, k
 }
 
 /* The call format the model is prompted with, judged from the rendered prompt. */
-enum { FMT_NONE = 0, FMT_HERMES, FMT_LLAMA3, FMT_MISTRAL };
+enum { FMT_NONE = 0, FMT_HERMES, FMT_LLAMA3, FMT_MISTRAL, FMT_MISTRAL_ARGS };
 
-static int call_format(const char *prompt, const kw_chat_template *tpl) {
+/* FMT_MISTRAL_ARGS (tokenizer v11+, `[TOOL_CALLS]NAME[ARGS]{..}`): the
+ * prompt or the model's own template text writes calls with [ARGS]. */
+static int call_format(const char *prompt, const kw_chat_template *tpl, const char *model_tpl) {
     if (strstr(prompt, "<tool_call>")) return FMT_HERMES;
-    if (strstr(prompt, "[AVAILABLE_TOOLS]")) return FMT_MISTRAL;
+    if (strstr(prompt, "[AVAILABLE_TOOLS]"))
+        return strstr(prompt, "[ARGS]") || (model_tpl && strstr(model_tpl, "[ARGS]")) ? FMT_MISTRAL_ARGS : FMT_MISTRAL;
     if (tpl->family == KW_TPL_LLAMA3) return FMT_LLAMA3;
     return FMT_NONE;
+}
+
+/* A function name the v11+ Mistral header can carry (toolcall.c's name rule). */
+static bool mistral_plain_name(const char *s) {
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:");
+    return n > 0 && n <= 256 && !s[n];
 }
 
 /* tool_choice required / named, without constrained decoding: the assistant
@@ -289,8 +298,10 @@ static int call_format(const char *prompt, const kw_chat_template *tpl) {
  * the call's name) so the model continues inside a call. Only when the
  * template rendered the tools (their name is in the prompt) and the format is
  * known; else "" (the model may still answer without a call). A prompt that
- * left <think> open gets it closed first. malloc'd. */
-static char *tool_prefill(int mode, const char *named, const cJSON *tools, const char *prompt, const kw_chat_template *tpl) {
+ * left <think> open gets it closed first. Mistral v11+: `[TOOL_CALLS]`, and
+ * `NAME[ARGS]` after it for a named function. malloc'd. */
+static char *tool_prefill(int mode, const char *named, const cJSON *tools, const char *prompt, const kw_chat_template *tpl,
+                          const char *model_tpl) {
     kw_sbuf b = {0};
     if (mode == TC_REQUIRED || mode == TC_NAMED) {
         const char *probe = named;
@@ -299,12 +310,14 @@ static char *tool_prefill(int mode, const char *named, const cJSON *tools, const
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
             probe = cJSON_IsString(nm) ? nm->valuestring : NULL;
         }
-        int fmt = call_format(prompt, tpl);
+        int fmt = call_format(prompt, tpl, model_tpl);
         if (probe && fmt != FMT_NONE && strstr(prompt, probe)) {
             if (kw_toolparse_prompt_opens_think(prompt)) kw_sbuf_puts(&b, "\n</think>\n\n");
             if (fmt == FMT_HERMES) kw_sbuf_puts(&b, "<tool_call>\n");
-            else if (fmt == FMT_MISTRAL) kw_sbuf_puts(&b, "[TOOL_CALLS]");
-            if (mode == TC_NAMED) {
+            else if (fmt == FMT_MISTRAL || fmt == FMT_MISTRAL_ARGS) kw_sbuf_puts(&b, "[TOOL_CALLS]");
+            if (fmt == FMT_MISTRAL_ARGS) {
+                if (mode == TC_NAMED && mistral_plain_name(named)) kw_sbuf_printf(&b, "%s[ARGS]", named);
+            } else if (mode == TC_NAMED) {
                 cJSON *s = cJSON_CreateString(named);
                 char *q = s ? cJSON_PrintUnformatted(s) : NULL;
                 if (q) kw_sbuf_printf(&b, "%s{\"name\": %s, \"%s\":", fmt == FMT_MISTRAL ? "[" : "", q,
@@ -538,7 +551,8 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         char *text = render_chat(root, tpl, e);
         if (hidden) cJSON_AddItemToObject(root, "tools", hidden);
         if (!text) goto fail;
-        char *prefill = tool_prefill(choice, named, cJSON_GetObjectItemCaseSensitive(root, "tools"), text, tpl);
+        char *prefill = tool_prefill(choice, named, cJSON_GetObjectItemCaseSensitive(root, "tools"), text, tpl,
+                                     eng->chat_template);
         if (!prefill) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); free(text); goto fail; }
         kw_sbuf full = {0};      /* the prompt the model reads: text + prefill */
         kw_sbuf_puts(&full, text);

@@ -5,7 +5,8 @@
  * to reasoning; after a tool-call tag (or a leading JSON object) the call's
  * header `{"name": "...", "arguments": {` is matched, then the call is
  * committed and its arguments stream out fragment by fragment while the
- * validator accepts them. Calls in other shapes are collected until complete
+ * validator accepts them (Mistral v11+ `[TOOL_CALLS]NAME[ARGS]{` commits the
+ * same way, at the `{`). Calls in other shapes are collected until complete
  * and parsed with cJSON; anything invalid before the commit goes out as
  * content verbatim. */
 #include <ctype.h>
@@ -26,12 +27,18 @@ enum {
     ST_BUF_JSON         /* ... or up to the end of its JSON value */
 };
 
-/* How the calls of one group are delimited. */
-enum { G_HERMES = 0, G_LIST, G_MISTRAL, G_ARRAY };
+/* How the calls of one group are delimited. G_MISTRAL: after [TOOL_CALLS],
+ * not yet known whether a JSON list or a `name[ARGS]{..}` call follows;
+ * G_NAMED: the latter (each call has its own [TOOL_CALLS], nothing closes it). */
+enum { G_HERMES = 0, G_LIST, G_MISTRAL, G_ARRAY, G_NAMED };
 
 static const char TAG_THINK[] = "<think>", TAG_THINK_END[] = "</think>";
 static const char TAG_HERMES[] = "<tool_call>", TAG_HERMES_END[] = "</tool_call>";
 static const char TAG_PYTHON[] = "<|python_tag|>", TAG_MISTRAL[] = "[TOOL_CALLS]";
+static const char TAG_ARGS[] = "[ARGS]", TAG_CALL_ID[] = "[CALL_ID]";
+/* Mistral tokenizer v11+: [TOOL_CALLS]NAME[ARGS]{..} / NAME[CALL_ID]ID[ARGS]{..} */
+#define NAMED_MAX_NAME 256
+#define NAMED_MAX_ID 64
 
 /* ---- the JSON syntax validator ------------------------------------------ */
 
@@ -402,6 +409,53 @@ static int header_match(const char *s, size_t n, size_t *name_at, size_t *name_l
     return HM_MATCH;
 }
 
+/* ---- the Mistral v11+ header: NAME[ARGS]{ or NAME[CALL_ID]ID[ARGS]{ ------ */
+
+static bool named_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.' || c == ':';
+}
+
+static bool named_id_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+/* Skips a run of allowed characters (1..max of them) at s[*i]. */
+static int hm_run(const char *s, size_t n, size_t *i, bool (*ok)(char), size_t max) {
+    size_t start = *i;
+    while (*i < n && ok(s[*i])) {
+        if (*i - start >= max) return HM_NO;
+        (*i)++;
+    }
+    if (*i == n) return HM_MORE;
+    return *i > start ? HM_MATCH : HM_NO;
+}
+
+/* MATCH when s starts with NAME[ARGS]{ or NAME[CALL_ID]ID[ARGS]{ (whitespace
+ * allowed only before the `{`): *args_at is the offset of the `{`. The
+ * [CALL_ID] value is checked and dropped (ids are the parser's own). */
+static int named_match(const char *s, size_t n, size_t *name_len, size_t *args_at) {
+    size_t i = 0;
+    int r = hm_run(s, n, &i, named_name_char, NAMED_MAX_NAME);
+    if (r != HM_MATCH) return r;
+    *name_len = i;
+    size_t a = i, c = i;
+    int ra = hm_lit(s, n, &a, TAG_ARGS);
+    if (ra == HM_MATCH) {
+        i = a;
+    } else {
+        int rc = hm_lit(s, n, &c, TAG_CALL_ID);
+        if (rc != HM_MATCH) return ra == HM_MORE || rc == HM_MORE ? HM_MORE : HM_NO;
+        i = c;
+        if ((r = hm_run(s, n, &i, named_id_char, NAMED_MAX_ID)) != HM_MATCH) return r;
+        if ((r = hm_lit(s, n, &i, TAG_ARGS)) != HM_MATCH) return r;
+    }
+    if ((r = hm_ws(s, n, &i)) != HM_MATCH) return r;
+    if (s[i] != '{') return HM_NO;
+    *args_at = i;
+    return HM_MATCH;
+}
+
 /* ---- states ------------------------------------------------------------- */
 
 static void open_call(kw_toolparse *p, const char *marker, int group) {
@@ -473,6 +527,33 @@ static bool step_think(kw_toolparse *p, bool final) {
     return false;
 }
 
+/* Commits a call whose arguments object starts at buf[args_at]: BEGIN now,
+ * the arguments stream from there (the validator sees only the object). */
+static void commit_named(kw_toolparse *p, size_t name_at, size_t name_len, size_t args_at) {
+    call_begin(p, p->buf + name_at, name_len);
+    kw_jv_init(&p->jv);
+    p->args_depth = 0;
+    p->in_args = true;
+    consume(p, args_at);
+    p->marker = "";
+    p->group = G_NAMED;
+    p->state = ST_CALL_ARGS;
+}
+
+/* [TOOL_CALLS] followed by something other than JSON: the v11+ header
+ * NAME[ARGS]{ (or with [CALL_ID]ID); anything else goes back as content. */
+static bool step_named_head(kw_toolparse *p, size_t off, bool final) {
+    size_t name_len = 0, args_at = 0;
+    int r = named_match(p->buf + off, p->len - off, &name_len, &args_at);
+    if (r == HM_MORE && !final) return false;
+    if (r != HM_MATCH) {
+        p->state = ST_BUF_JSON;         /* not JSON either: the marker and the text become content */
+        return true;
+    }
+    commit_named(p, off, name_len, off + args_at);
+    return true;
+}
+
 /* Before the commit: wait for the header; a match commits the call, a
  * mismatch hands the text to the collect-whole path. */
 static bool step_call_head(kw_toolparse *p, bool final) {
@@ -485,6 +566,8 @@ static bool step_call_head(kw_toolparse *p, bool final) {
         while (off < p->len && is_ws(p->buf[off])) off++;
     }
     if (off == p->len && !final) return false;
+    if (p->group == G_MISTRAL && !in_array && off < p->len && p->buf[off] != '{')
+        return step_named_head(p, off, final);
     size_t name_at = 0, name_len = 0, args_at = 0;
     int r = off < p->len ? header_match(p->buf + off, p->len - off, &name_at, &name_len, &args_at) : HM_NO;
     if (r == HM_MORE && !final) return false;
@@ -549,6 +632,10 @@ static bool step_call_broken(kw_toolparse *p, bool final) {
 /* After a call object: </tool_call>, or the next call of a list. */
 static bool step_call_after(kw_toolparse *p, bool final) {
     size_t k = 0;
+    if (p->group == G_NAMED) {         /* nothing closes it: a next [TOOL_CALLS] or text follows */
+        p->state = ST_NORMAL;
+        return true;
+    }
     if (p->group == G_LIST) {
         while (k < p->len && (is_ws(p->buf[k]) || p->buf[k] == ';' || p->buf[k] == ',')) k++;
         if (k == p->len) {

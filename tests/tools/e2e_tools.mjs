@@ -3,7 +3,7 @@
 // emitted as the model's tokens, then end of generation). For each scripted
 // output (plain answer, one call, two parallel calls, reasoning then a call,
 // a malformed call, a call whose arguments break after it started, a long
-// argument) the non-streamed response and the streamed chunks are checked
+// argument, Mistral v11+ `[TOOL_CALLS]NAME[ARGS]{..}` calls and a malformed one) the non-streamed response and the streamed chunks are checked
 // field by field against the OpenAI chat.completion format: a streamed call
 // is a delta with index, id, type and name (arguments "") and then argument
 // fragments whose concatenation is the non-streamed arguments text. Then
@@ -60,14 +60,18 @@ fs.writeFileSync(scriptPath, JSON.stringify([
   { if_last_role: 'tool', if_tools: true, text: 'After the tool.' },
   { if_contains: 'scripted please', text: 'From the script.' },
 ]));
-// Llama 3 style (JSON calls, "parameters") and Mistral style ([AVAILABLE_TOOLS] / [TOOL_CALLS]) templates
+// Llama 3 style (JSON calls, "parameters") and Mistral style ([AVAILABLE_TOOLS] / [TOOL_CALLS]) templates; the
+// Mistral one writes earlier calls in the v11+ form ([TOOL_CALLS]NAME[ARGS]..), so a prompt with such a call in its
+// history makes the prefill use that form
 const llamaTpl = path.join(dir, 'llama3.jinja'), mistralTpl = path.join(dir, 'mistral.jinja');
 fs.writeFileSync(llamaTpl, "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n" +
   "{% if m.role == 'user' and tools and loop.last %}Given the following functions, respond with a JSON for a function call.\n" +
   "{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif %}{{ m.content }}<|eot_id|>{% endfor %}" +
   "<|start_header_id|>assistant<|end_header_id|>\n\n");
 fs.writeFileSync(mistralTpl, "{{ bos_token }}{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}" +
-  "{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.role == 'assistant' %}{{ m.content }}</s>{% endif %}{% endfor %}");
+  "{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.role == 'assistant' %}" +
+  "{% if m.tool_calls %}{% for c in m.tool_calls %}[TOOL_CALLS]{{ c.function.name }}[ARGS]{{ c.function.arguments | tojson }}{% endfor %}" +
+  "{% else %}{{ m.content }}{% endif %}</s>{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% endif %}{% endfor %}");
 const srv = startServer([]), srvThink = startServer(['--chat-template', tplPath, '--test-replay-script', scriptPath]);
 const srvLlama = startServer(['--chat-template', llamaTpl]), srvMistral = startServer(['--chat-template', mistralTpl]);
 let log = '';
@@ -113,6 +117,13 @@ const CASES = {
   // the call started (name known) and its arguments broke: the call keeps what was written, the rest is content
   broken_args: ['<tool_call>\n{"name": "read", "arguments": {"path": </tool_call> oops',
     { content: '</tool_call> oops', reasoning: null, calls: [['read', { raw: '{"path": ' }]] }],
+  // Mistral tokenizer v11+ (Mistral Small 3.2, Devstral, Magistral): [TOOL_CALLS]NAME[ARGS]{..}, one opener per call,
+  // optionally [CALL_ID]ID before [ARGS]
+  mistral_v11: ['Checking both.[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}[TOOL_CALLS]read[CALL_ID]a1B2c3D4e[ARGS]{"path": "/tmp/a b.txt"}',
+    { content: 'Checking both.', reasoning: null, calls: [['get_weather', { city: 'Oslo' }], ['read', { path: '/tmp/a b.txt' }]] }],
+  // no JSON object after [ARGS]: verbatim content
+  mistral_v11_malformed: ['[TOOL_CALLS]read[ARGS]oops, no JSON',
+    { content: '[TOOL_CALLS]read[ARGS]oops, no JSON', reasoning: null, calls: [] }],
   long_args: ['<tool_call>\n{"name": "read", "arguments": {"path": "' + LONG + '"}}\n</tool_call>',
     { content: null, reasoning: null, calls: [['read', { path: LONG }]], minFragments: 8 }],
 };
@@ -306,20 +317,29 @@ async function main() {
   }
   // the prefill in the other call formats: Llama 3 JSON ("parameters", bare at the start) and Mistral [TOOL_CALLS]
   const lp = await portOf(srvLlama), mp = await portOf(srvMistral);
+  const v11History = [...turn2, { role: 'assistant', content: 'It is 21 degrees.' }, { role: 'user', content: 'And in Rome?' }];
   const fmtCases = [
     ['llama3 named', lp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}}', ['get_weather', { city: 'Rome' }]],
     ['llama3 required', lp, 'required', ' "read", "parameters": {"path": "x"}}', ['read', { path: 'x' }]],
     ['llama3 auto (bare JSON)', lp, 'auto', '{"name": "read", "parameters": {"path": "y"}}', ['read', { path: 'y' }]],
     ['mistral named', mp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}}]', ['get_weather', { city: 'Rome' }]],
     ['mistral required', mp, 'required', '[{"name": "read", "arguments": {"path": "x"}}]', ['read', { path: 'x' }]],
+    ['mistral v11 named', mp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}', ['get_weather', { city: 'Rome' }], v11History],
+    ['mistral v11 required', mp, 'required', 'read[CALL_ID]x1[ARGS]{"path": "x"}', ['read', { path: 'x' }], v11History],
   ];
-  for (const [what, p, choice, replay, call] of fmtCases) {
+  for (const [what, p, choice, replay, call, msgs] of fmtCases) {
     for (const stream of [false, true]) {
-      const r = await post(p, { messages, tools: TOOLS, tool_choice: choice, stream, test_replay: replay });
+      const r = await post(p, { messages: msgs || messages, tools: TOOLS, tool_choice: choice, stream, test_replay: replay });
       check(JSON.stringify(callOf(r, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: null, calls: [call] }),
         `${what} (stream ${stream})`, [r.text.slice(0, 300), callOf(r, stream)]);
     }
   }
+  // which Mistral prefill was used shows in prompt_tokens (prompt + prefill): the v11+ one
+  // ("[TOOL_CALLS]get_weather[ARGS]") is shorter than the list one ('[TOOL_CALLS][{"name": "get_weather", "arguments":')
+  const named = { type: 'function', function: { name: 'get_weather' } };
+  const pt = async (msgs, choice) => JSON.parse((await post(mp, { messages: msgs, tools: TOOLS, tool_choice: choice, test_replay: ' {}' })).text).usage.prompt_tokens;
+  const dV11 = (await pt(v11History, named)) - (await pt(v11History, 'auto')), dList = (await pt(messages, named)) - (await pt(messages, 'auto'));
+  check(dV11 > 0 && dV11 < dList, 'mistral named prefill: the v11+ form when the prompt writes calls with [ARGS]', { dV11, dList });
   // the replay script: rules by last role + tools, by text; no match samples; the request field wins
   const content = async (body) => { const r = await post(tp, { max_tokens: 32, chat_template_kwargs: { enable_thinking: false }, ...body }); return [r.status, r.status === 200 ? JSON.parse(r.text).choices[0].message.content : r.text]; };
   check(JSON.stringify(await content({ messages: [{ role: 'user', content: 'scripted please' }] })) === JSON.stringify([200, 'From the script.']), 'replay script: if_contains');

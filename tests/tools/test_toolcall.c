@@ -1,5 +1,5 @@
 /* test_toolcall.c - the streaming tool-call / reasoning parser: every
- * format, fed whole, split at every byte boundary and byte by byte (the
+ * format (Mistral's list and v11+ NAME[ARGS] side by side), fed whole, split at every byte boundary and byte by byte (the
  * transcript of events must not depend on how the text arrives), and
  * malformed calls falling back to content. */
 #include <string.h>
@@ -145,6 +145,128 @@ static void test_validator(void) {
     KW_CHECK_EQ_INT(r, -1);
 }
 
+/* Mistral v11+: [TOOL_CALLS]NAME[ARGS]{..}. Streaming order: nothing until
+ * the arguments' `{`, then BEGIN with the name and fragments as they come. */
+static void test_mistral_named_incremental(void) {
+    transcript t = {0};
+    t.last = -1;
+    kw_toolparse p;
+    kw_toolparse_init(&p, KW_TC_TOOLS, on_ev, &t);
+    feeds(&p, "On it.[TOOL_");
+    KW_CHECK_MSG(!strcmp(t.s, "C[On it."), "partial tag held: %s", t.s);
+    feeds(&p, "CALLS]read_fi");
+    feeds(&p, "le[CALL_ID]a1B2");
+    feeds(&p, "c3D4e[AR");
+    KW_CHECK_MSG(!strcmp(t.s, "C[On it."), "header not complete: %s", t.s);
+    KW_CHECK_EQ_INT(t.events, 1);
+    feeds(&p, "GS]{\"pa");
+    KW_CHECK_MSG(!strcmp(t.s, "C[On it.]T0(read_file,{\"pa"), "committed at {: %s", t.s);
+    feeds(&p, "th\": \"/a\"}");
+    KW_CHECK_MSG(!strcmp(t.s, "C[On it.]T0(read_file,{\"path\": \"/a\"})"), "ended with its object: %s", t.s);
+    feeds(&p, "[TOOL_CALLS]ls[ARGS]{}");
+    kw_toolparse_finish(&p);
+    kw_toolparse_free(&p);
+    close_t(&t);
+    KW_CHECK_MSG(!strcmp(t.s, "C[On it.]T0(read_file,{\"path\": \"/a\"})T1(ls,{})"), "got %s", t.s);
+    KW_CHECK(strcmp(t.ids[0], t.ids[1]) != 0);
+    KW_CHECK(!strncmp(t.ids[0], "call_", 5));        /* the model's [CALL_ID] is not the id */
+
+    /* tool_choice prefills: named ("[TOOL_CALLS]NAME[ARGS]") and required ("[TOOL_CALLS]") give no event alone */
+    static const struct { const char *prefill, *rest, *want; } pre[] = {
+        {"[TOOL_CALLS]get_weather[ARGS]", " {\"city\": \"Rome\"}", "T0(get_weather,{\"city\": \"Rome\"})"},
+        {"[TOOL_CALLS]", "get_weather[ARGS]{}", "T0(get_weather,{})"},
+        {"[TOOL_CALLS]", "[{\"name\": \"a\", \"arguments\": {}}]", "T0(a,{})"},
+        {"[TOOL_CALLS]get_weather[ARGS]", "no json", "C[[TOOL_CALLS]get_weather[ARGS]no json]"},
+    };
+    for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
+        transcript u = {0};
+        u.last = -1;
+        kw_toolparse_init(&p, KW_TC_TOOLS, on_ev, &u);
+        feeds(&p, pre[i].prefill);
+        KW_CHECK_EQ_INT(u.events, 0);
+        feeds(&p, pre[i].rest);
+        kw_toolparse_finish(&p);
+        kw_toolparse_free(&p);
+        close_t(&u);
+        KW_CHECK_MSG(!strcmp(u.s, pre[i].want), "prefill %s: got %s", pre[i].prefill, u.s);
+    }
+}
+
+/* Two calls fed in three pieces, cut at every pair of byte boundaries: the
+ * transcript (names, joined argument fragments) never changes. */
+static void test_mistral_named_two_cuts(void) {
+    const char *text = "x[TOOL_CALLS]a[ARGS]{\"s\": \"}]\\\"\"}[TOOL_CALLS]b[CALL_ID]Q9[ARGS]{\"n\": [1, -2e3]}";
+    const char *want = "C[x]T0(a,{\"s\": \"}]\\\"\"})T1(b,{\"n\": [1, -2e3]})";
+    size_t n = strlen(text);
+    int bad = 0, runs = 0;
+    for (size_t c1 = 0; c1 <= n; c1++)
+        for (size_t c2 = c1; c2 <= n; c2++) {
+            transcript t = {0};
+            t.last = -1;
+            kw_toolparse p;
+            kw_toolparse_init(&p, KW_TC_TOOLS, on_ev, &t);
+            kw_toolparse_feed(&p, text, c1);
+            kw_toolparse_feed(&p, text + c1, c2 - c1);
+            kw_toolparse_feed(&p, text + c2, n - c2);
+            kw_toolparse_finish(&p);
+            kw_toolparse_free(&p);
+            close_t(&t);
+            runs++;
+            if (strcmp(t.s, want)) { if (!bad) fprintf(stderr, "cuts %zu,%zu: %s\n", c1, c2, t.s); bad++; }
+        }
+    KW_CHECK_EQ_INT(bad, 0);
+    KW_CHECK_EQ_INT(runs, (int)((n + 1) * (n + 2) / 2));
+}
+
+static void test_mistral_named(void) {
+    const unsigned T = KW_TC_TOOLS;
+    /* the older list and the v11+ form, side by side: same calls */
+    expect("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]", T,
+           "T0(get_weather,{\"city\": \"Paris\"})");
+    expect("[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", T, "T0(get_weather,{\"city\": \"Paris\"})");
+    /* several calls, each with its own [TOOL_CALLS], whitespace between them dropped */
+    expect("[TOOL_CALLS]a[ARGS]{\"n\": 1}[TOOL_CALLS]b[ARGS]{}\n[TOOL_CALLS]c.d-e:f[ARGS] {\"k\": [true, null]}", T,
+           "T0(a,{\"n\": 1})T1(b,{})T2(c.d-e:f,{\"k\": [true, null]})");
+    /* [CALL_ID] before [ARGS] */
+    expect("[TOOL_CALLS]read[CALL_ID]a1B2c3D4e[ARGS]{\"path\": \"/tmp/x\"}", T, "T0(read,{\"path\": \"/tmp/x\"})");
+    expect("[TOOL_CALLS]a[CALL_ID]x_1-Y[ARGS]{}[TOOL_CALLS]b[ARGS]{\"z\": 0}", T, "T0(a,{})T1(b,{\"z\": 0})");
+    /* text before and after, reasoning before, tags and brackets inside argument strings */
+    expect("Let me check.\n\n[TOOL_CALLS]f[ARGS]{\"q\": \"[TOOL_CALLS]x[ARGS]{\"} done", T,
+           "C[Let me check.]T0(f,{\"q\": \"[TOOL_CALLS]x[ARGS]{\"})C[done]");
+    expect("<think>need a tool</think>\n[TOOL_CALLS]s[ARGS]{\"q\": \"\\u00e9\"}", T, "R[need a tool]T0(s,{\"q\": \"\\u00e9\"})");
+    /* malformed before the commit: content, verbatim */
+    expect("[TOOL_CALLS]f[ARGS]not json", T, "C[[TOOL_CALLS]f[ARGS]not json]");
+    expect("[TOOL_CALLS]f[ARGS]", T, "C[[TOOL_CALLS]f[ARGS]]");
+    expect("[TOOL_CALLS]f[ARGS][1, 2]", T, "C[[TOOL_CALLS]f[ARGS][1, 2]]");
+    expect("[TOOL_CALLS]f[CALL_ID][ARGS]{}", T, "C[[TOOL_CALLS]f[CALL_ID][ARGS]{}]");
+    expect("[TOOL_CALLS]f[CALL_ID]a b[ARGS]{}", T, "C[[TOOL_CALLS]f[CALL_ID]a b[ARGS]{}]");
+    expect("[TOOL_CALLS]f g[ARGS]{}", T, "C[[TOOL_CALLS]f g[ARGS]{}]");
+    expect("[TOOL_CALLS]f[ARG]{}", T, "C[[TOOL_CALLS]f[ARG]{}]");
+    expect("[TOOL_CALLS]f{\"a\": 1}", T, "C[[TOOL_CALLS]f{\"a\": 1}]");   /* [ARGS] missing: not parsed */
+    expect("[TOOL_CALLS]f[CALL_ID]abc", T, "C[[TOOL_CALLS]f[CALL_ID]abc]");
+    expect("[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]oops", T, "T0(a,{})C[[TOOL_CALLS]oops]");
+    /* committed arguments that break: the call ends broken, the rest is content */
+    expect("[TOOL_CALLS]f[ARGS]{\"a\": tru} then", T, "T0(f,{\"a\": tru)!C[} then]");
+    expect("[TOOL_CALLS]f[ARGS]{\"a\": \"b", T, "T0(f,{\"a\": \"b)!");
+    /* without KW_TC_TOOLS it is text */
+    expect("[TOOL_CALLS]f[ARGS]{}", 0, "C[[TOOL_CALLS]f[ARGS]{}]");
+    /* a name or id longer than the limits is not a header */
+    char longname[400], want[520];
+    memset(longname, 'n', 300);
+    longname[300] = 0;
+    char text[480];
+    snprintf(text, sizeof text, "[TOOL_CALLS]%s[ARGS]{}", longname);
+    snprintf(want, sizeof want, "C[%s]", text);
+    expect(text, T, want);
+    snprintf(text, sizeof text, "[TOOL_CALLS]f[CALL_ID]%.*s[ARGS]{}", 65, longname);
+    snprintf(want, sizeof want, "C[%s]", text);
+    expect(text, T, want);
+    snprintf(text, sizeof text, "[TOOL_CALLS]f[CALL_ID]%.*s[ARGS]{}", 64, longname);
+    expect(text, T, "T0(f,{})");
+    test_mistral_named_incremental();
+    test_mistral_named_two_cuts();
+}
+
 int main(void) {
     const unsigned T = KW_TC_TOOLS;
     /* plain text is untouched, including edge whitespace */
@@ -204,6 +326,7 @@ int main(void) {
     expect("<tool_call>{\"name\":\"a\",\"arguments\":{}}", T, "T0(a,{})");   /* missing close tag at the end */
     test_incremental();
     test_validator();
+    test_mistral_named();
     KW_CHECK(kw_toolparse_prompt_opens_think("<|im_start|>assistant\n<think>\n"));
     KW_CHECK(!kw_toolparse_prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
     KW_CHECK(!kw_toolparse_prompt_opens_think("<|im_start|>assistant\n"));
