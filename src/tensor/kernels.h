@@ -73,6 +73,13 @@ size_t kw_act_f16_i16_bytes(int64_t n);
 int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy);
 
+/* kquant_avx512.c: Q4_K as 16-row interleaved groups with unpacked scales
+ * (format KW_FMT_Q4_K_X16); the gemm returns the first row not done. */
+#define KW_FMT_Q4_K_X16 0x20u
+int kw_pack_q4k_x16(kw_matrix *W, kw_err *err);
+int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                        int64_t ldy);
+
 /* quant_ref.c */
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);
 
