@@ -23,7 +23,22 @@
  * is exact in float (6 + 17 bits), only the sum over s and the final two
  * FMAs round. Lanes are the 16 outputs: no horizontal sums. Each output
  * gets the same instruction sequence whatever the batch size or tile, so
- * results do not depend on the thread split or on batch composition. */
+ * results do not depend on the thread split or on batch composition.
+ *
+ * Q6_K (format KW_FMT_Q6_K_X16) the same way, 3392 bytes per group and
+ * super-block (212 per row; the original block is 210):
+ *   [0, 3072)     ql words transposed as above (part p: row L's ql[4p..4p+3])
+ *                 and qh words (part q: row L's qh[4q..4q+3]), per half h in
+ *                 the order the tile first reads them: (ql 16h+k, qh 8h+k)
+ *                 for k = 0..7, then ql 16h+8..16h+15 (q6k_ql_off/qh_off);
+ *   [3072, 3328)  int8 scales in pairs, byte 32t+2L+e = row L's sc[2t+e];
+ *   [3328, 3360)  the 16 rows' F16 d; 32 bytes of padding so every block
+ *                 starts on a cache line (at 3360 bytes every other block's
+ *                 64-byte loads straddled two lines: GEMV 9 -> 16.5 GB/s).
+ * Values are the unsigned levels u = q + 32 (0..63): per 16-value sub-block
+ * j one exact vpdpbusd chain, sc_j*dot_j exact in float (|.| <= 128*16*63*
+ * 128 < 2^24), and the offset 32*sum_j sc_j*bsum_j an exact vpdpwssd of the
+ * scale pairs with the Q8_K bsums, applied once per super-block. */
 #include "tensor/kernels.h"
 #include "tensor/quant_blocks.h"
 #include <immintrin.h>
@@ -145,31 +160,154 @@ KW_INLINE void q4k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
-#define Q4K_SWITCH(...)                          \
+/* ---------------- Q6_K ---------------- */
+#define Q6K_X16_BLK 3392   /* 53 cache lines: every block starts 64-byte aligned */
+#define Q6K_OFF_SC 3072
+#define Q6K_OFF_D 3328
+/* Offsets of ql part p and qh part q (the order the tile first touches them). */
+KW_INLINE size_t q6k_ql_off(int p) {
+    int h = p / 16, r = p % 16;
+    return (size_t)(1536 * h + (r < 8 ? 128 * r : 1024 + 64 * (r - 8)));
+}
+KW_INLINE size_t q6k_qh_off(int q) { return (size_t)(1536 * (q / 8) + 128 * (q % 8) + 64); }
+
+static void pack_group_superblock_q6(const kw_matrix *W, int64_t g, int64_t i, uint8_t *dst) {
+    uint16_t *dd = (uint16_t *)(dst + Q6K_OFF_D);
+    for (int L = 0; L < 16; L++) {
+        const kw_block_q6_K *b = (const kw_block_q6_K *)((const uint8_t *)W->data + (size_t)(16 * g + L) * W->row_bytes) + i;
+        for (int p = 0; p < 32; p++) memcpy(dst + q6k_ql_off(p) + 4 * L, b->ql + 4 * p, 4);
+        for (int q = 0; q < 16; q++) memcpy(dst + q6k_qh_off(q) + 4 * L, b->qh + 4 * q, 4);
+        for (int j = 0; j < 16; j++) dst[Q6K_OFF_SC + 32 * (j / 2) + 2 * L + (j & 1)] = (uint8_t)b->scales[j];
+        dd[L] = b->d;
+    }
+    memset(dst + Q6K_OFF_D + 32, 0, Q6K_X16_BLK - Q6K_OFF_D - 32);
+}
+
+int kw_pack_q6k_x16(kw_matrix *W, kw_err *err) {
+    int64_t groups = W->rows / 16, nb = W->cols / KW_QK_K;
+    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * Q6K_X16_BLK;
+    uint8_t *p = kw_mem_alloc(KW_MEM_WEIGHTS, bytes);
+    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld q6_K matrix (%zu bytes)",
+                              (long long)W->rows, (long long)W->cols, bytes);
+    kw_advise_hugepages(p, bytes);
+    kw_pack_hdr *h = (kw_pack_hdr *)p;
+    memset(p, 0, KW_PACK_HDR_BYTES);
+    h->magic = KW_PACK_MAGIC;
+    h->format = KW_FMT_Q6_K_X16;
+    h->packed_rows = groups * 16;
+    h->nb = nb;
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t i = 0; i < nb; i++)
+            pack_group_superblock_q6(W, g, i, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + i) * Q6K_X16_BLK);
+    W->packed = p;
+    return 0;
+}
+
+/* Moves bits 2a, 2a+1 of every byte to bits 4, 5 (the rest is masked off by the caller). */
+KW_INLINE __m512i q6k_hbits(__m512i h, const int a) {
+    switch (a) {
+    case 0: return _mm512_slli_epi16(h, 4);
+    case 1: return _mm512_slli_epi16(h, 2);
+    case 2: return h;
+    default: return _mm512_srli_epi16(h, 2);
+    }
+}
+
+KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
+                        const int C) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[8];
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = grp + (size_t)i * Q6K_X16_BLK;
+        if (C > 1)
+        _Pragma("GCC unroll 53") for (size_t o = 0; o < Q6K_X16_BLK; o += 64)
+            _mm_prefetch((const char *)blk + Q4K_PREFETCH + o, _MM_HINT_T1);
+        __m512 accb[8];
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+        _Pragma("GCC unroll 4") for (int aa = 0; aa < 4; aa++) {
+            const int a = (aa & 1) * 2 + (aa >> 1);   /* 0, 2, 1, 3: values 128h + 32a .. +31 */
+            __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * (4 * h + a))));
+            __m512 fs0 = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16));
+            __m512 fs1 = _mm512_cvtepi32_ps(_mm512_srai_epi32(sp, 16));
+            __m512i w[8];
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                __m512i l = _mm512_loadu_si512(blk + q6k_ql_off(16 * h + 8 * (a & 1) + k));
+                __m512i hq = _mm512_loadu_si512(blk + q6k_qh_off(8 * h + k));
+                w[k] = _mm512_or_si512(_mm512_and_si512(a >> 1 ? _mm512_srli_epi16(l, 4) : l, m4),
+                                       _mm512_and_si512(q6k_hbits(hq, a), m30));
+            }
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+                const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
+                const int32_t *xi = (const int32_t *)(xb->qs + 128 * h + 32 * a);
+                __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {   /* sub-blocks 2(4h+a) and +1 */
+                    d0 = q4k_dpbusd_bcst(d0, w[k], xi + k);
+                    d1 = q4k_dpbusd_bcst(d1, w[k + 4], xi + k + 4);
+                }
+                __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d0), fs0);   /* exact (see the top) */
+                accb[c] = h == 0 && aa == 0 ? p0 : _mm512_add_ps(accb[c], p0);
+                accb[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), fs1, accb[c]);
+            }
+        }
+        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_D)));
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+            const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
+            const int32_t *bs = (const int32_t *)xb->bsums;
+            __m512i im = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+                __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * t)));
+                im = _mm512_dpwssd_epi32(im, sp, _mm512_set1_epi32(bs[t]));   /* exact: <= 16*128*2048 */
+            }
+            __m512 ddx = _mm512_mul_ps(dv, _mm512_set1_ps(xb->d));
+            acc[c] = _mm512_fmadd_ps(accb[c], ddx, acc[c]);
+            acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ddx, _mm512_set1_ps(32.0f)), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
+}
+
+#define KQ_SWITCH(TILE, ...)                     \
     switch (C) {                                 \
-    case 1: q4k_tile(__VA_ARGS__, 1); break;     \
-    case 2: q4k_tile(__VA_ARGS__, 2); break;     \
-    case 3: q4k_tile(__VA_ARGS__, 3); break;     \
-    case 4: q4k_tile(__VA_ARGS__, 4); break;     \
-    case 5: q4k_tile(__VA_ARGS__, 5); break;     \
-    case 6: q4k_tile(__VA_ARGS__, 6); break;     \
-    case 7: q4k_tile(__VA_ARGS__, 7); break;     \
-    default: q4k_tile(__VA_ARGS__, 8); break;    \
+    case 1: TILE(__VA_ARGS__, 1); break;         \
+    case 2: TILE(__VA_ARGS__, 2); break;         \
+    case 3: TILE(__VA_ARGS__, 3); break;         \
+    case 4: TILE(__VA_ARGS__, 4); break;         \
+    case 5: TILE(__VA_ARGS__, 5); break;         \
+    case 6: TILE(__VA_ARGS__, 6); break;         \
+    case 7: TILE(__VA_ARGS__, 7); break;         \
+    default: TILE(__VA_ARGS__, 8); break;        \
     }
 
-int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
-                        int64_t ldy) {
+/* Packed groups of rows [r0, min(r1, packed_rows)) (r0 a multiple of 16,
+ * as kw_matmul's chunks are); returns the first row not done. */
+static int64_t gemm_kq_x16(const kw_matrix *W, int q6, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
+                           float *Y, int64_t ldy) {
     const kw_pack_hdr *h = W->packed;
-    if (!h || h->magic != KW_PACK_MAGIC || h->format != KW_FMT_Q4_K_X16 || r0 % 16) return r0;
+    uint32_t fmt = q6 ? KW_FMT_Q6_K_X16 : KW_FMT_Q4_K_X16;
+    if (!h || h->magic != KW_PACK_MAGIC || h->format != fmt || r0 % 16) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     end -= (end - r0) % 16;
+    const size_t blkb = q6 ? Q6K_X16_BLK : Q4K_X16_BLK;
     const uint8_t *base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
     for (int64_t r = r0; r < end; r += 16) {
-        const uint8_t *grp = base + (size_t)(r / 16) * (size_t)h->nb * Q4K_X16_BLK;
+        const uint8_t *grp = base + (size_t)(r / 16) * (size_t)h->nb * blkb;
         for (int64_t i = 0; i < nx; i += 8) {
             int C = (int)(nx - i < 8 ? nx - i : 8);
-            Q4K_SWITCH(grp, h->nb, (const uint8_t *)X + (size_t)i * xs, xs, Y + i * ldy + r, ldy)
+            const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
+            if (q6) { KQ_SWITCH(q6k_tile, grp, h->nb, x0, xs, Y + i * ldy + r, ldy) }
+            else { KQ_SWITCH(q4k_tile, grp, h->nb, x0, xs, Y + i * ldy + r, ldy) }
         }
     }
     return end > r0 ? end : r0;
+}
+
+int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                        int64_t ldy) {
+    return gemm_kq_x16(W, 0, r0, r1, X, xs, nx, Y, ldy);
+}
+
+int64_t kw_gemm_q6k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                        int64_t ldy) {
+    return gemm_kq_x16(W, 1, r0, r1, X, xs, nx, Y, ldy);
 }
