@@ -79,7 +79,11 @@ int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *
 int kw_pack_q4k_x16(kw_matrix *W, kw_err *err);
 int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy);
-/* ... and Q6_K the same way (format KW_FMT_Q6_K_X16). */
+/* ... and Q5_K / Q6_K the same way (formats KW_FMT_Q5_K_X16 / KW_FMT_Q6_K_X16). */
+#define KW_FMT_Q5_K_X16 0x22u
+int kw_pack_q5k_x16(kw_matrix *W, kw_err *err);
+int64_t kw_gemm_q5k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                        int64_t ldy);
 #define KW_FMT_Q6_K_X16 0x21u
 int kw_pack_q6k_x16(kw_matrix *W, kw_err *err);
 int64_t kw_gemm_q6k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,

@@ -313,6 +313,7 @@ static int pack_avx512(kw_matrix *W, kw_err *err) {
     if (W->type == KW_TYPE_F16) return kw_pack_f16_i16(W, err);   /* gemm_avx512.c */
     if (W->type == KW_TYPE_Q4_K) return kw_pack_q4k_x16(W, err);   /* kquant_avx512.c */
     if (W->type == KW_TYPE_Q6_K) return kw_pack_q6k_x16(W, err);
+    if (W->type == KW_TYPE_Q5_K) return kw_pack_q5k_x16(W, err);
     if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
@@ -586,7 +587,8 @@ static void gemm_q4_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
 
 static void gemm_q5_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                       int64_t ldy) {
-    gemm_k45(W, 1, r0, r1, X, xs, nx, Y, ldy);
+    r0 = kw_gemm_q5k_x16(W, r0, r1, X, xs, nx, Y, ldy);   /* packed groups: kquant_avx512.c */
+    if (r0 < r1) gemm_k45(W, 1, r0, r1, X, xs, nx, Y, ldy);
 }
 
 static void gemm_q6_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,

@@ -48,51 +48,65 @@
 #define KW_INLINE static inline __attribute__((always_inline))
 
 #define Q4K_X16_BLK 2368
-#define Q4K_OFF_SC 2048
-#define Q4K_OFF_MN 2176
-#define Q4K_OFF_D 2304
-#define Q4K_OFF_DMIN 2336
+/* Q5_K: the same with the 16 rows' qh words (8 parts of 64 bytes: row L's
+ * qh[4k..4k+3]) at [2048, 2560) and the rest 512 bytes further: 2880 bytes
+ * (45 cache lines, 180 per row; the original block is 176). */
+#define Q5K_X16_BLK 2880
+#define K45_BLK(q5) ((q5) ? Q5K_X16_BLK : Q4K_X16_BLK)
+#define K45_OFF_SC(q5) ((q5) ? 2560 : 2048)
+#define K45_OFF_MN(q5) (K45_OFF_SC(q5) + 128)
+#define K45_OFF_D(q5) (K45_OFF_SC(q5) + 256)
+#define K45_OFF_DMIN(q5) (K45_OFF_SC(q5) + 288)
 /* Bytes ahead the batched tile prefetches into L2 (as kernels_avx512.c's
  * KW_X16_PREFETCH: with 2..8 rows the tile is compute-bound, so DRAM needs
  * requests issued far ahead). One row gets no software prefetch. */
 #define Q4K_PREFETCH 16384
 
-/* Packs super-block i of rows 16g..16g+15. */
-static void pack_group_superblock(const kw_matrix *W, int64_t g, int64_t i, uint8_t *dst) {
-    uint16_t *dd = (uint16_t *)(dst + Q4K_OFF_D), *dm = (uint16_t *)(dst + Q4K_OFF_DMIN);
+/* Packs super-block i of rows 16g..16g+15 (Q4_K, or Q5_K when q5). */
+static void pack_group_superblock(const kw_matrix *W, int q5, int64_t g, int64_t i, uint8_t *dst) {
+    uint16_t *dd = (uint16_t *)(dst + K45_OFF_D(q5)), *dm = (uint16_t *)(dst + K45_OFF_DMIN(q5));
     for (int L = 0; L < 16; L++) {
-        const kw_block_q4_K *b = (const kw_block_q4_K *)((const uint8_t *)W->data + (size_t)(16 * g + L) * W->row_bytes) + i;
-        for (int p = 0; p < 32; p++) memcpy(dst + 64 * p + 4 * L, b->qs + 4 * p, 4);
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)(16 * g + L) * W->row_bytes;
+        /* Q4_K and Q5_K share the head (d, dmin, scales[12]); Q5_K has qh[32] before qs */
+        const kw_block_q4_K *b = (const kw_block_q4_K *)row + i;
+        const kw_block_q5_K *b5 = (const kw_block_q5_K *)row + i;
+        const uint8_t *qs = q5 ? b5->qs : b->qs, *scales = q5 ? b5->scales : b->scales;
+        for (int p = 0; p < 32; p++) memcpy(dst + 64 * p + 4 * L, qs + 4 * p, 4);
+        if (q5)
+            for (int k = 0; k < 8; k++) memcpy(dst + 2048 + 64 * k + 4 * L, b5->qh + 4 * k, 4);
         for (int s = 0; s < 8; s++) {
             uint8_t sc, m;
-            kw_get_scale_min_k4(s, b->scales, &sc, &m);
-            dst[Q4K_OFF_SC + 16 * s + L] = sc;
-            dst[Q4K_OFF_MN + 32 * (s / 2) + 2 * L + (s & 1)] = m;
+            kw_get_scale_min_k4(s, scales, &sc, &m);
+            dst[K45_OFF_SC(q5) + 16 * s + L] = sc;
+            dst[K45_OFF_MN(q5) + 32 * (s / 2) + 2 * L + (s & 1)] = m;
         }
-        dd[L] = b->d;
-        dm[L] = b->dmin;
+        dd[L] = q5 ? b5->d : b->d;
+        dm[L] = q5 ? b5->dmin : b->dmin;
     }
 }
 
-int kw_pack_q4k_x16(kw_matrix *W, kw_err *err) {
+static int pack_k45(kw_matrix *W, int q5, kw_err *err) {
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK_K;
-    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * Q4K_X16_BLK;
+    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * K45_BLK(q5);
     uint8_t *p = kw_mem_alloc(KW_MEM_WEIGHTS, bytes);
-    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld q4_K matrix (%zu bytes)",
-                              (long long)W->rows, (long long)W->cols, bytes);
+    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld %s matrix (%zu bytes)",
+                              (long long)W->rows, (long long)W->cols, q5 ? "q5_K" : "q4_K", bytes);
     kw_advise_hugepages(p, bytes);   /* decode streams it every token: fewer TLB misses */
     kw_pack_hdr *h = (kw_pack_hdr *)p;
     memset(p, 0, KW_PACK_HDR_BYTES);
     h->magic = KW_PACK_MAGIC;
-    h->format = KW_FMT_Q4_K_X16;
+    h->format = q5 ? KW_FMT_Q5_K_X16 : KW_FMT_Q4_K_X16;
     h->packed_rows = groups * 16;
     h->nb = nb;
     for (int64_t g = 0; g < groups; g++)
         for (int64_t i = 0; i < nb; i++)
-            pack_group_superblock(W, g, i, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + i) * Q4K_X16_BLK);
+            pack_group_superblock(W, q5, g, i, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + i) * K45_BLK(q5));
     W->packed = p;
     return 0;
 }
+
+int kw_pack_q4k_x16(kw_matrix *W, kw_err *err) { return pack_k45(W, 0, err); }
+int kw_pack_q5k_x16(kw_matrix *W, kw_err *err) { return pack_k45(W, 1, err); }
 
 /* d + vpdpbusd(w, the 4 bytes at x in every lane), the broadcast folded into
  * the memory operand (as kernels_avx512.c's dpbusd_bcst). */
@@ -108,25 +122,36 @@ KW_INLINE void q8k_sums32(const kw_block_q8_K *xb, int32_t s32[4]) {
     _mm_storeu_si128((__m128i *)s32, _mm256_cvtepi32_epi16(s));
 }
 
-/* One group of 16 rows x C activation rows (Q8_K, xs bytes apart): y[c*ldy + L]. */
-KW_INLINE void q4k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
-                        const int C) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+/* Moves bit s of every byte to bit 4 (the rest is masked off by the caller). */
+KW_INLINE __m512i q5k_hbit(__m512i h, const int s) {
+    if (s < 4) return _mm512_slli_epi16(h, 4 - s);
+    if (s > 4) return _mm512_srli_epi16(h, s - 4);
+    return h;
+}
+
+/* One group of 16 rows x C activation rows (Q8_K, xs bytes apart): y[c*ldy + L].
+ * Q5_K (q5): each level also gets bit s of its qh byte as 16. */
+KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
+                         const int q5, const int C) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    const size_t blkb = K45_BLK(q5);
     __m512 acc[8];
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *blk = grp + (size_t)i * Q4K_X16_BLK;
+        const uint8_t *blk = grp + (size_t)i * blkb;
         if (C > 1)
-            _Pragma("GCC unroll 37") for (size_t o = 0; o < Q4K_X16_BLK; o += 64)
+            _Pragma("GCC unroll 45") for (size_t o = 0; o < blkb; o += 64)
                 _mm_prefetch((const char *)blk + Q4K_PREFETCH + o, _MM_HINT_T1);
         __m512 accb[8];
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
             const int j = s >> 1, hi = s & 1;
-            __m512 fsc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + Q4K_OFF_SC + 16 * s))));
+            __m512 fsc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + K45_OFF_SC(q5) + 16 * s))));
             __m512i w[8];
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
                 __m512i p = _mm512_loadu_si512(blk + 64 * (8 * j + k));
                 w[k] = _mm512_and_si512(hi ? _mm512_srli_epi16(p, 4) : p, m4);
+                if (q5)
+                    w[k] = _mm512_or_si512(w[k], _mm512_and_si512(q5k_hbit(_mm512_loadu_si512(blk + 2048 + 64 * k), s), m10));
             }
             _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
                 const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
@@ -136,15 +161,15 @@ KW_INLINE void q4k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
                     d0 = q4k_dpbusd_bcst(d0, w[k], xi + k);
                     d1 = q4k_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
                 }
-                __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));   /* exact: |dot| <= 32*15*128 */
+                __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));   /* exact: |dot| <= 32*31*128 */
                 accb[c] = s == 0 ? _mm512_mul_ps(dot, fsc) : _mm512_fmadd_ps(dot, fsc, accb[c]);
             }
         }
         __m512i mp[4];
         _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++)
-            mp[t] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q4K_OFF_MN + 32 * t)));
-        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q4K_OFF_D)));
-        __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q4K_OFF_DMIN)));
+            mp[t] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_MN(q5) + 32 * t)));
+        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_D(q5))));
+        __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_DMIN(q5))));
         _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
             const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
             int32_t s32[4];
@@ -279,24 +304,29 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     default: TILE(__VA_ARGS__, 8); break;        \
     }
 
+enum { KQ_Q4K, KQ_Q5K, KQ_Q6K };
+
 /* Packed groups of rows [r0, min(r1, packed_rows)) (r0 a multiple of 16,
  * as kw_matmul's chunks are); returns the first row not done. */
-static int64_t gemm_kq_x16(const kw_matrix *W, int q6, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
-                           float *Y, int64_t ldy) {
+static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1, const void *X, size_t xs,
+                           int64_t nx, float *Y, int64_t ldy) {
+    static const uint32_t fmts[] = {KW_FMT_Q4_K_X16, KW_FMT_Q5_K_X16, KW_FMT_Q6_K_X16};
+    static const size_t blks[] = {Q4K_X16_BLK, Q5K_X16_BLK, Q6K_X16_BLK};
     const kw_pack_hdr *h = W->packed;
-    uint32_t fmt = q6 ? KW_FMT_Q6_K_X16 : KW_FMT_Q4_K_X16;
-    if (!h || h->magic != KW_PACK_MAGIC || h->format != fmt || r0 % 16) return r0;
+    if (!h || h->magic != KW_PACK_MAGIC || h->format != fmts[kind] || r0 % 16) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     end -= (end - r0) % 16;
-    const size_t blkb = q6 ? Q6K_X16_BLK : Q4K_X16_BLK;
+    const size_t blkb = blks[kind];
     const uint8_t *base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
     for (int64_t r = r0; r < end; r += 16) {
         const uint8_t *grp = base + (size_t)(r / 16) * (size_t)h->nb * blkb;
         for (int64_t i = 0; i < nx; i += 8) {
             int C = (int)(nx - i < 8 ? nx - i : 8);
             const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
-            if (q6) { KQ_SWITCH(q6k_tile, grp, h->nb, x0, xs, Y + i * ldy + r, ldy) }
-            else { KQ_SWITCH(q4k_tile, grp, h->nb, x0, xs, Y + i * ldy + r, ldy) }
+            float *y = Y + i * ldy + r;
+            if (kind == KQ_Q6K) { KQ_SWITCH(q6k_tile, grp, h->nb, x0, xs, y, ldy) }
+            else if (kind == KQ_Q5K) { KQ_SWITCH(q45k_tile, grp, h->nb, x0, xs, y, ldy, 1) }
+            else { KQ_SWITCH(q45k_tile, grp, h->nb, x0, xs, y, ldy, 0) }
         }
     }
     return end > r0 ? end : r0;
@@ -304,10 +334,15 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int q6, int64_t r0, int64_t r1, c
 
 int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy) {
-    return gemm_kq_x16(W, 0, r0, r1, X, xs, nx, Y, ldy);
+    return gemm_kq_x16(W, KQ_Q4K, r0, r1, X, xs, nx, Y, ldy);
+}
+
+int64_t kw_gemm_q5k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                        int64_t ldy) {
+    return gemm_kq_x16(W, KQ_Q5K, r0, r1, X, xs, nx, Y, ldy);
 }
 
 int64_t kw_gemm_q6k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy) {
-    return gemm_kq_x16(W, 1, r0, r1, X, xs, nx, Y, ldy);
+    return gemm_kq_x16(W, KQ_Q6K, r0, r1, X, xs, nx, Y, ldy);
 }

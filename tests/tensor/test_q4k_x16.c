@@ -1,5 +1,5 @@
-/* test_q4k_x16.c - packed Q4_K and Q6_K (kquant_avx512.c, formats
- * KW_FMT_Q4_K_X16 / KW_FMT_Q6_K_X16) against a double-precision reference
+/* test_q4k_x16.c - packed Q4_K, Q5_K and Q6_K (kquant_avx512.c, formats
+ * KW_FMT_Q4_K_X16 / Q5_K_X16 / Q6_K_X16) against a double-precision reference
  * computed here from the same weight blocks and Q8_K activation blocks
  * (kvwise's own quantizers on random data), for 1, 2..8 and 64 activation rows, 256 / 2048 / 8192
  * columns and row counts with a partial 16-row group (its rows go through
@@ -48,16 +48,21 @@ static void ref_dot_q6(const kw_block_q6_K *w, const kw_block_q8_K *x, int64_t n
     *mag = m;
 }
 
-static void ref_dot(const kw_block_q4_K *w, const kw_block_q8_K *x, int64_t nb, double *val, double *mag) {
+/* Q4_K, or Q5_K (q5: bit s of qh[t] adds 16 to value 32s+t). */
+static void ref_dot(const uint8_t *row, int q5, const kw_block_q8_K *x, int64_t nb, double *val, double *mag) {
     double v = 0, m = 0;
     for (int64_t i = 0; i < nb; i++) {
-        double d = kw_f16_to_f32(w[i].d), dmin = kw_f16_to_f32(w[i].dmin), dx = x[i].d;
+        const kw_block_q4_K *w4 = (const kw_block_q4_K *)row + i;
+        const kw_block_q5_K *w5 = (const kw_block_q5_K *)row + i;
+        const uint8_t *qs = q5 ? w5->qs : w4->qs, *scales = q5 ? w5->scales : w4->scales;
+        double d = kw_f16_to_f32(q5 ? w5->d : w4->d), dmin = kw_f16_to_f32(q5 ? w5->dmin : w4->dmin), dx = x[i].d;
         for (int s = 0; s < 8; s++) {
             uint8_t sc, mn;
-            kw_get_scale_min_k4(s, w[i].scales, &sc, &mn);
+            kw_get_scale_min_k4(s, scales, &sc, &mn);
             long long dot = 0, adot = 0, sum = 0;
             for (int t = 0; t < 32; t++) {
-                int q = (w[i].qs[32 * (s / 2) + t] >> (4 * (s & 1))) & 15;
+                int q = (qs[32 * (s / 2) + t] >> (4 * (s & 1))) & 15;
+                if (q5) q |= ((w5->qh[t] >> s) & 1) << 4;
                 int xq = x[i].qs[32 * s + t];
                 dot += q * xq;
                 adot += q * (xq < 0 ? -xq : xq);
@@ -76,7 +81,8 @@ static void ref_dot(const kw_block_q4_K *w, const kw_block_q8_K *x, int64_t nb, 
  * packed rows: every dot_s and the min sum are exact integers and sc*dot_s
  * is exact in float, so a term meets at most 7 roundings in the sum over the
  * 8 sub-blocks, 2 forming d*dx / dmin*dx, and 2 per super-block in the
- * accumulator FMAs: k <= 2 nb + 9 (K = 2 nb + 16 below). Q6_K: sc_j*dot_j is
+ * accumulator FMAs: k <= 2 nb + 9 (K = 2 nb + 16 below; Q5_K the same,
+ * sc*dot_s < 63*32*31*128 < 2^24). Q6_K: sc_j*dot_j is
  * exact too (< 2^24), 15 roundings over the 16 sub-blocks, 1 forming
  * d*dx (32*d*dx is exact), 2 per super-block: k <= 2 nb + 16 (K = 2 nb + 24).
  * Unpacked rows (partial group, scalar family): the bound test_tensor_matmul
@@ -95,7 +101,7 @@ static void check(const char *what, uint32_t type, const float *y, const uint8_t
             double v, mag;
             const void *wr = wq + (size_t)r * rb;
             if (q6) ref_dot_q6(wr, xq + (size_t)i * (size_t)nb, nb, &v, &mag);
-            else ref_dot(wr, xq + (size_t)i * (size_t)nb, nb, &v, &mag);
+            else ref_dot(wr, type == KW_TYPE_Q5_K, xq + (size_t)i * (size_t)nb, nb, &v, &mag);
             double tol = (r < packed_rows ? PACKED_K(nb, q6) : ROWS_K(cols)) * FLT_EPSILON * mag + 1e-30;
             double e = fabs((double)y[(size_t)i * (size_t)rows + (size_t)r] - v);
             if (e > tol) bad++;
@@ -135,8 +141,9 @@ static void run(uint32_t type, int64_t rows, int64_t cols, kw_pool *p1, kw_pool 
     kw_err err = {{0}};
     KW_CHECK_EQ_INT(kw_matrix_pack(&W, &err), 0);
     KW_CHECK_EQ_INT(kw_matrix_packed_rows(&W), rows / 16 * 16);
-    /* bytes per row and super-block: Q4_K 148 (the original block is 144), Q6_K 212 (210 + alignment) */
-    KW_CHECK_EQ_INT(kw_mem_size(W.packed), 64 + (size_t)(rows / 16 * 16) * (size_t)nb * (type == KW_TYPE_Q6_K ? 212 : 148));
+    /* bytes per row and super-block: Q4_K 148 (the original block is 144), Q5_K 180 (176), Q6_K 212 (210) */
+    size_t per = type == KW_TYPE_Q6_K ? 212 : type == KW_TYPE_Q5_K ? 180 : 148;
+    KW_CHECK_EQ_INT(kw_mem_size(W.packed), 64 + (size_t)(rows / 16 * 16) * (size_t)nb * per);
     for (int i = 0; i < MAXN; i++) kw_matmul(p1, &W, x + (size_t)i * (size_t)cols, 1, y1 + (size_t)i * (size_t)rows, scr);
     check("packed n=1", type, y1, wd, rb, xq, rows, cols, MAXN, rows / 16 * 16);
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
@@ -159,8 +166,8 @@ int main(void) {
         return 77;
     }
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2);
-    static const uint32_t types[] = {KW_TYPE_Q4_K, KW_TYPE_Q6_K};
-    for (int t = 0; t < 2; t++) {
+    static const uint32_t types[] = {KW_TYPE_Q4_K, KW_TYPE_Q5_K, KW_TYPE_Q6_K};
+    for (int t = 0; t < 3; t++) {
         run(types[t], 37, 256, p1, p2);     /* one super-block; 2 groups + a 5-row tail */
         run(types[t], 64, 2048, p1, p2);    /* whole groups only */
         run(types[t], 40, 8192, p1, p2);    /* 32 super-blocks; an 8-row tail */
