@@ -1,9 +1,10 @@
 /* attn_avx2.c - AVX2/FMA/F16C inner loops of the attention (forward.c):
- * q . K-row and acc += p * V-row for F32 and F16 rows. Compiled with
+ * q . K-row and acc += p * V-row for F32, F16 and Q8_0 rows. Compiled with
  * -mavx2 -mfma -mf16c; forward.c calls these only when kw_cpu_info_get()
  * reports all three. Sums run in 8 lanes, then a fixed horizontal order. */
 #include "model_internal.h"
 #include <immintrin.h>
+#include <string.h>
 
 static float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -57,4 +58,41 @@ void kw_attn_round_f16_avx2(float *x, int n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
     for (; i < n; i++) x[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* Q8_0 (34-byte blocks: F16 scale, 32 int8; q quantized the same way): the
+ * bits of forward.c's scalar dot_q8_0. Per block the integer dot is exact
+ * (|values| <= 127, so a maddubs pair sum <= 32258 fits int16), then
+ * t += (d_k * d_q) * isum in block order. */
+float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    float t = 0.0f;
+    for (int b = 0; b < n / 32; b++, k += 34, q += 34) {
+        __m256i kv = _mm256_loadu_si256((const __m256i *)(k + 2)), qv = _mm256_loadu_si256((const __m256i *)(q + 2));
+        __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qv, qv), _mm256_sign_epi8(kv, qv));
+        __m256i p32 = _mm256_madd_epi16(p16, ones);
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p32), _mm256_extracti128_si256(p32, 1));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+        uint16_t dk, dq;
+        memcpy(&dk, k, 2);
+        memcpy(&dq, q, 2);
+        t += (_cvtsh_ss(dk) * _cvtsh_ss(dq)) * (float)_mm_cvtsi128_si32(s);
+    }
+    return t;
+}
+
+/* acc += p * V-row, Q8_0: pd = p * d per block, then multiply and add per
+ * element (no FMA), the bits of forward.c's scalar axpy_q8_0. */
+void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n) {
+    for (int b = 0; b < n / 32; b++, v += 34) {
+        uint16_t d16;
+        memcpy(&d16, v, 2);
+        __m256 pd = _mm256_set1_ps(p * _cvtsh_ss(d16));
+        for (int i = 0; i < 32; i += 8) {
+            __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(v + 2 + i))));
+            float *a = acc + b * 32 + i;
+            _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(pd, x)));
+        }
+    }
 }

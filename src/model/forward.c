@@ -290,8 +290,10 @@ static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
 typedef struct attn_ops {
     float (*dot_f32)(const float *q, const float *k, int n);
     float (*dot_f16)(const float *q, const uint16_t *k, int n);
+    float (*dot_q8_0)(const uint8_t *q, const uint8_t *k, int n);
     void (*axpy_f32)(float *acc, float p, const float *v, int n);
     void (*axpy_f16)(float *acc, float p, const uint16_t *v, int n);
+    void (*axpy_q8_0)(float *acc, float p, const uint8_t *v, int n);
     void (*round_f16)(float *x, int n);
 } attn_ops;
 
@@ -319,33 +321,28 @@ static void axpy_f16(float *acc, float p, const uint16_t *v, int n) {
     for (int i = 0; i < n; i++) acc[i] += p * kw_f16_to_f32(v[i]);
 }
 
-static void round_f16(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = kw_f16_to_f32(kw_f32_to_f16(x[i]));
-}
-
-static const attn_ops *attn_ops_get(void) {
-    static const attn_ops scalar = {dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16};
-    static const attn_ops avx2 = {kw_attn_dot_f32_avx2, kw_attn_dot_f16_avx2, kw_attn_axpy_f32_avx2,
-                                  kw_attn_axpy_f16_avx2, kw_attn_round_f16_avx2};
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    return ci && ci->avx2 && ci->fma && ci->f16c ? &avx2 : &scalar;
-}
-
-/* Q8_0 block: 2-byte F16 scale, then 32 int8 values. */
-static float dot_q8_0(const float *q, const uint8_t *k, int n) {
+/* Q8_0 rows (34-byte blocks: F16 scale, 32 int8). q arrives quantized the
+ * same way (q_for_cache), as llama.cpp's vec-dot converts q for a Q8_0 K:
+ * per block an exact integer dot, then t += (d_k * d_q) * isum in block
+ * order (ggml_vec_dot_q8_0_q8_0's formula). attn_avx2.c computes the same
+ * bits. */
+float kw_attn_dot_q8_0(const uint8_t *q, const uint8_t *k, int n) {
     float t = 0.0f;
-    for (int b = 0; b < n / 32; b++, k += 34) {
-        uint16_t d16;
-        memcpy(&d16, k, 2);
-        const int8_t *qs = (const int8_t *)(k + 2);
-        float s = 0.0f;
-        for (int i = 0; i < 32; i++) s += q[b * 32 + i] * (float)qs[i];
-        t += kw_f16_to_f32(d16) * s;
+    for (int b = 0; b < n / 32; b++, k += 34, q += 34) {
+        uint16_t dk, dq;
+        memcpy(&dk, k, 2);
+        memcpy(&dq, q, 2);
+        const int8_t *ks = (const int8_t *)(k + 2), *qs = (const int8_t *)(q + 2);
+        int32_t isum = 0;
+        for (int i = 0; i < 32; i++) isum += (int32_t)qs[i] * (int32_t)ks[i];
+        t += (kw_f16_to_f32(dk) * kw_f16_to_f32(dq)) * (float)isum;
     }
     return t;
 }
 
-static void axpy_q8_0(float *acc, float p, const uint8_t *v, int n) {
+/* acc += p * V-row for a Q8_0 row: per block pd = p * d, then one multiply
+ * and one add per element (no FMA), as attn_avx2.c. */
+void kw_attn_axpy_q8_0(float *acc, float p, const uint8_t *v, int n) {
     for (int b = 0; b < n / 32; b++, v += 34) {
         uint16_t d16;
         memcpy(&d16, v, 2);
@@ -355,28 +352,39 @@ static void axpy_q8_0(float *acc, float p, const uint8_t *v, int n) {
     }
 }
 
+static void round_f16(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = kw_f16_to_f32(kw_f32_to_f16(x[i]));
+}
+
+static const attn_ops *attn_ops_get(void) {
+    static const attn_ops scalar = {dot_f32, dot_f16, kw_attn_dot_q8_0, axpy_f32, axpy_f16, kw_attn_axpy_q8_0, round_f16};
+    static const attn_ops avx2 = {kw_attn_dot_f32_avx2,  kw_attn_dot_f16_avx2,  kw_attn_dot_q8_0_avx2,
+                                  kw_attn_axpy_f32_avx2, kw_attn_axpy_f16_avx2, kw_attn_axpy_q8_0_avx2,
+                                  kw_attn_round_f16_avx2};
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    return ci && ci->avx2 && ci->fma && ci->f16c ? &avx2 : &scalar;
+}
+
+/* q . K-row; for a Q8_0 cache q is the Q8_0 blocks q_for_cache() wrote. */
 static float dot_row(const attn_ops *op, uint32_t type, const float *q, const void *k, int n) {
     if (type == KW_TYPE_F32) return op->dot_f32(q, k, n);
     if (type == KW_TYPE_F16) return op->dot_f16(q, k, n);
-    return dot_q8_0(q, k, n);
+    return op->dot_q8_0((const uint8_t *)q, k, n);
 }
 
 static void axpy_row(const attn_ops *op, uint32_t type, float *acc, float p, const void *v, int n) {
     if (type == KW_TYPE_F32) op->axpy_f32(acc, p, v, n);
     else if (type == KW_TYPE_F16) op->axpy_f16(acc, p, v, n);
-    else axpy_q8_0(acc, p, v, n);
+    else op->axpy_q8_0(acc, p, v, n);
 }
 
 /* q as the K cache's dot type sees it (llama.cpp converts q to the K type's
- * vec-dot type): F16 rounding, Q8_0 quantization, or unchanged. */
+ * vec-dot type): F16 rounding, or unchanged for F32. For Q8_0 the n floats
+ * of out receive q's Q8_0 blocks (n / 32 * 34 bytes <= 4 * n). */
 static void q_for_cache(const attn_ops *op, uint32_t type, const float *q, float *out, int n) {
+    if (type == KW_TYPE_Q8_0) { kw_quantize_row(type, q, out, n); return; }
     memcpy(out, q, (size_t)n * sizeof(float));
     if (type == KW_TYPE_F16) op->round_f16(out, n);
-    else if (type == KW_TYPE_Q8_0 && n <= 32 * 64) {
-        uint8_t blk[34 * 64];
-        kw_quantize_row(type, q, blk, n);
-        kw_dequantize_row(type, blk, out, n);
-    }
 }
 
 /* softmax(scores[0..n)) in place; sum in double. */

@@ -31,12 +31,18 @@ struct kw_model {
     uint64_t released_bytes;    /* mapped weight pages dropped because a packed copy serves them */
 };
 
+/* forward.c: the portable Q8_0 attention rows (the AVX2 ones give the same bits) */
+float kw_attn_dot_q8_0(const uint8_t *q, const uint8_t *k, int n);
+void kw_attn_axpy_q8_0(float *acc, float p, const uint8_t *v, int n);
+
 /* attn_avx2.c (used when the CPU has AVX2 + FMA + F16C) */
 float kw_attn_dot_f32_avx2(const float *q, const float *k, int n);
 float kw_attn_dot_f16_avx2(const float *q, const uint16_t *k, int n);
 void kw_attn_axpy_f32_avx2(float *acc, float p, const float *v, int n);
 void kw_attn_axpy_f16_avx2(float *acc, float p, const uint16_t *v, int n);
 void kw_attn_round_f16_avx2(float *x, int n);
+float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n);   /* both Q8_0 blocks */
+void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n);
 
 /* act_avx512.c (AVX-512F): gate[i] = silu(gate[i]) * up[i]; x[i] = exp(x[i]) (~1 ulp) */
 void kw_swiglu_avx512(float *gate, const float *up, int64_t n);
