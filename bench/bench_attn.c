@@ -9,13 +9,14 @@
  * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
  *
  * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--cputime] [--no-decode]
- * --cputime times with this thread's CPU seconds (immune to other load;
+ * --cputime times with the process's CPU seconds (immune to other load;
  * memory stalls still count, they are spent on the CPU). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "model/model_internal.h"
+#include "bench_util.h"
 
 #define N_LAYER 16
 #define N_HEAD 32
@@ -23,23 +24,8 @@
 #define HD 64
 #define BT 32
 
-static int g_cputime;
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(g_cputime ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
-static uint64_t g_rng = 88172645463325252ull;
-static float frand(void) {
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * 0x1p-24 * 2.0 - 1.0);
-}
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* KV of n positions in every layer, random F16 rows; blocks in pool order. */
 static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {

@@ -18,6 +18,7 @@
 #include <time.h>
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
+#include "bench_util.h"
 
 #define N_EMBD 2048
 #define N_FF 8192
@@ -26,18 +27,7 @@
 #define N_LAYER 16
 #define BENCH_LAYERS 4
 
-static int g_cputime;   /* --cputime: process CPU seconds (1 thread: immune to other load) */
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(g_cputime ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
-static uint64_t g_rng = 88172645463325252ull;
-static float frand(void) {
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * 0x1p-24 * 2.0 - 1.0);
-}
 
 /* A rows x cols matrix of one type: 16 random rows repeated (speed does not
  * depend on the values; quantizing 240M values would take minutes). */
@@ -75,11 +65,6 @@ static size_t layer_bytes(const layer *L) {
     size_t b = 0;
     for (int i = 0; i < 7; i++) b += L->m[i].row_bytes * (size_t)L->m[i].rows;
     return b;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
@@ -144,9 +129,9 @@ int main(int argc, char **argv) {
                 t[r] = (t1 - t0) * N_LAYER / BENCH_LAYERS + (t2 - t1);
             }
             int n = reps < 64 ? reps : 64;
-            qsort(t, (size_t)n, sizeof(double), cmp_d);
-            qsort(tl, (size_t)n, sizeof(double), cmp_d);
-            qsort(to, (size_t)n, sizeof(double), cmp_d);
+            qsort(t, (size_t)n, sizeof(double), cmp_double);
+            qsort(tl, (size_t)n, sizeof(double), cmp_double);
+            qsort(to, (size_t)n, sizeof(double), cmp_double);
             double gbs = (double)(bytes + out_bytes) / (tl[n / 2] + to[n / 2]) / 1e9;
             printf("%-6s %-5s %10.1f %9.0f%% %12.1f %10.2f\n", tok, "gemv", gbs, 100 * gbs * 1e9 / bw, 1.0 / t[n / 2], t[n / 2] * 1e3);
         }
@@ -158,7 +143,7 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < 7; i++) kw_matmul(pool, &L[0].m[i], x, prefill, y, scratch);
                 t[r] = now_sec() - t0;
             }
-            qsort(t, (size_t)n, sizeof(double), cmp_d);
+            qsort(t, (size_t)n, sizeof(double), cmp_double);
             double per_tok = t[n / 2] * N_LAYER / prefill;
             double gmac = 60.8e6 * prefill / t[n / 2] / 1e9;
             printf("%-6s %-5s %10s %10s %12.1f %10.2f   (%.0f GMAC/s, p=%d)\n", tok, "gemm", "-", "-", 1.0 / per_tok, t[n / 2] * 1e3, gmac, prefill);
