@@ -19,6 +19,7 @@
 #include <string.h>
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
+#include "i16_ref.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) {
@@ -26,32 +27,12 @@ static float frand(void) {
     return (float)((g_rng >> 40) * 0x1p-24 * 2.0 - 1.0);
 }
 
-/* gemm_avx512.c's int16 block contract (format KW_FMT_F16_I16): blocks of
- * 128 values; weights d = max|v| / 8191, activations d = the larger of
- * max|v| / 32767 and sum|v| / (2147483647 / 8191 - 128) (so a block's
- * integer dot fits int32 and is exact), all in float; q =
- * round-half-even(v / d) with |q| capped at the range. */
-#define I16_QK 128
-static void i16_block(const float *v, int32_t *q, float *d, int act) {
-    float amax = 0, sum = 0, ls[16] = {0};
-    for (int j = 0; j < I16_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
-    for (int j = 0; j < I16_QK; j++) ls[j % 16] += fabsf(v[j]);   /* the kernel's lane sums and fold order */
-    for (int w = 8; w >= 1; w /= 2)
-        for (int i = 0; i < w; i++) ls[i] += ls[i + w];
-    sum = ls[0];
-    float s = act ? fmaxf(amax / 32767.0f, sum / (float)(2147483647 / 8191 - I16_QK)) : amax / 8191.0f;
-    float id = act ? (s > 0 ? 1.0f / s : 0.0f) : (amax > 0 ? 8191.0f / amax : 0.0f);
-    float lim = act ? 32767.0f : 8191.0f;
-    *d = s;
-    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)fminf(fmaxf(nearbyintf(v[j] * id), -lim), lim);
-}
-
 /* Dequantized int16 form of n values (the reference's view of F16 weights and activations). */
 static void i16_round(const float *v, float *out, int64_t n, int act) {
     int32_t q[I16_QK];
     float d;
     for (int64_t b = 0; b < n / I16_QK; b++) {
-        i16_block(v + I16_QK * b, q, &d, act);
+        i16_ref_block(v + I16_QK * b, q, &d, act);
         for (int j = 0; j < I16_QK; j++) out[I16_QK * b + j] = (float)q[j] * d;
     }
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include "kvwise/tensor.h"
 #include "kvwise/memory.h"
+#include "i16_ref.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 static float frand(void) {
@@ -148,26 +149,6 @@ static void check_against_refs(mm_case *c, const char *family) {
     free(xr);
     free(err);
     free(scorr);
-}
-
-/* The int16 block form of 128 values (gemm_avx512.c's packed F16 contract,
- * written out here): weights d = max|v| / 8191, activations d = the larger
- * of max|v| / 32767 and sum|v| / (2147483647 / 8191 - 128) (so a block's
- * dot fits int32), all in float; q = round-half-even(v / d) with |q| capped
- * at the range. */
-#define I16_QK 128
-static void i16_ref_block(const float *v, int32_t *q, float *d, int act) {
-    float amax = 0, sum = 0, ls[16] = {0};
-    for (int j = 0; j < I16_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
-    for (int j = 0; j < I16_QK; j++) ls[j % 16] += fabsf(v[j]);   /* the kernel's lane sums and fold order */
-    for (int w = 8; w >= 1; w /= 2)
-        for (int i = 0; i < w; i++) ls[i] += ls[i + w];
-    sum = ls[0];
-    float s = act ? fmaxf(amax / 32767.0f, sum / (float)(2147483647 / 8191 - I16_QK)) : amax / 8191.0f;
-    float id = act ? (s > 0 ? 1.0f / s : 0.0f) : (amax > 0 ? 8191.0f / amax : 0.0f);
-    float lim = act ? 32767.0f : 8191.0f;
-    *d = s;
-    for (int j = 0; j < I16_QK; j++) q[j] = (int32_t)fminf(fmaxf(nearbyintf(v[j] * id), -lim), lim);
 }
 
 /* Packed F16 on AVX-512 computes with int16 blocks of the weights and of the
