@@ -17,12 +17,16 @@ check "rates positive" '[ "$(j "j.pp_tok_s.median>0 && j.tg_tok_s.median>0 && j.
 check "min <= median <= max" '[ "$(j "j.tg_tok_s.min<=j.tg_tok_s.median && j.tg_tok_s.median<=j.tg_tok_s.max" <<<"$out")" = true ]'
 check "ceiling = bw / bytes" '[ "$(j "Math.abs(j.tg_ceiling_tok_s - j.bandwidth_bytes_s.median/j.decode_bytes_per_token) < 1e-6*j.tg_ceiling_tok_s" <<<"$out")" = true ]'
 check "pct consistent" '[ "$(j "Math.abs(j.tg_pct_of_ceiling - 100*j.tg_tok_s.median/j.tg_ceiling_tok_s) < 1e-6" <<<"$out")" = true ]'
-check "bytes <= weights" '[ "$(j "j.decode_bytes_per_token>0 && j.decode_bytes_per_token<=j.weight_bytes" <<<"$out")" = true ]'
+check "bytes <= weights" '[ "$(j "j.weight_bytes_per_token>0 && j.weight_bytes_per_token<=j.weight_bytes" <<<"$out")" = true ]'
+check "decode bytes = weights + KV" '[ "$(j "j.kv_bytes_per_token>0 && j.decode_bytes_per_token==j.weight_bytes_per_token+j.kv_bytes_per_token" <<<"$out")" = true ]'
 check "fields" '[ "$(j "[j.n_prompt,j.n_gen,j.threads,j.repetitions].join()" <<<"$out")" = "16,4,2,2" ]'
 out=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 4 -d 40 --batch 3 -t 2 -r 2 --json 2>/dev/null); rc=$?
 check "depth+batch exit 0" '[ $rc -eq 0 ]'
 check "depth+batch fields" '[ "$(j "[j.n_depth,j.batch,j.kv_type].join()" <<<"$out")" = "40,3,f16" ]'
 check "batch rate and ratio" '[ "$(j "j.batch_tok_s.median>0 && j.batch_tok_s.min<=j.batch_tok_s.median && j.batch_ratio_to_tg>0" <<<"$out")" = true ]'
+kv40=$(j "j.kv_bytes_per_token" <<<"$out")
+out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 4 -d 80 -t 1 -r 1 --json 2>/dev/null)
+check "KV bytes grow with depth (avg positions 42.5 -> 82.5)" '[ "$(j "Math.abs(j.kv_bytes_per_token/$kv40 - 82.5/42.5) < 1e-3" <<<"$out")" = true ]'
 out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 2 -r 1 -t 1 --kv-type q8_0 --json 2>/dev/null); rc=$?
 check "kv-type q8_0" '[ $rc -eq 0 ] && [ "$(j "j.kv_type" <<<"$out")" = q8_0 ]'
 "$BIN" bench -m "$tmp/t.gguf" --batch 1 >/dev/null 2>"$tmp/err"; rc=$?
