@@ -270,8 +270,9 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
              "(it divides by all weights)", m->n_experts_used, m->n_experts);
     if (!strcmp(m->source, "hf-config") &&
         (plan_pack_probe(KW_TYPE_Q4_0, 256, 64) > 0 || plan_pack_probe(KW_TYPE_Q8_0, 256, 64) > 0 ||
-         plan_pack_probe(KW_TYPE_F16, 256, 64) > 0))
-        warn(p, "on this CPU (%s kernels) Q4_0/Q8_0/F16 weights get a repacked heap copy at load (about their size; "
+         plan_pack_probe(KW_TYPE_F16, 256, 64) > 0 || plan_pack_probe(KW_TYPE_Q4_K, 256, 64) > 0))
+        warn(p, "on this CPU (%s kernels) Q4_0/Q8_0/F16 and Q4_K/Q5_K/Q6_K weights get a repacked heap copy at load "
+             "(about their size; "
              "the mapped pages it replaces are dropped), not counted in --weights-bytes: plan the GGUF file for the "
              "exact weights line", kw_kernel_name());
     if (m->kv_layers_sliding_as_full)
