@@ -211,17 +211,9 @@ void kw_act_f16_i16(const float *x, void *dst, int64_t n) {
 int kw_pack_f16_i16(kw_matrix *W, kw_err *err) {
     if (W->type != KW_TYPE_F16 || W->cols % KW_I16_QK) return 1;
     int64_t groups = (W->rows + 15) / 16, nb = W->cols / KW_I16_QK;
-    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * KW_I16_BLK;
-    uint8_t *p = kw_mem_calloc(KW_MEM_WEIGHTS, bytes);   /* padding rows stay zero */
-    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld f16 matrix (%zu bytes)", (long long)W->rows,
-                              (long long)W->cols, bytes);
-    kw_advise_hugepages(p, bytes);
-    kw_pack_hdr *h = (kw_pack_hdr *)p;
-    memset(p, 0, KW_PACK_HDR_BYTES);
-    h->magic = KW_PACK_MAGIC;
-    h->format = KW_FMT_F16_I16;
-    h->packed_rows = W->rows;   /* all rows, so every output has the same contract */
-    h->nb = nb;
+    /* all rows packed, so every output has the same contract; padding rows stay zero */
+    uint8_t *p = kw_pack_alloc(W, KW_FMT_F16_I16, W->rows, nb, (size_t)groups * (size_t)nb * KW_I16_BLK, true, err);
+    if (!p) return -1;
     float vals[KW_I16_QK];
     int16_t q[KW_I16_QK];
     for (int64_t g = 0; g < groups; g++)

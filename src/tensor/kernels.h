@@ -42,6 +42,12 @@ typedef struct kw_pack_hdr {
 #define KW_PACK_MAGIC 0x6b77706bu
 #define KW_PACK_HDR_BYTES 64
 
+/* pack.c: a packed copy of W with its header filled in (KW_MEM_WEIGHTS,
+ * huge pages advised, zeroed if asked); its data starts KW_PACK_HDR_BYTES
+ * in. NULL with err set when out of memory. */
+uint8_t *kw_pack_alloc(const kw_matrix *W, uint32_t format, int64_t packed_rows, int64_t nb, size_t data_bytes,
+                       bool zero, kw_err *err);
+
 /* The activation type llama.cpp's CPU backend uses for a weight type. */
 uint32_t kw_dot_type(uint32_t wtype);
 

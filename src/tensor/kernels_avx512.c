@@ -318,17 +318,9 @@ static int pack_avx512(kw_matrix *W, kw_err *err) {
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
     size_t blkb = q4 ? 288 : 544;
-    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * blkb;
-    uint8_t *p = kw_mem_alloc(KW_MEM_WEIGHTS, bytes);
-    kw_advise_hugepages(p, bytes);   /* decode streams it every token: fewer TLB misses */
-    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld %s matrix (%zu bytes)",
-                              (long long)W->rows, (long long)W->cols, kw_type_name(W->type), bytes);
-    kw_pack_hdr *h = (kw_pack_hdr *)p;
-    memset(p, 0, KW_PACK_HDR_BYTES);
-    h->magic = KW_PACK_MAGIC;
-    h->format = q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16;
-    h->packed_rows = groups * 16;
-    h->nb = nb;
+    uint8_t *p = kw_pack_alloc(W, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16, groups * 16, nb,
+                               (size_t)groups * (size_t)nb * blkb, false, err);
+    if (!p) return -1;
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++)
             pack_group_block(W->type, W, g, b, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb);

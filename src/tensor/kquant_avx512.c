@@ -87,17 +87,9 @@ static void pack_group_superblock(const kw_matrix *W, int q5, int64_t g, int64_t
 
 static int pack_k45(kw_matrix *W, int q5, kw_err *err) {
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK_K;
-    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * K45_BLK(q5);
-    uint8_t *p = kw_mem_alloc(KW_MEM_WEIGHTS, bytes);
-    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld %s matrix (%zu bytes)",
-                              (long long)W->rows, (long long)W->cols, q5 ? "q5_K" : "q4_K", bytes);
-    kw_advise_hugepages(p, bytes);   /* decode streams it every token: fewer TLB misses */
-    kw_pack_hdr *h = (kw_pack_hdr *)p;
-    memset(p, 0, KW_PACK_HDR_BYTES);
-    h->magic = KW_PACK_MAGIC;
-    h->format = q5 ? KW_FMT_Q5_K_X16 : KW_FMT_Q4_K_X16;
-    h->packed_rows = groups * 16;
-    h->nb = nb;
+    uint8_t *p = kw_pack_alloc(W, q5 ? KW_FMT_Q5_K_X16 : KW_FMT_Q4_K_X16, groups * 16, nb,
+                               (size_t)groups * (size_t)nb * K45_BLK(q5), false, err);
+    if (!p) return -1;
     for (int64_t g = 0; g < groups; g++)
         for (int64_t i = 0; i < nb; i++)
             pack_group_superblock(W, q5, g, i, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + i) * K45_BLK(q5));
@@ -210,17 +202,8 @@ static void pack_group_superblock_q6(const kw_matrix *W, int64_t g, int64_t i, u
 
 int kw_pack_q6k_x16(kw_matrix *W, kw_err *err) {
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK_K;
-    size_t bytes = KW_PACK_HDR_BYTES + (size_t)groups * (size_t)nb * Q6K_X16_BLK;
-    uint8_t *p = kw_mem_alloc(KW_MEM_WEIGHTS, bytes);
-    if (!p) return kw_err_set(err, "out of memory repacking a %lld x %lld q6_K matrix (%zu bytes)",
-                              (long long)W->rows, (long long)W->cols, bytes);
-    kw_advise_hugepages(p, bytes);
-    kw_pack_hdr *h = (kw_pack_hdr *)p;
-    memset(p, 0, KW_PACK_HDR_BYTES);
-    h->magic = KW_PACK_MAGIC;
-    h->format = KW_FMT_Q6_K_X16;
-    h->packed_rows = groups * 16;
-    h->nb = nb;
+    uint8_t *p = kw_pack_alloc(W, KW_FMT_Q6_K_X16, groups * 16, nb, (size_t)groups * (size_t)nb * Q6K_X16_BLK, false, err);
+    if (!p) return -1;
     for (int64_t g = 0; g < groups; g++)
         for (int64_t i = 0; i < nb; i++)
             pack_group_superblock_q6(W, g, i, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + i) * Q6K_X16_BLK);
