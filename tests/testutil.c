@@ -1,5 +1,6 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
+#include "kvwise/tensor.h"
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -59,4 +60,12 @@ const char *kw_test_tmpdir(void) {
 int kw_test_finish(void) {
     printf("%d passed, %d failed\n", kw_test_passed, kw_test_failed);
     return kw_test_failed ? 1 : 0;
+}
+
+void kw_test_need_avx512_vnni(void) {
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    if (!ci || !ci->avx512f || !ci->avx512bw || !ci->avx512vl || !ci->avx512vnni || kw_kernel_force("avx512") != 0) {
+        printf("SKIPPED: no AVX-512 VNNI\n");
+        exit(77);
+    }
 }

@@ -34,6 +34,9 @@ const char *kw_test_path(const char *a, const char *b);
 char *kw_test_read_file(const char *path, size_t *len);
 /* A fresh temporary directory for this test (removed by the OS / CI). */
 const char *kw_test_tmpdir(void);
+/* For tests of the AVX-512 VNNI kernels: selects that kernel family, or
+ * prints "SKIPPED: no AVX-512 VNNI" and exits 77 when the CPU lacks it. */
+void kw_test_need_avx512_vnni(void);
 /* Prints the summary line and returns the exit code. */
 int kw_test_finish(void);
 

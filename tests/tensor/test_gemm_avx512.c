@@ -133,11 +133,7 @@ static void i16_worst_case(kw_pool *p) {
 }
 
 int main(void) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    if (!ci || !ci->avx512f || !ci->avx512bw || !ci->avx512vl || !ci->avx512vnni || kw_kernel_force("avx512") != 0) {
-        printf("SKIPPED: no AVX-512 VNNI\n");
-        return 77;
-    }
+    kw_test_need_avx512_vnni();
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2);
     static const uint32_t types[] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0, KW_TYPE_F16};
     for (int t = 0; t < 3; t++) {

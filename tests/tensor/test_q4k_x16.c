@@ -160,11 +160,7 @@ out:
 }
 
 int main(void) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    if (!ci || !ci->avx512f || !ci->avx512bw || !ci->avx512vl || !ci->avx512vnni || kw_kernel_force("avx512") != 0) {
-        printf("SKIPPED: no AVX-512 VNNI\n");
-        return 77;
-    }
+    kw_test_need_avx512_vnni();
     kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2);
     static const uint32_t types[] = {KW_TYPE_Q4_K, KW_TYPE_Q5_K, KW_TYPE_Q6_K};
     for (int t = 0; t < 3; t++) {
