@@ -274,14 +274,15 @@ async function main() {
     req.on('error', () => resolve());
     req.end(JSON.stringify({ prompt: 'a long story', max_tokens: 100000, min_p: 0.0, stream: true, stop: null }));
   });
+  // liveness, not speed: polled for up to 5 s so a loaded host cannot fail it
   let freed = false;
-  for (let i = 0; i < 100 && !freed; i++) {
+  for (let i = 0; i < 500 && !freed; i++) {
     const h = (await request(P, 'GET', '/health', { auth: false })).json;
     freed = h?.slots_active === 0 && h?.queued === 0;
     if (!freed) await sleep(10);
   }
-  check(freed, 'slot freed within a second of the disconnect');
-  for (let i = 0; i < 100 && !/finish=cancelled/.test(srv.log()); i++) await sleep(10);
+  check(freed, 'slot freed after the disconnect');
+  for (let i = 0; i < 500 && !/finish=cancelled/.test(srv.log()); i++) await sleep(10);
   check(/finish=cancelled/.test(srv.log()), 'the disconnected request is logged as cancelled');
   r = await request(P, 'POST', '/v1/completions', { body: { prompt: 'after', max_tokens: 4 } });
   check(r.status === 200, 'next request served after the disconnect', r.json);
@@ -309,7 +310,7 @@ async function main() {
   // a full queue and a queue timeout answer 503 + Retry-After (one slot, slow stub engine)
   {
     const args = ['serve', '--stub-engine', '--stub-step-us', '2000', '--port', '0', '--decode-concurrency', '1',
-      '--max-queue', '1', '--queue-timeout', '1', '--ctx-size', '4096'];
+      '--max-queue', '1', '--queue-timeout', '2', '--ctx-size', '4096'];
     const p2 = spawnServer(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let log2 = '';
     p2.stderr.on('data', (d) => { log2 += d; });
@@ -318,7 +319,7 @@ async function main() {
       await sleep(20);
     }
     const P2 = Number(/ready on http:\/\/[^:]+:(\d+)/.exec(log2)[1]);
-    const body = { prompt: 'busy', max_tokens: 1000, ignore_eos: true };   // >= 2 s on the slot (2 ms steps)
+    const body = { prompt: 'busy', max_tokens: 2000, ignore_eos: true };   // >= 4 s on the slot (2 ms steps)
     const first = request(P2, 'POST', '/v1/completions', { body, auth: false });
     await sleep(100);
     const second = request(P2, 'POST', '/v1/completions', { body, auth: false });   // queued, times out
@@ -330,10 +331,13 @@ async function main() {
     checkErrorShape(sec, 503, 'queue timeout', 'queue_timeout');
     check(sec.headers['retry-after'] !== undefined, 'queue timeout has Retry-After', sec.headers);
     check((await first).status === 200, 'the running request completes', null);
-    // a client that hangs up while queued leaves the queue at once (well before the 1 s timeout)
+    // a client that hangs up while queued leaves the queue because it hung up, not by the 2 s
+    // queue timeout: the queue_timeout counter of /v1/memory must not move (no wall-clock bound,
+    // so a loaded host cannot fail it)
     const busy = request(P2, 'POST', '/v1/completions', { body, auth: false });
     await sleep(50);
-    const t0 = Date.now();
+    const timeouts = async () => (await request(P2, 'GET', '/v1/memory', { auth: false })).json?.requests?.rejected?.queue_timeout;
+    const timeouts0 = await timeouts();
     const gone = http.request({ host: '127.0.0.1', port: P2, method: 'POST', path: '/v1/completions', headers: { 'Content-Type': 'application/json' } });
     gone.on('error', () => {});
     gone.end(JSON.stringify(body));
@@ -341,8 +345,10 @@ async function main() {
     for (let i = 0; i < 100 && queued !== 1; i++) { await sleep(5); queued = (await request(P2, 'GET', '/health', { auth: false })).json?.queued; }
     check(queued === 1, 'second client is queued', queued);
     gone.destroy();
-    for (let i = 0; i < 100 && queued !== 0; i++) { await sleep(5); queued = (await request(P2, 'GET', '/health', { auth: false })).json?.queued; }
-    check(queued === 0 && Date.now() - t0 < 700, 'queued request of a gone client is dropped within a few steps', { queued, ms: Date.now() - t0 });
+    for (let i = 0; i < 1000 && queued !== 0; i++) { await sleep(5); queued = (await request(P2, 'GET', '/health', { auth: false })).json?.queued; }
+    const timeouts1 = await timeouts();
+    check(queued === 0 && Number.isInteger(timeouts0) && timeouts1 === timeouts0,
+      'queued request of a gone client is dropped as hung up, not timed out', { queued, timeouts0, timeouts1 });
     await busy;
     p2.kill('SIGTERM');
     check(await new Promise((res) => p2.on('exit', res)) === 0, 'second server exits 0');
