@@ -44,7 +44,9 @@ static void usage(FILE *f) {
                "  -n N         decoded tokens per generation test (default 128; 0 skips it)\n"
                "  -t N         threads (default: physical cores)\n"
                "  -r N         repetitions (default 5); median and min..max are reported\n"
-               "  -d N         depth: run pp and tg on top of N tokens of context (default 0)\n"
+               "  -d N         depth: run pp and tg on top of N tokens of context (default 0); tg\n"
+               "               also runs from position 0 in each repetition and the median of\n"
+               "               tg@N / tg@0 per repetition is printed (same minutes)\n"
                "  --batch N    also decode n tokens in each of N sequences together (2..%d):\n"
                "               aggregate tok/s and its ratio to tg\n"
                "  --kv-type T  KV cache type: f16 (default, as the server), f32 or q8_0\n"
@@ -129,9 +131,7 @@ static uint64_t decode_bytes(const kw_model *m) {
  * average (at depth 4096 the F16 KV of the 1B shape is 128 MiB against 663
  * MiB of Q4_0 weights, so leaving it out would overstate the ceiling). */
 static uint64_t decode_kv_bytes(const kw_model *m, const bench_opts *o) {
-    const kw_hparams *hp = kw_model_hparams(m);
-    kw_kv_layout lay = {.n_layer = hp->n_kv_layers, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
-                        .head_dim_v = hp->head_dim_v, .type = o->kv_type, .block_tokens = 32};
+    kw_kv_layout lay = kw_model_kv_layout(m, o->kv_type, 32);
     return (uint64_t)((double)kw_kv_bytes_per_token(&lay) * ((double)o->d + (double)(o->n + 1) / 2.0));
 }
 
@@ -140,6 +140,30 @@ static void random_tokens(int32_t *tok, int n, int32_t n_vocab, uint64_t *rng) {
         *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (int32_t)((*rng >> 33) % (uint64_t)n_vocab);
     }
+}
+
+/* Decodes n random tokens one at a time from position `at`; tok/s in *rate. */
+static int decode_at(kw_session *s, int32_t at, int n, int32_t *tok, int32_t n_vocab, uint64_t *rng, double *rate,
+                     kw_err *err) {
+    random_tokens(tok, n, n_vocab, rng);
+    kw_session_rewind(s, at);
+    int rc = 0;
+    double t0 = now_sec();
+    for (int i = 0; i < n && rc == 0; i++) rc = kw_session_eval(s, tok + i, 1, false, err);
+    *rate = n / (now_sec() - t0);
+    return rc;
+}
+
+/* With -d: tg from position 0 in the same repetition, so tg@d / tg@0 is a
+ * ratio of the same minutes (the host's bandwidth swings ~1.5x between
+ * minutes). It overwrites the first n positions of the depth context with
+ * other random tokens, which does not change what a step costs. */
+static int run_depth0(kw_session *s, const bench_opts *o, int32_t n_vocab, uint64_t *rng, double *tg0, kw_err *err) {
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)o->n + 4);
+    if (!tok) return kw_err_set(err, "out of memory");
+    int rc = decode_at(s, 0, o->n, tok, n_vocab, rng, tg0, err);
+    free(tok);
+    return rc;
 }
 
 /* One repetition: prefill p tokens, then decode n, each on top of the
@@ -156,13 +180,7 @@ static int run_once(kw_session *s, const bench_opts *o, int32_t n_vocab, uint64_
         rc = kw_session_eval(s, tok, o->p, false, err);
         *pp = o->p / (now_sec() - t0);
     }
-    if (rc == 0 && o->n > 0) {
-        random_tokens(tok, o->n, n_vocab, rng);
-        kw_session_rewind(s, o->d);
-        double t0 = now_sec();
-        for (int i = 0; i < o->n && rc == 0; i++) rc = kw_session_eval(s, tok + i, 1, false, err);
-        *tg = o->n / (now_sec() - t0);
-    }
+    if (rc == 0 && o->n > 0) rc = decode_at(s, o->d, o->n, tok, n_vocab, rng, tg, err);
     free(tok);
     return rc;
 }
@@ -254,7 +272,7 @@ static double batch_run(batch_bench *bb, int steps, int32_t n_vocab, uint64_t *r
 }
 
 static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, uint64_t kvbytes, stat3 pp, stat3 tg,
-                       stat3 bw, stat3 bt, stat3 ratio) {
+                       stat3 bw, stat3 bt, stat3 ratio, stat3 tg0, stat3 dratio) {
     uint64_t rbytes = wbytes + kvbytes;
     const kw_hparams *hp = kw_model_hparams(m);
     cJSON *j = cJSON_CreateObject();
@@ -281,6 +299,13 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
     double ceiling = rbytes ? bw.med / (double)rbytes : 0;
     cJSON_AddNumberToObject(j, "tg_ceiling_tok_s", ceiling);
     cJSON_AddNumberToObject(j, "tg_pct_of_ceiling", ceiling > 0 ? 100 * tg.med / ceiling : 0);
+    if (o->d > 0 && o->n > 0) {
+        cJSON *x = cJSON_AddObjectToObject(j, "tg_depth0_tok_s");
+        cJSON_AddNumberToObject(x, "median", tg0.med);
+        cJSON_AddNumberToObject(x, "min", tg0.lo);
+        cJSON_AddNumberToObject(x, "max", tg0.hi);
+        cJSON_AddNumberToObject(j, "tg_depth_ratio", dratio.med);
+    }
     if (o->batch) {
         cJSON_AddNumberToObject(j, "batch", o->batch);
         cJSON *x = cJSON_AddObjectToObject(j, "batch_tok_s");
@@ -318,11 +343,12 @@ int cmd_bench(int argc, char **argv) {
     size_t nr = (size_t)o.r + 1;
     double *pp = calloc(nr, sizeof(double)), *tg = calloc(nr, sizeof(double)), *bw = calloc(nr, sizeof(double));
     double *bt = calloc(nr, sizeof(double)), *ratio = calloc(nr, sizeof(double));
+    double *tg0 = calloc(nr, sizeof(double)), *dratio = calloc(nr, sizeof(double));
     uint64_t rng = 0x6b7677697365ull;
     int rc = 0;
     batch_bench bb;
     memset(&bb, 0, sizeof bb);
-    if (!pp || !tg || !bw || !bt || !ratio) rc = kw_err_set(&err, "out of memory");
+    if (!pp || !tg || !bw || !bt || !ratio || !tg0 || !dratio) rc = kw_err_set(&err, "out of memory");
     if (rc == 0 && o.batch) rc = batch_init(&bb, m, pool, &o, &err);
     double warm_pp = 0, warm_tg = 0;
     bench_opts warm = o;
@@ -339,6 +365,10 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < o.r && rc == 0; i++) {
         bw[i] = kw_measure_read_bandwidth(pool, 0.3);
         rc = run_once(s, &o, hp->n_vocab, &rng, &pp[i], &tg[i], &err);
+        if (rc == 0 && o.d > 0 && o.n > 0) {
+            rc = run_depth0(s, &o, hp->n_vocab, &rng, &tg0[i], &err);
+            dratio[i] = tg0[i] > 0 ? tg[i] / tg0[i] : 0;
+        }
         if (rc == 0 && o.batch) {
             bt[i] = batch_run(&bb, o.n, hp->n_vocab, &rng, &err);
             if (bt[i] < 0) rc = -1;
@@ -346,6 +376,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!o.json && rc == 0) {
             fprintf(stderr, "rep %d/%d: pp %.1f tok/s, tg %.1f tok/s", i + 1, o.r, pp[i], tg[i]);
+            if (o.d > 0 && o.n > 0) fprintf(stderr, " (at d0 %.1f: %.0f%%)", tg0[i], 100 * dratio[i]);
             if (o.batch) fprintf(stderr, ", batch %d: %.1f tok/s (%.2fx tg)", o.batch, bt[i], ratio[i]);
             fprintf(stderr, ", bandwidth %.1f GB/s\n", bw[i] / 1e9);
         }
@@ -358,7 +389,7 @@ int cmd_bench(int argc, char **argv) {
         stat3 sbt = stats(bt, o.r), sra = stats(ratio, o.r);
         double ceiling = rbytes ? sbw.med / (double)rbytes : 0;
         if (o.json) {
-            print_json(&o, m, wbytes, kvbytes, spp, stg, sbw, sbt, sra);
+            print_json(&o, m, wbytes, kvbytes, spp, stg, sbw, sbt, sra, stats(tg0, o.r), stats(dratio, o.r));
         } else {
             char b1[32], b2[32], b3[32];
             printf("model        %s (%s, %s kernels, %d threads, KV %s)\n", o.model, hp->arch_name, kw_kernel_name(),
@@ -371,6 +402,11 @@ int cmd_bench(int argc, char **argv) {
             if (o.p > 0) printf(o.d > 0 ? "%d\n" : "\n", o.d);
             if (o.n > 0) printf("tg%-5d      %8.1f tok/s  (min %.1f, max %.1f)%s", o.n, stg.med, stg.lo, stg.hi, at);
             if (o.n > 0) printf(o.d > 0 ? "%d\n" : "\n", o.d);
+            if (o.d > 0 && o.n > 0) {
+                stat3 s0 = stats(tg0, o.r), sr = stats(dratio, o.r);
+                printf("tg%-5d      %8.1f tok/s  (min %.1f, max %.1f) @ d0, same repetitions: tg @ d%d = %.0f%% of it "
+                       "(median of per-rep ratios)\n", o.n, s0.med, s0.lo, s0.hi, o.d, 100 * sr.med);
+            }
             if (o.batch)
                 printf("batch%-3d     %8.1f tok/s  (min %.1f, max %.1f) aggregate = %.2fx tg (median of per-rep ratios)\n",
                        o.batch, sbt.med, sbt.lo, sbt.hi, sra.med);
@@ -378,7 +414,7 @@ int cmd_bench(int argc, char **argv) {
             if (o.n > 0) printf("ceiling      %8.1f tok/s  tg = %.0f%% of ceiling\n", ceiling, ceiling > 0 ? 100 * stg.med / ceiling : 0);
         }
     }
-    free(pp); free(tg); free(bw); free(bt); free(ratio);
+    free(pp); free(tg); free(bw); free(bt); free(ratio); free(tg0); free(dratio);
     batch_free(&bb);
     kw_session_free(s);
     kw_pool_destroy(pool);
