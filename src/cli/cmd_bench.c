@@ -147,6 +147,8 @@ static int decode_at(kw_session *s, int32_t at, int n, int32_t *tok, int32_t n_v
                      kw_err *err) {
     random_tokens(tok, n, n_vocab, rng);
     kw_session_rewind(s, at);
+    if (kw_session_n_past(s) != at)   /* a rewind only moves back: the depth must still be there */
+        return kw_err_set(err, "bench: cannot decode at position %d (the session holds %d)", at, kw_session_n_past(s));
     int rc = 0;
     double t0 = now_sec();
     for (int i = 0; i < n && rc == 0; i++) rc = kw_session_eval(s, tok + i, 1, false, err);
@@ -156,8 +158,9 @@ static int decode_at(kw_session *s, int32_t at, int n, int32_t *tok, int32_t n_v
 
 /* With -d: tg from position 0 in the same repetition, so tg@d / tg@0 is a
  * ratio of the same minutes (the host's bandwidth swings ~1.5x between
- * minutes). It overwrites the first n positions of the depth context with
- * other random tokens, which does not change what a step costs. */
+ * minutes). s is a second session of its own (a rewind only moves back, so
+ * decoding at 0 in the depth session would lose the depth for the next
+ * repetition). */
 static int run_depth0(kw_session *s, const bench_opts *o, int32_t n_vocab, uint64_t *rng, double *tg0, kw_err *err) {
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)o->n + 4);
     if (!tok) return kw_err_set(err, "out of memory");
@@ -334,6 +337,12 @@ int cmd_bench(int argc, char **argv) {
     kw_session_opts so = {.n_ctx = o.d + (o.p > o.n ? o.p : o.n) + 8, .max_batch = max_batch, .pool = pool,
                           .kv_type = o.kv_type};
     kw_session *s = pool ? kw_session_create(m, &so, &err) : NULL;
+    kw_session_opts so0 = {.n_ctx = o.n + 8, .max_batch = 1, .pool = pool, .kv_type = o.kv_type};
+    kw_session *s0 = s && o.d > 0 && o.n > 0 ? kw_session_create(m, &so0, &err) : NULL;   /* tg at depth 0 */
+    if (s && o.d > 0 && o.n > 0 && !s0) {
+        kw_session_free(s);
+        s = NULL;
+    }
     if (!s) {
         fprintf(stderr, "kvwise bench: %s\n", pool ? err.msg : "cannot start threads");
         kw_pool_destroy(pool);
@@ -366,7 +375,7 @@ int cmd_bench(int argc, char **argv) {
         bw[i] = kw_measure_read_bandwidth(pool, 0.3);
         rc = run_once(s, &o, hp->n_vocab, &rng, &pp[i], &tg[i], &err);
         if (rc == 0 && o.d > 0 && o.n > 0) {
-            rc = run_depth0(s, &o, hp->n_vocab, &rng, &tg0[i], &err);
+            rc = run_depth0(s0, &o, hp->n_vocab, &rng, &tg0[i], &err);
             dratio[i] = tg0[i] > 0 ? tg[i] / tg0[i] : 0;
         }
         if (rc == 0 && o.batch) {
@@ -417,6 +426,7 @@ int cmd_bench(int argc, char **argv) {
     free(pp); free(tg); free(bw); free(bt); free(ratio); free(tg0); free(dratio);
     batch_free(&bb);
     kw_session_free(s);
+    kw_session_free(s0);
     kw_pool_destroy(pool);
     kw_model_free(m);
     return rc == 0 ? 0 : 1;
