@@ -34,18 +34,17 @@ size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n) {
 
 #define KW_MM_MULTI_MAX 4                /* matrices one kw_matmul_multi run takes */
 
+/* One pool run over the row chunks of n_mats matrices of one type and width
+ * (kw_matmul: n_mats = 1) against the same activations: chunks
+ * [first[m], first[m+1]) belong to matrix m. */
 typedef struct {
     const kw_kernel_set *ks;
-    const kw_matrix *W;
     const float *X;
-    int64_t n;
-    float *Y;
+    int64_t n, cols;
     uint32_t dt;
     const void *xq;
     size_t xq_stride;
-    int64_t chunk_rows, n_chunks;
     _Atomic int64_t next_chunk;
-    /* kw_matmul_multi: chunks [first[m], first[m+1]) belong to matrix m */
     int n_mats;
     const kw_matrix *Ws[KW_MM_MULTI_MAX];
     float *Ys[KW_MM_MULTI_MAX];
@@ -55,25 +54,10 @@ typedef struct {
 static void quantize_task(void *v, int ith, int nth) {
     mm_task *t = v;
     kw_act_quant_fn q = t->ks->quant[t->dt];
-    for (int64_t i = ith; i < t->n; i += nth)
-        q(t->X + i * t->W->cols, (char *)t->xq + (size_t)i * t->xq_stride, t->W->cols);
+    for (int64_t i = ith; i < t->n; i += nth) q(t->X + i * t->cols, (char *)t->xq + (size_t)i * t->xq_stride, t->cols);
 }
 
 static void dot_task(void *v, int ith, int nth) {
-    (void)ith; (void)nth;
-    mm_task *t = v;
-    kw_gemm_fn gemm = t->ks->gemm[t->W->type];
-    for (;;) {
-        int64_t c = atomic_fetch_add_explicit(&t->next_chunk, 1, memory_order_relaxed);
-        if (c >= t->n_chunks) break;
-        int64_t r0 = c * t->chunk_rows, r1 = r0 + t->chunk_rows;
-        if (r1 > t->W->rows) r1 = t->W->rows;
-        gemm(t->W, r0, r1, t->xq, t->xq_stride, t->n, t->Y, t->W->rows);
-    }
-}
-
-/* The chunks of several matrices in one pass (kw_matmul_multi). */
-static void dot_multi_task(void *v, int ith, int nth) {
     (void)ith; (void)nth;
     mm_task *t = v;
     for (;;) {
@@ -122,38 +106,51 @@ static int64_t choose_chunk_rows(int64_t rows, int nth) {
     return c;
 }
 
-void kw_matmul(kw_pool *pool, const kw_matrix *W, const float *X, int64_t n, float *Y, void *scratch) {
-    if (!W || !X || !Y || n <= 0 || W->rows <= 0) return;
-    const kw_kernel_set *ks = kw_kernels_active();
+/* Runs n_mats matrices (same type and width, each with a kernel and a dot
+ * type that has rows) against X: activations quantized once (or read in
+ * place for F32), then every matrix's row chunks in one pool run. Each
+ * matrix is chunked the same whatever the other matrices, so results do not
+ * depend on which matrices share a run. */
+static void run_mats(kw_pool *pool, const kw_kernel_set *ks, const kw_matrix *const *W, int n_mats, const float *X,
+                     int64_t n, float *const *Y, void *scratch) {
     mm_task t;
     memset(&t, 0, sizeof t);
     t.ks = ks;
-    t.W = W;
     t.X = X;
     t.n = n;
-    t.Y = Y;
-    t.dt = kw_dot_type(W->type);
-    if (!ks->gemm[W->type] || (t.dt != KW_TYPE_F32 && kw_row_bytes(t.dt, W->cols) == 0)) {
+    t.cols = W[0]->cols;
+    t.dt = kw_dot_type(W[0]->type);
+    if (t.dt == KW_TYPE_F32) {
+        t.xq = X;
+        t.xq_stride = (size_t)t.cols * sizeof(float);
+    } else {
+        t.xq = scratch;
+        t.xq_stride = act_row_stride(t.dt, t.cols);
+        if (n * t.cols >= KW_MM_QUANT_PARALLEL_MIN && kw_pool_size(pool) > 1) kw_pool_run(pool, quantize_task, &t);
+        else quantize_task(&t, 0, 1);
+    }
+    int nth = kw_pool_size(pool);
+    t.n_mats = n_mats;
+    for (int m = 0; m < n_mats; m++) {
+        t.Ws[m] = W[m];
+        t.Ys[m] = Y[m];
+        t.rows_per_chunk[m] = choose_chunk_rows(W[m]->rows, nth);
+        t.first[m + 1] = t.first[m] + (W[m]->rows + t.rows_per_chunk[m] - 1) / t.rows_per_chunk[m];
+    }
+    atomic_store(&t.next_chunk, 0);
+    if (nth > 1 && t.first[n_mats] > 1) kw_pool_run(pool, dot_task, &t);
+    else dot_task(&t, 0, 1);
+}
+
+void kw_matmul(kw_pool *pool, const kw_matrix *W, const float *X, int64_t n, float *Y, void *scratch) {
+    if (!W || !X || !Y || n <= 0 || W->rows <= 0) return;
+    const kw_kernel_set *ks = kw_kernels_active();
+    uint32_t dt = kw_dot_type(W->type);
+    if (!ks->gemm[W->type] || (dt != KW_TYPE_F32 && kw_row_bytes(dt, W->cols) == 0)) {
         memset(Y, 0, (size_t)n * (size_t)W->rows * sizeof(float));   /* unsupported: defined output */
         return;
     }
-    if (t.dt == KW_TYPE_F32) {
-        t.xq = X;
-        t.xq_stride = (size_t)W->cols * sizeof(float);
-    } else {
-        t.xq = scratch;
-        t.xq_stride = act_row_stride(t.dt, W->cols);
-        if (n * W->cols >= KW_MM_QUANT_PARALLEL_MIN && kw_pool_size(pool) > 1)
-            kw_pool_run(pool, quantize_task, &t);
-        else
-            quantize_task(&t, 0, 1);
-    }
-    int nth = kw_pool_size(pool);
-    t.chunk_rows = choose_chunk_rows(W->rows, nth);
-    t.n_chunks = (W->rows + t.chunk_rows - 1) / t.chunk_rows;
-    atomic_store(&t.next_chunk, 0);
-    if (nth > 1 && t.n_chunks > 1) kw_pool_run(pool, dot_task, &t);
-    else dot_task(&t, 0, 1);
+    run_mats(pool, ks, &W, 1, X, n, &Y, scratch);
 }
 
 /* Several matrices of one type and width against the same activations (Q/K/V,
@@ -175,26 +172,5 @@ void kw_matmul_multi(kw_pool *pool, const kw_matrix *const *W, int n_mats, const
         for (int m = 0; m < n_mats; m++) kw_matmul(pool, W[m], X, n, Y[m], scratch);
         return;
     }
-    mm_task t;
-    memset(&t, 0, sizeof t);
-    t.ks = ks;
-    t.W = W[0];
-    t.X = X;
-    t.n = n;
-    t.dt = dt;
-    t.xq = scratch;
-    t.xq_stride = act_row_stride(dt, W[0]->cols);
-    if (n * W[0]->cols >= KW_MM_QUANT_PARALLEL_MIN && kw_pool_size(pool) > 1) kw_pool_run(pool, quantize_task, &t);
-    else quantize_task(&t, 0, 1);
-    int nth = kw_pool_size(pool);
-    t.n_mats = n_mats;
-    for (int m = 0; m < n_mats; m++) {
-        t.Ws[m] = W[m];
-        t.Ys[m] = Y[m];
-        t.rows_per_chunk[m] = choose_chunk_rows(W[m]->rows, nth);
-        t.first[m + 1] = t.first[m] + (W[m]->rows + t.rows_per_chunk[m] - 1) / t.rows_per_chunk[m];
-    }
-    atomic_store(&t.next_chunk, 0);
-    if (nth > 1 && t.first[n_mats] > 1) kw_pool_run(pool, dot_multi_task, &t);
-    else dot_multi_task(&t, 0, 1);
+    run_mats(pool, ks, W, n_mats, X, n, Y, scratch);
 }
