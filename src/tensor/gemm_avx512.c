@@ -149,19 +149,23 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
 _Static_assert((int64_t)KW_I16_WMAX * (KW_I16_XL1 + KW_I16_QK) < ((int64_t)1 << 31),
                "a block's int16 products must fit int32");
 
+/* q[j] = round(x[j] * id) capped at +-lim, for the KW_I16_QK values of a block. */
+static void i16_store(const float *x, int16_t *q, float id, int lim) {
+    const __m512i hi = _mm512_set1_epi32(lim), lo = _mm512_set1_epi32(-lim);
+    for (int j = 0; j < KW_I16_QK; j += 16) {
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), _mm512_set1_ps(id)));
+        _mm256_storeu_si256((__m256i *)(q + j), _mm512_cvtepi32_epi16(_mm512_max_epi32(_mm512_min_epi32(v, hi), lo)));
+    }
+}
+
 /* KW_I16_QK values -> int16 at q (|q| <= lim) and their scale at *d (d = 0 for a zero block). */
 static void i16_block(const float *x, int16_t *q, float *d, int lim) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     __m512 mx = _mm512_setzero_ps();
     for (int j = 0; j < KW_I16_QK; j += 16) mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + j)));
     float amax = _mm512_reduce_max_ps(mx);
-    float id = amax > 0.0f ? (float)lim / amax : 0.0f;
     *d = amax / (float)lim;
-    const __m512i hi = _mm512_set1_epi32(lim), lo = _mm512_set1_epi32(-lim);
-    for (int j = 0; j < KW_I16_QK; j += 16) {
-        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), _mm512_set1_ps(id)));
-        _mm256_storeu_si256((__m256i *)(q + j), _mm512_cvtepi32_epi16(_mm512_max_epi32(_mm512_min_epi32(v, hi), lo)));
-    }
+    i16_store(x, q, amax > 0.0f ? (float)lim / amax : 0.0f, lim);
 }
 
 /* Activation block: the scale is the larger of max|x| / 32767 (int16) and
@@ -183,13 +187,8 @@ static void i16_act_block(const float *x, int16_t *q, float *d) {
         for (int i = 0; i < w; i++) ls[i] += ls[i + w];
     float amax = _mm512_reduce_max_ps(mx), sum = ls[0];
     float s = fmaxf(amax / (float)KW_I16_XMAX, sum / (float)KW_I16_XL1);
-    float id = s > 0.0f ? 1.0f / s : 0.0f;
     *d = s;
-    const __m512i hi = _mm512_set1_epi32(KW_I16_XMAX), lo = _mm512_set1_epi32(-KW_I16_XMAX);
-    for (int j = 0; j < KW_I16_QK; j += 16) {
-        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), _mm512_set1_ps(id)));
-        _mm256_storeu_si256((__m256i *)(q + j), _mm512_cvtepi32_epi16(_mm512_max_epi32(_mm512_min_epi32(v, hi), lo)));
-    }
+    i16_store(x, q, s > 0.0f ? 1.0f / s : 0.0f, KW_I16_XMAX);
 }
 
 size_t kw_act_f16_i16_bytes(int64_t n) {
