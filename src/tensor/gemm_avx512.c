@@ -289,8 +289,8 @@ KW_INLINE void i16_tile(const uint8_t *grp, size_t gstride, int64_t nb, const in
 
 int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy) {
-    const kw_pack_hdr *h = W->packed;
-    if (!h || h->magic != KW_PACK_MAGIC || h->format != KW_FMT_F16_I16 || r0 % 16) return r0;
+    const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_F16_I16);
+    if (!h || r0 % 16) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;   /* every row is packed (last group zero-padded) */
     if (end <= r0) return r0;
     const int64_t nb = h->nb, n = W->cols;

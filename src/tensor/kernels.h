@@ -42,6 +42,12 @@ typedef struct kw_pack_hdr {
 #define KW_PACK_MAGIC 0x6b77706bu
 #define KW_PACK_HDR_BYTES 64
 
+/* W's packed header if W has a packed copy in format fmt, else NULL. */
+static inline const kw_pack_hdr *kw_packed_hdr(const kw_matrix *W, uint32_t fmt) {
+    const kw_pack_hdr *h = W->packed;
+    return h && h->magic == KW_PACK_MAGIC && h->format == fmt ? h : NULL;
+}
+
 /* pack.c: a packed copy of W with its header filled in (KW_MEM_WEIGHTS,
  * huge pages advised, zeroed if asked); its data starts KW_PACK_HDR_BYTES
  * in. NULL with err set when out of memory. */

@@ -188,22 +188,6 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  * slower (Q4_0 2.5 -> 3.3 ms at 8 KiB). */
 #define KW_X16_PREFETCH 16384
 
-static const kw_pack_hdr *packed_hdr(const kw_matrix *W, uint32_t fmt) {
-    const kw_pack_hdr *h = W->packed;
-    return h && h->magic == KW_PACK_MAGIC && h->format == fmt ? h : NULL;
-}
-
-/* d + vpdpbusd(w, the 4 bytes at x in every lane), the broadcast folded into
- * the instruction's memory operand ({1to16}). GCC emits
- * _mm512_dpbusd_epi32(d, w, _mm512_set1_epi32(*x)) as a separate
- * vpbroadcastd per vpdpbusd; folded, the small-batch tile is 3-7% faster
- * (512 x 2048 Q4_0, L2-resident, one thread: 2 rows 3.58 -> 3.33 ns per
- * block and row, 4 rows 3.17 -> 3.05). Same integer result. */
-KW_INLINE __m512i dpbusd_bcst(__m512i d, __m512i w, const int32_t *x) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(d) : "v"(w), "m"(*x));
-    return d;
-}
-
 KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                         const int C, const int q4) {
     const size_t blkb = q4 ? 288 : 544, qsb = q4 ? 256 : 512;
@@ -225,8 +209,8 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
             const int32_t *xi = (const int32_t *)(xq + 32 * b);
             __m512i d = _mm512_set1_epi32(-off * xsum[b]), d1 = _mm512_setzero_si512();
             _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {   /* two chains: dpbusd latency */
-                d = dpbusd_bcst(d, w[k], xi + k);
-                d1 = dpbusd_bcst(d1, w[k + 1], xi + k + 1);
+                d = kw_dpbusd_bcst(d, w[k], xi + k);
+                d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
             }
             d = _mm512_add_epi32(d, d1);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])), acc[c]);
@@ -275,14 +259,14 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
 
 static void gemm_q4_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
                       float *Y, int64_t ldy) {
-    const kw_pack_hdr *h = packed_hdr(W, KW_FMT_Q4_0_X16);
+    const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_Q4_0_X16);
     if (h) r0 = gemm_x16(W, h, 1, r0, r1, X, xs, nx, Y, ldy);
     if (r0 < r1) gemm_q4_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
 }
 
 static void gemm_q8_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
                       float *Y, int64_t ldy) {
-    const kw_pack_hdr *h = packed_hdr(W, KW_FMT_Q8_0_X16);
+    const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_Q8_0_X16);
     if (h) r0 = gemm_x16(W, h, 0, r0, r1, X, xs, nx, Y, ldy);
     if (r0 < r1) gemm_q8_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
 }

@@ -42,6 +42,7 @@
 #include "tensor/kernels.h"
 #include "tensor/quant_blocks.h"
 #include <immintrin.h>
+#include "tensor/x16_avx512.h"
 #include <string.h>
 #include "kvwise/memory.h"
 
@@ -100,13 +101,6 @@ static int pack_k45(kw_matrix *W, int q5, kw_err *err) {
 int kw_pack_q4k_x16(kw_matrix *W, kw_err *err) { return pack_k45(W, 0, err); }
 int kw_pack_q5k_x16(kw_matrix *W, kw_err *err) { return pack_k45(W, 1, err); }
 
-/* d + vpdpbusd(w, the 4 bytes at x in every lane), the broadcast folded into
- * the memory operand (as kernels_avx512.c's dpbusd_bcst). */
-KW_INLINE __m512i q4k_dpbusd_bcst(__m512i d, __m512i w, const int32_t *x) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(d) : "v"(w), "m"(*x));
-    return d;
-}
-
 /* The 8 per-32 sums of a Q8_K block as int16 word pairs (s32[t] = sums 2t, 2t+1). */
 KW_INLINE void q8k_sums32(const kw_block_q8_K *xb, int32_t s32[4]) {
     __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
@@ -150,8 +144,8 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
                 const int32_t *xi = (const int32_t *)(xb->qs + 64 * j + 32 * hi);
                 __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
                 _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {   /* two chains: latency */
-                    d0 = q4k_dpbusd_bcst(d0, w[k], xi + k);
-                    d1 = q4k_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
+                    d0 = kw_dpbusd_bcst(d0, w[k], xi + k);
+                    d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
                 }
                 __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1));   /* exact: |dot| <= 32*31*128 */
                 accb[c] = s == 0 ? _mm512_mul_ps(dot, fsc) : _mm512_fmadd_ps(dot, fsc, accb[c]);
@@ -250,8 +244,8 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
                 const int32_t *xi = (const int32_t *)(xb->qs + 128 * h + 32 * a);
                 __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
                 _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {   /* sub-blocks 2(4h+a) and +1 */
-                    d0 = q4k_dpbusd_bcst(d0, w[k], xi + k);
-                    d1 = q4k_dpbusd_bcst(d1, w[k + 4], xi + k + 4);
+                    d0 = kw_dpbusd_bcst(d0, w[k], xi + k);
+                    d1 = kw_dpbusd_bcst(d1, w[k + 4], xi + k + 4);
                 }
                 __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d0), fs0);   /* exact (see the top) */
                 accb[c] = h == 0 && aa == 0 ? p0 : _mm512_add_ps(accb[c], p0);
@@ -295,8 +289,8 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
                            int64_t nx, float *Y, int64_t ldy) {
     static const uint32_t fmts[] = {KW_FMT_Q4_K_X16, KW_FMT_Q5_K_X16, KW_FMT_Q6_K_X16};
     static const size_t blks[] = {Q4K_X16_BLK, Q5K_X16_BLK, Q6K_X16_BLK};
-    const kw_pack_hdr *h = W->packed;
-    if (!h || h->magic != KW_PACK_MAGIC || h->format != fmts[kind] || r0 % 16) return r0;
+    const kw_pack_hdr *h = kw_packed_hdr(W, fmts[kind]);
+    if (!h || r0 % 16) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     end -= (end - r0) % 16;
     const size_t blkb = blks[kind];

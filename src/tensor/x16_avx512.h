@@ -1,12 +1,24 @@
 /* x16_avx512.h - the one unpack of a block of the 16-row interleaved packed
  * Q4_0 / Q8_0 format (layout in kernels_avx512.c), shared by the per-group
  * tile there and the prefill GEMM in gemm_avx512.c so both read the format
- * the same way. Include only from files compiled with AVX-512 flags
+ * the same way; and the folded-broadcast vpdpbusd of the packed tiles. Include only from files compiled with AVX-512 flags
  * (*_avx512.c). */
 #ifndef KW_TENSOR_X16_AVX512_H
 #define KW_TENSOR_X16_AVX512_H
 #include <immintrin.h>
 #include <stdint.h>
+
+/* d + vpdpbusd(w, the 4 bytes at x in every lane), the broadcast folded into
+ * the instruction's memory operand ({1to16}). GCC emits
+ * _mm512_dpbusd_epi32(d, w, _mm512_set1_epi32(*x)) as a separate
+ * vpbroadcastd per vpdpbusd; folded, the small-batch tile is 3-7% faster
+ * (512 x 2048 Q4_0, L2-resident, one thread: 2 rows 3.58 -> 3.33 ns per
+ * block and row, 4 rows 3.17 -> 3.05). Same integer result. Used by the
+ * x16 tiles (kernels_avx512.c) and the packed K-quant tiles (kquant_avx512.c). */
+static inline __attribute__((always_inline)) __m512i kw_dpbusd_bcst(__m512i d, __m512i w, const int32_t *x) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(d) : "v"(w), "m"(*x));
+    return d;
+}
 
 /* w[k] = part k of the block as unsigned bytes (lane L: row L's values 4k..4k+3). */
 static inline __attribute__((always_inline)) void kw_x16_unpack(const uint8_t *blk, int q4, __m512i w[8]) {
