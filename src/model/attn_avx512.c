@@ -18,7 +18,7 @@
  *   - out = sum over keys in order of p * v, one FMA per element.
  * Compiled with AVX-512F flags; forward.c calls it only when the CPU has
  * AVX-512F (which implies the AVX2/FMA/F16C of the per-token path). */
-#include "model_internal.h"
+#include "attn_rows.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -42,46 +42,22 @@ bool kw_attn_tile_supported(uint32_t kv_type, int G, int hk, int hv) {
            hk <= 1024 && hv % 16 == 0 && hv <= 1024;
 }
 
-/* Rows [j, j + cnt) of this head's K (v = 0) or V (v = 1), clipped to n and
- * to j's block, asked into L2: a block's rows of one head are a few KiB on
- * their own page, so the hardware prefetcher stops at every block edge and
- * the loads below would wait on memory (perf: a third of this file's time
- * at depth 4096 before). */
-static void prefetch_rows(const kw_attn_tile_args *a, int32_t j, int32_t cnt, int32_t n, int v) {
-    if (j >= n) return;
-    int32_t bt = a->kv->lay.block_tokens, end = j + cnt < n ? j + cnt : n;
-    if (end > (j / bt + 1) * bt) end = (j / bt + 1) * bt;
-    size_t rb = v ? a->kv->v_row_bytes : a->kv->k_row_bytes;
-    const char *p = v ? kw_kv_v(a->kv, a->table->ids[j / bt], a->layer, a->kvh, j % bt)
-                      : kw_kv_k(a->kv, a->table->ids[j / bt], a->layer, a->kvh, j % bt);
-    for (const char *e = p + (size_t)(end - j) * rb; p < e; p += 64) _mm_prefetch(p, _MM_HINT_T1);
-}
-
-#define KW_ATT_PF_KEYS 48   /* how far ahead K rows are asked for (as the decode kernel) */
-
-/* Key j's row of this head as F32: in place for an F32 cache, else converted into buf. */
-static const float *k_row_f32(const kw_attn_tile_args *a, int32_t j, float *buf) {
-    int32_t bt = a->kv->lay.block_tokens;
-    const void *p = kw_kv_k(a->kv, a->table->ids[j / bt], a->layer, a->kvh, j % bt);
+/* Row j of this head's K (v = 0) or V (v = 1) as n F32 values: in place
+ * for an F32 cache, else converted from F16 into buf. */
+static const float *row_f32(const kw_attn_tile_args *a, int32_t j, int v, int n, float *buf) {
+    const void *p = kw_attn_row(a, j, v);
     if (a->kv->lay.type == KW_TYPE_F32) return p;
     const uint16_t *h = p;
-    for (int d = 0; d < a->hk; d += 16)
+    for (int d = 0; d < n; d += 16)
         _mm512_storeu_ps(buf + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
     return buf;
 }
 
+static const float *k_row_f32(const kw_attn_tile_args *a, int32_t j, float *buf) { return row_f32(a, j, 0, a->hk, buf); }
+
 /* Row pointers of V rows [j0, j1) as F32 (converted into vbuf for an F16 cache). */
 static void v_rows_f32(const kw_attn_tile_args *a, int32_t j0, int32_t j1, float *vbuf, const float **rows) {
-    int32_t bt = a->kv->lay.block_tokens;
-    for (int32_t j = j0; j < j1; j++) {
-        const void *p = kw_kv_v(a->kv, a->table->ids[j / bt], a->layer, a->kvh, j % bt);
-        if (a->kv->lay.type == KW_TYPE_F32) { rows[j - j0] = p; continue; }
-        float *dst = vbuf + (size_t)(j - j0) * (size_t)a->hv;
-        const uint16_t *h = p;
-        for (int d = 0; d < a->hv; d += 16)
-            _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
-        rows[j - j0] = dst;
-    }
+    for (int32_t j = j0; j < j1; j++) rows[j - j0] = row_f32(a, j, 1, a->hv, vbuf + (size_t)(j - j0) * (size_t)a->hv);
 }
 
 /* The 8-partial-sum tree of the per-token dot product (attn_avx2.c hsum8). */
@@ -224,7 +200,7 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
 
     int32_t j = 0;
     for (; j + 2 <= n_max; j += 2) {
-        if ((j & 7) == 0) prefetch_rows(a, j + KW_ATT_PF_KEYS, 8, n_max, 0);
+        if ((j & 7) == 0) kw_attn_prefetch_rows(a, j + KW_ATTN_PF_KEYS, 8, n_max, 0);
         const float *k0 = k_row_f32(a, j, krow), *k1 = k_row_f32(a, j + 1, krow + hk);
         score_keys(qt, k0, k1, hk, scale, sc + (size_t)j * KW_ATT_LANES, sc + (size_t)(j + 1) * KW_ATT_LANES);
     }
@@ -241,7 +217,7 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
     const float *rows[KW_ATT_VCHUNK];
     for (int32_t j0 = 0; j0 < n_max; j0 += KW_ATT_VCHUNK) {
         int32_t j1 = j0 + KW_ATT_VCHUNK < n_max ? j0 + KW_ATT_VCHUNK : n_max;
-        prefetch_rows(a, j1, KW_ATT_VCHUNK, n_max, 1);   /* the next chunk's V rows, while this one is used */
+        kw_attn_prefetch_rows(a, j1, KW_ATT_VCHUNK, n_max, 1);   /* the next chunk's V rows, while this one is used */
         v_rows_f32(a, j0, j1, vbuf, rows);
         for (int l = 0; l < nq; l++) {
             int32_t jn = nl[l] < j1 ? nl[l] : j1;

@@ -23,7 +23,7 @@
  * the same order as the 8-lane tree), the G heads' softmax sums run as
  * independent chains, and each V row is converted once and accumulated
  * for up to 4 heads from registers. */
-#include "model_internal.h"
+#include "attn_rows.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -80,32 +80,6 @@ static void tree_init(tree_idx *t) {
     t->lo1 = _mm512_loadu_si512(lo1); t->hi1 = _mm512_loadu_si512(hi1);
     t->lo2 = _mm512_loadu_si512(lo2); t->hi2 = _mm512_loadu_si512(hi2);
     t->lo3 = _mm512_loadu_si512(lo3); t->hi3 = _mm512_loadu_si512(hi3);
-}
-
-/* Row pointer of key j of this head (K or V). */
-static inline const void *kv_row(const kw_attn_tile_args *a, int32_t j, int v) {
-    int32_t bt = a->kv->lay.block_tokens;
-    return v ? kw_kv_v(a->kv, a->table->ids[j / bt], a->layer, a->kvh, j % bt)
-             : kw_kv_k(a->kv, a->table->ids[j / bt], a->layer, a->kvh, j % bt);
-}
-
-/* How far ahead the loops below ask for K/V rows (keys). The score and the
- * P.V loops would otherwise wait on DRAM at every row: a KV block of one
- * head is a few KiB on its own page, so the hardware prefetcher stops at
- * each block edge (perf: ~65% of decode attention at depth 4096 was load
- * stalls before this). */
-#define KW_DEC_PF_KEYS 48
-
-/* Prefetches rows [j, j + cnt) of this head (K or V), clipped to the
- * context n and to j's block (rows of one block are consecutive). */
-static inline void prefetch_rows(const kw_attn_tile_args *a, int32_t j, int cnt, int32_t n, int v) {
-    if (j >= n) return;
-    int32_t bt = a->kv->lay.block_tokens;
-    int32_t end = j + cnt < n ? j + cnt : n;
-    if (end > (j / bt + 1) * bt) end = (j / bt + 1) * bt;
-    size_t rb = v ? a->kv->v_row_bytes : a->kv->k_row_bytes;
-    const char *p = kv_row(a, j, v), *e = p + (size_t)(end - j) * rb;
-    for (; p < e; p += 64) _mm_prefetch(p, _MM_HINT_T1);
 }
 
 /* Scores of keys [j0, j0+16) (rows in kr[], padded by repeats) for every
@@ -246,10 +220,10 @@ KW_INLINE void pv_block(const kw_attn_tile_args *a, const float *sc, size_t C, i
     int32_t bt = a->kv->lay.block_tokens;
     size_t vrb = a->kv->v_row_bytes;
     for (int32_t jb = 0; jb < n; jb += bt) {
-        const uint8_t *vr = kv_row(a, jb, 1);
+        const uint8_t *vr = kw_attn_row(a, jb, 1);
         int32_t je = jb + bt < n ? jb + bt : n;
         for (int32_t j = jb; j < je; j++, vr += vrb) {
-            if (g0 == 0 && c0 == 0 && (j & 7) == 0) prefetch_rows(a, j + KW_DEC_PF_KEYS, 8, n, 1);
+            if (g0 == 0 && c0 == 0 && (j & 7) == 0) kw_attn_prefetch_rows(a, j + KW_ATTN_PF_KEYS, 8, n, 1);
             __m512 v[4];
             _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++)
                 v[c] = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)vr + c0 + 16 * c)))
@@ -316,12 +290,12 @@ void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_c
         int cnt = n - j0 < 16 ? (int)(n - j0) : 16;
         int32_t bt = a->kv->lay.block_tokens;
         if (j0 % bt + cnt <= bt) {   /* all in one block: rows are consecutive */
-            const uint8_t *base = kv_row(a, j0, 0);
+            const uint8_t *base = kw_attn_row(a, j0, 0);
             for (int k = 0; k < 16; k++) kr[k] = base + (size_t)(k < cnt ? k : 0) * a->kv->k_row_bytes;
         } else {
-            for (int k = 0; k < 16; k++) kr[k] = kv_row(a, j0 + (k < cnt ? k : 0), 0);
+            for (int k = 0; k < 16; k++) kr[k] = kw_attn_row(a, j0 + (k < cnt ? k : 0), 0);
         }
-        prefetch_rows(a, j0 + KW_DEC_PF_KEYS, 16, n, 0);
+        kw_attn_prefetch_rows(a, j0 + KW_ATTN_PF_KEYS, 16, n, 0);
         score16(a, kr, cnt, q2, &t, scale, sc, C, j0, f16);
     }
     softmax_heads(sc, C, G, n, f16);
