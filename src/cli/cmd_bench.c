@@ -395,10 +395,10 @@ int cmd_bench(int argc, char **argv) {
     } else {
         uint64_t wbytes = decode_bytes(m), kvbytes = o.n > 0 ? decode_kv_bytes(m, &o) : 0, rbytes = wbytes + kvbytes;
         stat3 spp = stats(pp, o.r), stg = stats(tg, o.r), sbw = stats(bw, o.r);
-        stat3 sbt = stats(bt, o.r), sra = stats(ratio, o.r);
+        stat3 sbt = stats(bt, o.r), sra = stats(ratio, o.r), stg0 = stats(tg0, o.r), sdr = stats(dratio, o.r);
         double ceiling = rbytes ? sbw.med / (double)rbytes : 0;
         if (o.json) {
-            print_json(&o, m, wbytes, kvbytes, spp, stg, sbw, sbt, sra, stats(tg0, o.r), stats(dratio, o.r));
+            print_json(&o, m, wbytes, kvbytes, spp, stg, sbw, sbt, sra, stg0, sdr);
         } else {
             char b1[32], b2[32], b3[32];
             printf("model        %s (%s, %s kernels, %d threads, KV %s)\n", o.model, hp->arch_name, kw_kernel_name(),
@@ -411,11 +411,9 @@ int cmd_bench(int argc, char **argv) {
             if (o.p > 0) printf(o.d > 0 ? "%d\n" : "\n", o.d);
             if (o.n > 0) printf("tg%-5d      %8.1f tok/s  (min %.1f, max %.1f)%s", o.n, stg.med, stg.lo, stg.hi, at);
             if (o.n > 0) printf(o.d > 0 ? "%d\n" : "\n", o.d);
-            if (o.d > 0 && o.n > 0) {
-                stat3 s0 = stats(tg0, o.r), sr = stats(dratio, o.r);
+            if (o.d > 0 && o.n > 0)
                 printf("tg%-5d      %8.1f tok/s  (min %.1f, max %.1f) @ d0, same repetitions: tg @ d%d = %.0f%% of it "
-                       "(median of per-rep ratios)\n", o.n, s0.med, s0.lo, s0.hi, o.d, 100 * sr.med);
-            }
+                       "(median of per-rep ratios)\n", o.n, stg0.med, stg0.lo, stg0.hi, o.d, 100 * sdr.med);
             if (o.batch)
                 printf("batch%-3d     %8.1f tok/s  (min %.1f, max %.1f) aggregate = %.2fx tg (median of per-rep ratios)\n",
                        o.batch, sbt.med, sbt.lo, sbt.hi, sra.med);
