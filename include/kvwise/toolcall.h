@@ -89,6 +89,9 @@ void kw_toolparse_free(kw_toolparse *p);
 /* true if the rendered prompt leaves a <think> block open at its end
  * (the template started the model's reasoning): use KW_TC_START_IN_THINK. */
 bool kw_toolparse_prompt_opens_think(const char *prompt);
+/* True when s is a function name the Mistral v11+ header `[TOOL_CALLS]NAME[ARGS]`
+ * can carry (the parser's own rule: 1..256 of [A-Za-z0-9_.:-]). */
+bool kw_toolparse_mistral_name(const char *s);
 
 /* The JSON syntax validator on its own: init, then feed bytes; returns
  * 1 when the byte completed the value, 0 when more is needed, -1 when

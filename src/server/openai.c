@@ -287,12 +287,6 @@ static int call_format(const char *prompt, const kw_chat_template *tpl, const ch
     return FMT_NONE;
 }
 
-/* A function name the v11+ Mistral header can carry (toolcall.c's name rule). */
-static bool mistral_plain_name(const char *s) {
-    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:");
-    return n > 0 && n <= 256 && !s[n];
-}
-
 /* tool_choice required / named, without constrained decoding: the assistant
  * turn is prefilled with the format's call opener (and, for a named function,
  * the call's name) so the model continues inside a call. Only when the
@@ -316,7 +310,7 @@ static char *tool_prefill(int mode, const char *named, const cJSON *tools, const
             if (fmt == FMT_HERMES) kw_sbuf_puts(&b, "<tool_call>\n");
             else if (fmt == FMT_MISTRAL || fmt == FMT_MISTRAL_ARGS) kw_sbuf_puts(&b, "[TOOL_CALLS]");
             if (fmt == FMT_MISTRAL_ARGS) {
-                if (mode == TC_NAMED && mistral_plain_name(named)) kw_sbuf_printf(&b, "%s[ARGS]", named);
+                if (mode == TC_NAMED && kw_toolparse_mistral_name(named)) kw_sbuf_printf(&b, "%s[ARGS]", named);
             } else if (mode == TC_NAMED) {
                 cJSON *s = cJSON_CreateString(named);
                 char *q = s ? cJSON_PrintUnformatted(s) : NULL;

@@ -420,6 +420,12 @@ static bool named_id_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
 
+bool kw_toolparse_mistral_name(const char *s) {
+    size_t n = 0;
+    while (s && s[n] && named_name_char(s[n])) n++;
+    return s && n > 0 && n <= NAMED_MAX_NAME && !s[n];
+}
+
 /* Skips a run of allowed characters (1..max of them) at s[*i]. */
 static int hm_run(const char *s, size_t n, size_t *i, bool (*ok)(char), size_t max) {
     size_t start = *i;
