@@ -61,7 +61,7 @@ void kw_attn_round_f16_avx2(float *x, int n) {
 }
 
 /* Q8_0 (34-byte blocks: F16 scale, 32 int8; q quantized the same way): the
- * bits of forward.c's scalar dot_q8_0. Per block the integer dot is exact
+ * bits of forward.c's kw_attn_dot_q8_0. Per block the integer dot is exact
  * (|values| <= 127, so a maddubs pair sum <= 32258 fits int16), then
  * t += (d_k * d_q) * isum in block order. */
 float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n) {
@@ -83,7 +83,7 @@ float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n) {
 }
 
 /* acc += p * V-row, Q8_0: pd = p * d per block, then multiply and add per
- * element (no FMA), the bits of forward.c's scalar axpy_q8_0. */
+ * element (no FMA), the bits of forward.c's kw_attn_axpy_q8_0. */
 void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n) {
     for (int b = 0; b < n / 32; b++, v += 34) {
         uint16_t d16;
