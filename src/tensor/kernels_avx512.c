@@ -189,7 +189,7 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
 #define KW_X16_PREFETCH 16384
 
 KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
-                        const int C, const int q4) {
+                        const int q4, const int C) {
     const size_t blkb = q4 ? 288 : 544, qsb = q4 ? 256 : 512;
     const int off = q4 ? 8 : 128;
     __m512 acc[8];
@@ -219,18 +219,6 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
-#define KW_X16_SWITCH(Q4, ...)                         \
-    switch (C) {                                       \
-    case 1: x16_tile(__VA_ARGS__, 1, Q4); break;       \
-    case 2: x16_tile(__VA_ARGS__, 2, Q4); break;       \
-    case 3: x16_tile(__VA_ARGS__, 3, Q4); break;       \
-    case 4: x16_tile(__VA_ARGS__, 4, Q4); break;       \
-    case 5: x16_tile(__VA_ARGS__, 5, Q4); break;       \
-    case 6: x16_tile(__VA_ARGS__, 6, Q4); break;       \
-    case 7: x16_tile(__VA_ARGS__, 7, Q4); break;       \
-    default: x16_tile(__VA_ARGS__, 8, Q4); break;      \
-    }
-
 /* Packed rows [r0, min(r1, packed_rows)) in groups of 16 (r0 is a multiple
  * of 16: kw_matmul's chunks are); returns the first row not done. */
 static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1,
@@ -250,8 +238,8 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
             int C = (int)(nx - i < 8 ? nx - i : 8);
             const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
             float *y = Y + i * ldy + r;
-            if (q4) { KW_X16_SWITCH(1, grp, h->nb, x0, xs, y, ldy) }
-            else { KW_X16_SWITCH(0, grp, h->nb, x0, xs, y, ldy) }
+            if (q4) { KW_TILE_ROWS_SWITCH(C, x16_tile, grp, h->nb, x0, xs, y, ldy, 1) }
+            else { KW_TILE_ROWS_SWITCH(C, x16_tile, grp, h->nb, x0, xs, y, ldy, 0) }
         }
     }
     return end > r0 ? end : r0;

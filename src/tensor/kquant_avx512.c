@@ -269,18 +269,6 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
-#define KQ_SWITCH(TILE, ...)                     \
-    switch (C) {                                 \
-    case 1: TILE(__VA_ARGS__, 1); break;         \
-    case 2: TILE(__VA_ARGS__, 2); break;         \
-    case 3: TILE(__VA_ARGS__, 3); break;         \
-    case 4: TILE(__VA_ARGS__, 4); break;         \
-    case 5: TILE(__VA_ARGS__, 5); break;         \
-    case 6: TILE(__VA_ARGS__, 6); break;         \
-    case 7: TILE(__VA_ARGS__, 7); break;         \
-    default: TILE(__VA_ARGS__, 8); break;        \
-    }
-
 enum { KQ_Q4K, KQ_Q5K, KQ_Q6K };
 
 /* Packed groups of rows [r0, min(r1, packed_rows)) (r0 a multiple of 16,
@@ -301,9 +289,9 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
             int C = (int)(nx - i < 8 ? nx - i : 8);
             const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
             float *y = Y + i * ldy + r;
-            if (kind == KQ_Q6K) { KQ_SWITCH(q6k_tile, grp, h->nb, x0, xs, y, ldy) }
-            else if (kind == KQ_Q5K) { KQ_SWITCH(q45k_tile, grp, h->nb, x0, xs, y, ldy, 1) }
-            else { KQ_SWITCH(q45k_tile, grp, h->nb, x0, xs, y, ldy, 0) }
+            if (kind == KQ_Q6K) { KW_TILE_ROWS_SWITCH(C, q6k_tile, grp, h->nb, x0, xs, y, ldy) }
+            else if (kind == KQ_Q5K) { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 1) }
+            else { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 0) }
         }
     }
     return end > r0 ? end : r0;

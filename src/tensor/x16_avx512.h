@@ -34,4 +34,19 @@ static inline __attribute__((always_inline)) void kw_x16_unpack(const uint8_t *b
     }
 }
 
+/* Calls TILE(args..., C) with C (1..8 activation rows, more as 8) a
+ * compile-time constant, so a tile's per-row arrays stay in registers; the
+ * x16 and the K-quant tiles take their row count last. */
+#define KW_TILE_ROWS_SWITCH(C, TILE, ...)      \
+    switch (C) {                               \
+    case 1: TILE(__VA_ARGS__, 1); break;       \
+    case 2: TILE(__VA_ARGS__, 2); break;       \
+    case 3: TILE(__VA_ARGS__, 3); break;       \
+    case 4: TILE(__VA_ARGS__, 4); break;       \
+    case 5: TILE(__VA_ARGS__, 5); break;       \
+    case 6: TILE(__VA_ARGS__, 6); break;       \
+    case 7: TILE(__VA_ARGS__, 7); break;       \
+    default: TILE(__VA_ARGS__, 8); break;      \
+    }
+
 #endif
