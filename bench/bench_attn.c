@@ -8,7 +8,8 @@
  * forward.c runs them) over -L layers, reported as the attention-only
  * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
  *
- * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--cputime] [--no-decode]
+ * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16] [--cputime] [--no-decode]
+ * --kv i16: the i16 cache type (kv.h) and its VNNI kernel (attn_i16_avx512.c).
  * --cputime times with the process's CPU seconds (immune to other load;
  * memory stalls still count, they are spent on the CPU). */
 #include <stdio.h>
@@ -24,24 +25,31 @@
 #define HD 64
 #define BT 32
 
+static int g_i16;   /* --kv i16 */
 
-
-
-/* KV of n positions in every layer, random F16 rows; blocks in pool order. */
+/* KV of n positions in every layer, random rows; blocks in pool order. */
 static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {
     kw_err err = {{0}};
     kw_kv_layout lay = {.n_layer = N_LAYER, .n_head_kv = N_KV, .head_dim_k = HD, .head_dim_v = HD,
-                        .type = KW_TYPE_F16, .block_tokens = BT};
+                        .type = g_i16 ? KW_TYPE_KV_I16 : KW_TYPE_F16, .block_tokens = BT};
     int32_t nb = (n + BT - 1) / BT;
     kw_kv_pool *kv = kw_kv_pool_create(&lay, nb, &err);
     if (!kv) { fprintf(stderr, "bench_attn: %s\n", err.msg); return NULL; }
     t->ids = malloc(sizeof(int32_t) * (size_t)nb);
     t->n = t->cap = nb;
     uint16_t row[HD];
+    float rf[HD];
     for (int32_t b = 0; b < nb; b++) t->ids[b] = kw_kv_alloc(kv);
     for (int l = 0; l < N_LAYER; l++)
         for (int32_t j = 0; j < n; j++)
             for (int h = 0; h < N_KV; h++) {
+                if (g_i16) {
+                    for (int d = 0; d < HD; d++) rf[d] = frand();
+                    kw_kv_i16_put(kw_kv_k(kv, t->ids[j / BT], l, h, 0), BT, j % BT, rf, HD, 0);
+                    for (int d = 0; d < HD; d++) rf[d] = frand();
+                    kw_kv_i16_put(kw_kv_v(kv, t->ids[j / BT], l, h, 0), BT, j % BT, rf, HD, 1);
+                    continue;
+                }
                 for (int d = 0; d < HD; d++) row[d] = kw_f32_to_f16(frand());
                 memcpy(kw_kv_k(kv, t->ids[j / BT], l, h, j % BT), row, sizeof row);
                 for (int d = 0; d < HD; d++) row[d] = kw_f32_to_f16(frand());
@@ -59,9 +67,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-L") && i + 1 < argc) pre_layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cputime")) g_cputime = 1;
+        else if (!strcmp(argv[i], "--kv") && i + 1 < argc && (!strcmp(argv[i + 1], "i16") || !strcmp(argv[i + 1], "f16")))
+            g_i16 = !strcmp(argv[++i], "i16");
         else if (!strcmp(argv[i], "--no-decode")) do_decode = 0;
         else {
-            fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--cputime] [--no-decode]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16] [--cputime] [--no-decode]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -70,8 +81,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const kw_cpu_info *ci = kw_cpu_info_get();
-    if (!ci || !ci->avx512f || !kw_attn_decode_supported(KW_TYPE_F16, N_HEAD / N_KV, HD, HD)) {
-        printf("bench_attn: needs AVX-512F; skipped\n");
+    if (!ci || !ci->avx512f || !kw_attn_decode_supported(KW_TYPE_F16, N_HEAD / N_KV, HD, HD) ||
+        (g_i16 && (!ci->avx512bw || !ci->avx512vnni))) {
+        printf("bench_attn: needs AVX-512F (and VNNI for --kv i16); skipped\n");
         return 77;
     }
     int32_t n_ctx = depth + n_pre;
@@ -81,13 +93,14 @@ int main(int argc, char **argv) {
     int32_t n_tok = n_pre > 0 ? n_pre : 1;
     float *q = malloc(sizeof(float) * (size_t)n_tok * N_HEAD * HD);
     float *out = malloc(sizeof(float) * (size_t)n_tok * N_HEAD * HD);
-    float *scr = malloc(sizeof(float) * kw_attn_tile_floats(HD, HD, n_ctx) + sizeof(float) * (size_t)N_HEAD * (size_t)n_ctx);
+    size_t tile_f = kw_attn_tile_floats(HD, HD, n_ctx), i16_f = kw_attn_i16_floats(16, HD, HD, n_ctx);
+    float *scr = malloc(sizeof(float) * (tile_f > i16_f ? tile_f : i16_f) + sizeof(float) * (size_t)N_HEAD * (size_t)n_ctx);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
     double *ts = malloc(sizeof(double) * (size_t)reps);
     if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int64_t i = 0; i < (int64_t)n_tok * N_HEAD * HD; i++) q[i] = frand();
-    printf("shape        %d heads, %d KV heads, head dim %d, F16 KV, %d-token blocks, 1 thread, %s time\n", N_HEAD, N_KV, HD,
-           BT, g_cputime ? "CPU" : "wall");
+    printf("shape        %d heads, %d KV heads, head dim %d, %s KV, %d-token blocks, 1 thread, %s time\n", N_HEAD, N_KV, HD,
+           g_i16 ? "i16" : "F16", BT, g_cputime ? "CPU" : "wall");
 
     if (do_decode) {
         pos[0] = depth;
@@ -97,12 +110,13 @@ int main(int argc, char **argv) {
                 for (int h = 0; h < N_KV; h++) {
                     kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = 0, .n_tok = 1,
                                            .layer = l, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
-                    kw_attn_decode_avx512(&a, scr, n_ctx);
+                    if (g_i16) kw_attn_i16_avx512(&a, scr, n_ctx);
+                    else kw_attn_decode_avx512(&a, scr, n_ctx);
                 }
             ts[r] = now_sec() - t0;
         }
         qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
-        double bytes = (double)N_LAYER * N_KV * (depth + 1) * HD * 2 * 2;
+        double bytes = (double)N_LAYER * N_KV * (depth + 1) * (HD * 2 + (g_i16 ? 4 : 0)) * 2;
         printf("decode @%-6d %.3f ms/token (min %.3f, max %.3f), %.1f GB/s of K/V (%.1f MiB per token)\n", depth,
                ts[reps / 2] * 1e3, ts[0] * 1e3, ts[reps - 1] * 1e3, bytes / ts[reps / 2] * 1e-9, bytes / 1048576.0);
     }
@@ -118,7 +132,8 @@ int main(int argc, char **argv) {
                         kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = i0,
                                                .n_tok = n_pre - i0 < per ? n_pre - i0 : per, .layer = l, .kvh = h,
                                                .n_head = N_HEAD, .G = G, .hk = HD, .hv = HD};
-                        kw_attn_tile_avx512(&a, scr);
+                        if (g_i16) kw_attn_i16_avx512(&a, scr, n_ctx);
+                        else kw_attn_tile_avx512(&a, scr);
                     }
             ts[r] = now_sec() - t0;
         }

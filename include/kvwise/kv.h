@@ -19,7 +19,7 @@ typedef struct kw_kv_layout {
     int32_t n_head_kv;
     int32_t head_dim_k;
     int32_t head_dim_v;
-    uint32_t type;          /* KW_TYPE_F32, KW_TYPE_F16 or KW_TYPE_Q8_0 */
+    uint32_t type;          /* KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0 or KW_TYPE_KV_I16 */
     int32_t block_tokens;   /* positions per block, e.g. 32 */
 } kw_kv_layout;
 
@@ -42,6 +42,12 @@ typedef struct kw_block_table {
     int32_t cap;
 } kw_block_table;
 
+/* The KV element types a pool takes, by the names of --kv-type: "f32",
+ * "f16", "q8_0", "i16". from_name returns -1 for any other name. */
+const char *kw_kv_type_name(uint32_t type);       /* "?" for a type a pool does not take */
+int kw_kv_type_from_name(const char *name);
+#define KW_KV_TYPE_NAMES "f16, i16, q8_0 or f32"
+
 /* Bytes of KV per token for a layout (all layers, K and V). */
 size_t kw_kv_bytes_per_token(const kw_kv_layout *lay);
 size_t kw_kv_block_bytes(const kw_kv_layout *lay);
@@ -58,6 +64,36 @@ void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src);
  * Layout inside a block, per layer: K[head][slot][head_dim_k], then V[head][slot][head_dim_v]. */
 void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
 void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
+
+/* ---- the i16 KV type (KW_TYPE_KV_I16, "--kv-type i16") ----
+ * Each position's K (or V) row of one head is stored as integers with one
+ * F32 scale: x ~= scale * x_int, scale = max|x| / QMAX, K with QMAX 4095 and
+ * V with 8191 (the bounds that keep attention's integer dot products exact
+ * in int32: see src/model/attn_i16.c). The head's region of a block (what
+ * kw_kv_k/kw_kv_v return for slot 0; block_tokens * row bytes) holds the
+ * block_tokens scales first, then the integers laid out for 16-lane dot
+ * products: K pairs of dimensions across slots, V pairs of slots across
+ * dimensions, so that 16 keys of one dimension pair (K) or one slot pair of
+ * 16 dimensions (V) are 64 contiguous bytes. Needs block_tokens % 32 == 0,
+ * head dims % 16 == 0 and head_dim_k <= 128. */
+#define KW_KV_I16_KMAX 4095
+#define KW_KV_I16_VMAX 8191
+
+static inline float *kw_kv_i16_scales(void *region) { return (float *)region; }
+static inline int16_t *kw_kv_i16_ints(void *region, int32_t block_tokens) {
+    return (int16_t *)((uint8_t *)region + (size_t)block_tokens * sizeof(float));
+}
+/* Index of element (slot s, dimension d) within the integers. */
+static inline size_t kw_kv_i16_k_index(int32_t bt, int32_t s, int32_t d) {
+    return ((size_t)(d / 2) * (size_t)bt + (size_t)s) * 2 + (size_t)(d & 1);
+}
+static inline size_t kw_kv_i16_v_index(int32_t hv, int32_t s, int32_t d) {
+    return ((size_t)(s / 2) * (size_t)hv + (size_t)d) * 2 + (size_t)(s & 1);
+}
+/* Writes position slot's K (v = 0) or V (v = 1) row x[0..n) of one head into its region. */
+void kw_kv_i16_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
+/* Reads it back as floats (scale * x_int); for tests and tools. */
+void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
 
 /* Block tables. ensure() grows the table with fresh blocks so that it
  * covers n_positions; returns -1 (table unchanged beyond what fit) if the

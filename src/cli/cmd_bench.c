@@ -99,9 +99,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
                 return -1;
             }
         } else if (!strcmp(a, "--kv-type") && i + 1 < argc) {
-            int ty = kw_type_from_name(argv[++i]);
-            if (ty != KW_TYPE_F16 && ty != KW_TYPE_F32 && ty != KW_TYPE_Q8_0) {
-                fprintf(stderr, "kvwise bench: --kv-type takes f16, f32 or q8_0, not '%s'\n", argv[i]);
+            int ty = kw_kv_type_from_name(argv[++i]);
+            if (ty < 0) {
+                fprintf(stderr, "kvwise bench: --kv-type takes " KW_KV_TYPE_NAMES ", not '%s'\n", argv[i]);
                 return -1;
             }
             o->kv_type = (uint32_t)ty;
@@ -287,7 +287,7 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
     cJSON_AddNumberToObject(j, "n_gen", o->n);
     cJSON_AddNumberToObject(j, "repetitions", o->r);
     cJSON_AddNumberToObject(j, "n_depth", o->d);
-    cJSON_AddStringToObject(j, "kv_type", kw_type_name(o->kv_type));
+    cJSON_AddStringToObject(j, "kv_type", kw_kv_type_name(o->kv_type));
     cJSON_AddNumberToObject(j, "weight_bytes", (double)hp->weight_bytes);
     cJSON_AddNumberToObject(j, "weight_bytes_per_token", (double)wbytes);
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)kvbytes);
@@ -402,7 +402,7 @@ int cmd_bench(int argc, char **argv) {
         } else {
             char b1[32], b2[32], b3[32];
             printf("model        %s (%s, %s kernels, %d threads, KV %s)\n", o.model, hp->arch_name, kw_kernel_name(),
-                   o.t, kw_type_name(o.kv_type));
+                   o.t, kw_kv_type_name(o.kv_type));
             printf("weights      %s; read per decoded token %s of weights + %s of KV\n",
                    kw_format_bytes(hp->weight_bytes, b1, sizeof b1), kw_format_bytes(wbytes, b2, sizeof b2),
                    kw_format_bytes(kvbytes, b3, sizeof b3));

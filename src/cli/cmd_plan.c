@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "kvwise/footprint.h"
 #include "kvwise/gguf.h"
+#include "kvwise/kv.h"
 #include "kvwise/plan.h"
 #include "kvwise/tensor.h"
 
@@ -142,10 +143,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) { NEED(); if (parse_int(v, f, 1, 1024, &a->o.n_threads)) return 2; }
         else if (!strcmp(f, "--kv-type")) {
             NEED();
-            if (!strcmp(v, "f16")) a->o.kv_type = KW_TYPE_F16;
-            else if (!strcmp(v, "q8_0")) a->o.kv_type = KW_TYPE_Q8_0;
-            else if (!strcmp(v, "f32")) a->o.kv_type = KW_TYPE_F32;
-            else { fprintf(stderr, "kvwise plan: --kv-type must be f16, q8_0 or f32 (got '%s')\n", v); return 2; }
+            int t = kw_kv_type_from_name(v);
+            if (t < 0) { fprintf(stderr, "kvwise plan: --kv-type must be " KW_KV_TYPE_NAMES " (got '%s')\n", v); return 2; }
+            a->o.kv_type = (uint32_t)t;
         }
         else if (!strcmp(f, "--bandwidth")) {
             NEED();

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include "cli.h"
 #include "kvwise/footprint.h"
+#include "kvwise/kv.h"
 #include "kvwise/kvmem.h"
 #include "kvwise/fault.h"
 #include "kvwise/ledger.h"
@@ -149,7 +150,10 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--max-queue")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 20, &o->max_queue); }
         else if (!strcmp(a, "--kv-type")) {
             TAKES_VALUE(); o->kv_type = v;
-            if (strcmp(v, "f16") && strcmp(v, "q8_0")) { fprintf(stderr, "kvwise serve: --kv-type must be f16 or q8_0\n"); return -1; }
+            if (kw_kv_type_from_name(v) < 0 || !strcmp(v, "f32")) {
+                fprintf(stderr, "kvwise serve: --kv-type must be f16, i16 or q8_0\n");
+                return -1;
+            }
         }
         else if (!strcmp(a, "--kv-blocks")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 24, &o->kv_blocks); }
         else if (!strcmp(a, "--kv-block-size")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 4096, &o->kv_block_tokens); }
@@ -288,7 +292,7 @@ static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, kw_err *err) 
     }
     kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = o->ctx_size, .n_slots = o->decode_conc,
                                .max_batch = max_batch, .kv_blocks = o->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
-                               .kv_type = !strcmp(o->kv_type, "q8_0") ? KW_TYPE_Q8_0 : KW_TYPE_F16, .mlock = o->mlock,
+                               .kv_type = (uint32_t)kw_kv_type_from_name(o->kv_type), .mlock = o->mlock,
                                .n_threads = o->threads,
                                .cache_max_seqs = o->cache_size, .cache_max_bytes = o->cache_bytes,
                                .ledger = led, .cache_log_interval_s = 10};

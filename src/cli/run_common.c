@@ -2,6 +2,7 @@
  * (run_common.h): common options, model loading, prompt reading,
  * tokenizing and session creation, each with a one-line error. */
 #include "run_common.h"
+#include "kvwise/kv.h"
 #include "kvwise/tokenizer.h"
 #include <errno.h>
 #include <math.h>
@@ -40,13 +41,12 @@ int kw_run_float(const kw_run_opts *o, const char *opt, const char *s, double lo
 }
 
 static int parse_kv_type(const kw_run_opts *o, const char *s, uint32_t *out) {
-    if (!strcmp(s, "f32")) *out = KW_TYPE_F32;
-    else if (!strcmp(s, "f16")) *out = KW_TYPE_F16;
-    else if (!strcmp(s, "q8_0")) *out = KW_TYPE_Q8_0;
-    else {
-        fprintf(stderr, "kvwise %s: --kv-type must be f32, f16 or q8_0 (got '%s')\n", o->cmd, s);
+    int t = kw_kv_type_from_name(s);
+    if (t < 0) {
+        fprintf(stderr, "kvwise %s: --kv-type must be " KW_KV_TYPE_NAMES " (got '%s')\n", o->cmd, s);
         return -1;
     }
+    *out = (uint32_t)t;
     return 0;
 }
 

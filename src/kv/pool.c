@@ -5,7 +5,8 @@
  * K/V rows inside a block, and per-sequence block tables (grow, push,
  * release). A block holds, for every layer, K[head][slot][head_dim_k] then
  * V[head][slot][head_dim_v], each row stored in the layout's element type
- * (F32, F16 or Q8_0 blocks of 32). Not thread-safe: one scheduler owns it.
+ * (F32, F16 or Q8_0 blocks of 32), or per head region for the i16 type
+ * (scales, then integers; kv.h). Not thread-safe: one scheduler owns it.
  * The allocation asks for transparent huge pages: attention reads one
  * head's rows of a block (a few KiB) and then jumps a whole block ahead, so
  * with 4 KiB pages nearly every K/V row group costs a page walk. Pages are
@@ -16,14 +17,34 @@
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
 #include "tensor/kernels.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Bytes of one head's row of n values (q8_0: blocks of 32 values, 2-byte scale + 32 int8). */
+/* Bytes of one head's row of n values (q8_0: blocks of 32 values, 2-byte
+ * scale + 32 int8; i16: n int16 + one F32 scale). */
 static size_t kv_row_bytes(uint32_t type, int32_t n) {
     if (type == KW_TYPE_F32) return (size_t)n * 4;
     if (type == KW_TYPE_F16) return (size_t)n * 2;
+    if (type == KW_TYPE_KV_I16) return (size_t)n * 2 + 4;
     return (size_t)(n / 32) * 34;
+}
+
+const char *kw_kv_type_name(uint32_t type) {
+    switch (type) {
+    case KW_TYPE_F32: return "f32";
+    case KW_TYPE_F16: return "f16";
+    case KW_TYPE_Q8_0: return "q8_0";
+    case KW_TYPE_KV_I16: return "i16";
+    default: return "?";
+    }
+}
+
+int kw_kv_type_from_name(const char *name) {
+    static const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0, KW_TYPE_KV_I16};
+    for (size_t i = 0; name && i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(name, kw_kv_type_name(types[i]))) return (int)types[i];
+    return -1;
 }
 
 static int layout_check(const kw_kv_layout *lay, kw_err *err) {
@@ -33,8 +54,14 @@ static int layout_check(const kw_kv_layout *lay, kw_err *err) {
                           lay->n_layer, lay->n_head_kv, lay->head_dim_k, lay->head_dim_v);
     if (lay->block_tokens <= 0 || lay->block_tokens > 4096)
         return kw_err_set(err, "kv pool: block_tokens %d out of range (1..4096)", lay->block_tokens);
-    if (lay->type != KW_TYPE_F32 && lay->type != KW_TYPE_F16 && lay->type != KW_TYPE_Q8_0)
-        return kw_err_set(err, "kv pool: unsupported KV type %u (use f32, f16 or q8_0)", lay->type);
+    if (lay->type != KW_TYPE_F32 && lay->type != KW_TYPE_F16 && lay->type != KW_TYPE_Q8_0 &&
+        lay->type != KW_TYPE_KV_I16)
+        return kw_err_set(err, "kv pool: unsupported KV type %u (use " KW_KV_TYPE_NAMES ")", lay->type);
+    if (lay->type == KW_TYPE_KV_I16 &&
+        (lay->head_dim_k % 16 || lay->head_dim_v % 16 || lay->head_dim_k > 128 || lay->block_tokens % 32))
+        return kw_err_set(err, "kv pool: i16 KV needs head dims %% 16 == 0, head_dim_k <= 128 and blocks of a "
+                          "multiple of 32 tokens (head dims %d/%d, block %d); use f16",
+                          lay->head_dim_k, lay->head_dim_v, lay->block_tokens);
     if (lay->type == KW_TYPE_Q8_0 && (lay->head_dim_k % 32 || lay->head_dim_v % 32))
         return kw_err_set(err, "kv pool: q8_0 KV needs head_dim %% 32 == 0 (head_dim_k %d, head_dim_v %d); use f16",
                           lay->head_dim_k, lay->head_dim_v);
@@ -172,4 +199,30 @@ int kw_block_table_push(kw_block_table *t, int32_t id) {
     if (!t || table_reserve(t, t->n + 1) != 0) return -1;
     t->ids[t->n++] = id;
     return 0;
+}
+
+/* ---- i16 rows (kv.h) ---- */
+
+void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
+    float m = 0.0f;
+    bool finite = true;
+    for (int32_t d = 0; d < n; d++) {
+        float a = fabsf(x[d]);
+        if (!isfinite(a)) finite = false;
+        else if (a > m) m = a;
+    }
+    const float qmax = v ? (float)KW_KV_I16_VMAX : (float)KW_KV_I16_KMAX;
+    float inv = finite && m > 0.0f ? qmax / m : 0.0f;
+    int16_t *q = kw_kv_i16_ints(region, bt);
+    for (int32_t d = 0; d < n; d++)
+        q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i16_k_index(bt, slot, d)] = finite ? (int16_t)lrintf(x[d] * inv) : 0;
+    /* a row with a NaN or an infinity gets a NaN scale: attention's output turns NaN, as with f16 */
+    kw_kv_i16_scales(region)[slot] = finite ? m / qmax : NAN;
+}
+
+void kw_kv_i16_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
+    void *r = (void *)(uintptr_t)region;
+    const int16_t *q = kw_kv_i16_ints(r, bt);
+    float s = kw_kv_i16_scales(r)[slot];
+    for (int32_t d = 0; d < n; d++) x[d] = s * (float)q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i16_k_index(bt, slot, d)];
 }

@@ -92,9 +92,14 @@ static void plan_workspace(const kw_hparams *hp, int32_t T, int32_t C, int n_thr
     /* per thread, for the G query heads of one KV head: scores[G][C], q[G][hk], acc[G][hv] */
     size_t G = (size_t)(hp->n_head / hp->n_head_kv);
     p->att_floats = round64(G * ((size_t)C + hk + hv) * f) / f;
-    if (T >= 2) {   /* prefill tiles (attn_avx512.c) */
+    size_t i16f = round64(kw_attn_i16_floats((int)G, (int)hk, (int)hv, C) * f) / f;   /* i16 decode (attn_i16.c) */
+    if (i16f > p->att_floats) p->att_floats = i16f;
+    if (T >= 2) {   /* prefill tiles (attn_avx512.c, attn_i16_avx512.c) */
         size_t tf = round64(kw_attn_tile_floats((int)hk, (int)hv, C) * f) / f;
         if (tf > p->att_floats) p->att_floats = tf;
+        int per = kw_attn_tile_tokens((int)G);
+        i16f = round64(kw_attn_i16_floats(per * (int)G, (int)hk, (int)hv, C) * f) / f;
+        if (i16f > p->att_floats) p->att_floats = i16f;
     }
     p->mm_bytes = round64(matmul_scratch_model(hp, T));
     p->scratch_bytes = p->mm_bytes + (size_t)(n_threads > 0 ? n_threads : 1) * p->att_floats * f;
@@ -276,8 +281,14 @@ static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
         const kw_block_table *t = b->tables[b->seq[i]];
         int32_t id = t->ids[b->pos[i] / bt], slot = b->pos[i] % bt;
         for (int h = 0; h < nkv; h++) {
-            store_row(kv->lay.type, c->k + ((int64_t)i * nkv + h) * hk, kw_kv_k(kv, id, il, h, slot), hk);
-            store_row(kv->lay.type, c->v + ((int64_t)i * nkv + h) * hv, kw_kv_v(kv, id, il, h, slot), hv);
+            const float *kx = c->k + ((int64_t)i * nkv + h) * hk, *vx = c->v + ((int64_t)i * nkv + h) * hv;
+            if (kv->lay.type == KW_TYPE_KV_I16) {   /* per-head regions (kv.h) */
+                kw_kv_i16_put(kw_kv_k(kv, id, il, h, 0), bt, slot, kx, hk, 0);
+                kw_kv_i16_put(kw_kv_v(kv, id, il, h, 0), bt, slot, vx, hv, 1);
+                continue;
+            }
+            store_row(kv->lay.type, kx, kw_kv_k(kv, id, il, h, slot), hk);
+            store_row(kv->lay.type, vx, kw_kv_v(kv, id, il, h, slot), hv);
         }
     }
 }
@@ -403,6 +414,12 @@ static void softmax(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
+/* The AVX-512 VNNI kernel for an i16 cache applies to nq queries. */
+static bool i16_kernel_ok(int nq, int hk, int hv) {
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    return ci && ci->avx512f && ci->avx512bw && ci->avx512vnni && kw_attn_i16_supported(nq, hk, hv);
+}
+
 /* Token i, KV head kvh: for each query head h of the group,
  * out_h = softmax(q_h . K[0..pos] / sqrt(hk)) . V[0..pos]. */
 static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, float *scr) {
@@ -416,6 +433,13 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
     int32_t n = b->pos[i] + 1, C = c->max_ctx;
     float *scores = scr, *qs = scores + (size_t)G * C, *acc = qs + (size_t)G * hk;
     const kw_cpu_info *ci = kw_cpu_info_get();
+    if (type == KW_TYPE_KV_I16) {   /* attn_i16.c: the kernel and the portable path give the same bits */
+        kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
+                               .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
+        if (i16_kernel_ok(G, hk, hv)) kw_attn_i16_avx512(&a, scr, C);
+        else kw_attn_i16_ref(&a, scr, C);
+        return;
+    }
     if (ci && ci->avx512f && kw_attn_decode_supported(type, G, hk, hv)) {   /* same results, attn_decode_avx512.c */
         kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
                                .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
@@ -472,7 +496,8 @@ static void attention_tiles_task(void *arg, int ith, int nth) {
         kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = c->kv, .table = b->tables[b->seq[i0]], .pos = b->pos,
                                .i0 = i0, .n_tok = i1 - i0, .layer = c->layer, .kvh = kvh, .n_head = hp->n_head,
                                .G = G, .hk = hp->head_dim_k, .hv = hp->head_dim_v};
-        kw_attn_tile_avx512(&a, scr);
+        if (c->kv->lay.type == KW_TYPE_KV_I16) kw_attn_i16_avx512(&a, scr, c->max_ctx);
+        else kw_attn_tile_avx512(&a, scr);
     }
 }
 
@@ -482,9 +507,10 @@ static int32_t plan_tiles(kw_ctx *c, const kw_batch *b) {
     const kw_hparams *hp = &c->m->hp;
     const kw_cpu_info *ci = kw_cpu_info_get();
     int G = hp->n_head / hp->n_head_kv, per = kw_attn_tile_tokens(G);
-    if (b->n_tokens < 2 || c->max_tokens < 2 || !ci || !ci->avx512f ||
-        !kw_attn_tile_supported(c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v))
-        return 0;
+    bool ok = c->kv->lay.type == KW_TYPE_KV_I16
+        ? per > 0 && i16_kernel_ok(per * G, hp->head_dim_k, hp->head_dim_v)
+        : ci && ci->avx512f && kw_attn_tile_supported(c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v);
+    if (b->n_tokens < 2 || c->max_tokens < 2 || !ok) return 0;
     int32_t n = 0;
     for (int32_t i = 0; i < b->n_tokens; i++)
         if (i == 0 || b->seq[i] != b->seq[i - 1] || i - c->rows[n - 1] >= per) c->rows[n++] = i;

@@ -70,4 +70,15 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr);
 bool kw_attn_decode_supported(uint32_t kv_type, int G, int hk, int hv);
 void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 
+/* attn_i16.c / attn_i16_avx512.c: attention over an i16 KV cache
+ * (KW_TYPE_KV_I16) for the n_tok tokens x G heads of a->kvh; the portable
+ * ref and the AVX-512 VNNI kernel (at most 16 queries) give the same bits.
+ * scr: kw_attn_i16_floats(n_tok * G, ...) floats. */
+size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx);
+float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi);   /* q_int; returns c */
+float kw_attn_i16_sum16(const double *part);                       /* (float)(1 / sum of 16 parts) */
+void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
+bool kw_attn_i16_supported(int nq, int hk, int hv);
+void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
+
 #endif

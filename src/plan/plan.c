@@ -167,8 +167,8 @@ static int check_opts(const kw_plan_model *m, kw_plan_opts *o, kw_err *err) {
         return kw_err_set(err, "plan: --prefill-step-size must be 1..65536 (got %d)", o->prefill_step);
     if (o->block_tokens < 1 || o->block_tokens > 4096) return kw_err_set(err, "plan: block size must be 1..4096");
     if (o->n_threads < 1 || o->n_threads > 1024) return kw_err_set(err, "plan: threads must be 1..1024");
-    if (o->kv_type != KW_TYPE_F16 && o->kv_type != KW_TYPE_Q8_0 && o->kv_type != KW_TYPE_F32)
-        return kw_err_set(err, "plan: --kv-type must be f16, q8_0 or f32");
+    if (kw_kv_type_from_name(kw_kv_type_name(o->kv_type)) < 0)
+        return kw_err_set(err, "plan: --kv-type must be " KW_KV_TYPE_NAMES);
     if (o->cache_seqs < 0) return kw_err_set(err, "plan: --prompt-cache-size must be >= 0");
     if (!(o->bandwidth >= 0) || o->bandwidth > 1e15) return kw_err_set(err, "plan: bandwidth out of range");
     if (m->hp.n_kv_layers > 0 && kw_plan_kv_bytes_per_token(m, o->kv_type) == 0)

@@ -13,6 +13,7 @@ const char *kw_plan_type_name(uint32_t type) {
     case KW_TYPE_F32: return "f32";
     case KW_TYPE_F16: return "f16";
     case KW_TYPE_Q8_0: return "q8_0";
+    case KW_TYPE_KV_I16: return "i16";
     case KW_TYPE_BF16: return "bf16";
     case KW_TYPE_Q4_0: return "q4_0";
     case KW_TYPE_Q4_1: return "q4_1";
@@ -53,6 +54,7 @@ static const char *elem_text(uint32_t kv_type) {
     switch (kv_type) {
     case KW_TYPE_F32: return "4 bytes";
     case KW_TYPE_Q8_0: return "34/32 bytes (q8_0: 32 values + f16 scale)";
+    case KW_TYPE_KV_I16: return "2 bytes + a 4-byte scale per row (i16)";
     default: return "2 bytes";
     }
 }

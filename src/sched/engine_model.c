@@ -78,7 +78,7 @@ static void me_describe(kw_engine *e, char *buf, size_t cap) {
     snprintf(buf, cap, "%d blocks x %d tokens, %s (%s), %zu bytes/token",
              me->pool->n_blocks, me->pool->lay.block_tokens,
              kw_format_bytes((uint64_t)me->pool->n_blocks * me->pool->block_bytes, sz, sizeof sz),
-             me->kv_type == KW_TYPE_Q8_0 ? "q8_0" : "f16", per_tok);
+             kw_kv_type_name(me->kv_type), per_tok);
 }
 
 static void me_destroy(kw_engine *e) {
@@ -119,7 +119,7 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     }
     int32_t n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     int32_t bt = o->kv_block_tokens > 0 ? o->kv_block_tokens : 32;
-    me->kv_type = o->kv_type == KW_TYPE_Q8_0 ? KW_TYPE_Q8_0 : KW_TYPE_F16;
+    me->kv_type = o->kv_type == KW_TYPE_Q8_0 || o->kv_type == KW_TYPE_KV_I16 ? o->kv_type : KW_TYPE_F16;
     kw_kv_layout lay = kw_model_kv_layout(me->m, me->kv_type, bt);
     int32_t n_slots = o->n_slots > 0 ? o->n_slots : 1;
     int32_t max_batch = o->max_batch > 0 ? o->max_batch : 512;

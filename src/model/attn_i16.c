@@ -1,0 +1,115 @@
+/* attn_i16.c - attention over an i16 KV cache: the arithmetic, and its
+ * portable implementation.
+ *
+ * Owns the definition every path computes bit for bit (this file, the
+ * AVX-512 VNNI kernel of attn_i16_avx512.c for prefill tiles and decode):
+ *
+ *   q:      m = max|q|, q_int = lrintf(q * (4095 / m)), c = (m / 4095) * (1/sqrt(hk))
+ *   score:  s_j = ((float)(q_int . K_int[j]) * sk_j) * c       (exact int32 dot)
+ *   softmax: mx = max_j s_j, e_j = exp(s_j - mx) (kw_exp_avx512 where the
+ *           CPU has AVX-512F, as forward.c's softmax, else expf),
+ *           sum = 16 double partial sums (key j into sum j % 16, in order
+ *           of j), added in order 0..15; inv = (float)(1 / sum)
+ *   out:    keys in chunks of 32 aligned at position 0; per chunk
+ *           P_j = e_j * sv_j, pm = max P_j (chunk skipped when pm is not > 0),
+ *           P_int = lrintf(P_j * (8191 / pm)), acc = fmaf(pm / 8191,
+ *           (float)(P_int . V_int[chunk]), acc), chunks in order; out = acc * inv.
+ *
+ * The integer dot products are exact whatever their order: K and q are
+ * within 4095, so a dot of at most 128 dimensions is below 128 * 4095^2 <
+ * 2^31; V and P within 8191 over 32 keys are below 32 * 8191^2 < 2^31.
+ * Only the float steps above have an order, and every path keeps it.
+ * Precision: 12 bits + sign of each row's largest value for K and q, 13
+ * for V and the chunk's probabilities, about what F16 keeps of a typical
+ * row (tests/model/test_attn_i16.c measures it against an F32 cache). */
+#include "model_internal.h"
+#include "tensor/kernels.h"
+#include <math.h>
+#include <string.h>
+
+#define I16_CHUNK 32   /* keys per probability quantization chunk */
+
+size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx) {
+    /* scores[nq][ctx], q pairs[nq][hk/2], acc[nq][hv], probability pairs[nq][16], c/inv/ranges */
+    return (size_t)nq * ((size_t)max_ctx + (size_t)hk / 2 + (size_t)hv + 16) + 4 * 16 + 64;
+}
+
+float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi) {
+    float m = 0.0f;
+    bool finite = true;
+    for (int d = 0; d < hk; d++) {
+        float a = fabsf(q[d]);
+        if (!isfinite(a)) finite = false;
+        else if (a > m) m = a;
+    }
+    float inv = finite && m > 0.0f ? (float)KW_KV_I16_KMAX / m : 0.0f;
+    for (int d = 0; d < hk; d++) qi[d] = finite ? (int16_t)lrintf(q[d] * inv) : 0;
+    return finite ? (m / (float)KW_KV_I16_KMAX) * (1.0f / sqrtf((float)hk)) : NAN;
+}
+
+static void exp_rows(float *x, int32_t n) {
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    if (ci && ci->avx512f) { kw_exp_avx512(x, n); return; }
+    for (int32_t j = 0; j < n; j++) x[j] = expf(x[j]);
+}
+
+float kw_attn_i16_sum16(const double *part) {
+    double sum = 0.0;
+    for (int l = 0; l < 16; l++) sum += part[l];
+    return (float)(1.0 / sum);
+}
+
+/* One query (token i0 + t, head kvh * G + g) over keys [0, pos + 1). */
+static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_t *qi, float *acc) {
+    kw_kv_pool *kv = a->kv;
+    const int hk = a->hk, hv = a->hv, bt = kv->lay.block_tokens;
+    const int32_t i = a->i0 + t, n = a->pos[i] + 1;
+    const int h = a->kvh * a->G + g;
+    float c = kw_attn_i16_quant_q(a->q + ((size_t)i * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk, qi);
+
+    float mx = -INFINITY;
+    for (int32_t j = 0; j < n; j++) {
+        void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
+        const int16_t *ki = kw_kv_i16_ints(kr, bt);
+        int32_t isum = 0;
+        for (int d = 0; d < hk; d++) isum += (int32_t)qi[d] * (int32_t)ki[kw_kv_i16_k_index(bt, j % bt, d)];
+        s[j] = ((float)isum * kw_kv_i16_scales(kr)[j % bt]) * c;
+        if (s[j] > mx) mx = s[j];
+    }
+    for (int32_t j = 0; j < n; j++) s[j] -= mx;
+    exp_rows(s, n);
+    double part[16] = {0};
+    for (int32_t j = 0; j < n; j++) part[j % 16] += (double)s[j];
+    float inv = kw_attn_i16_sum16(part);
+
+    memset(acc, 0, sizeof(float) * (size_t)hv);
+    for (int32_t j0 = 0; j0 < n; j0 += I16_CHUNK) {
+        int32_t j1 = j0 + I16_CHUNK < n ? j0 + I16_CHUNK : n;
+        void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);   /* bt % 32 == 0: one block */
+        const float *sv = kw_kv_i16_scales(vr);
+        const int16_t *vi = kw_kv_i16_ints(vr, bt);
+        float p[I16_CHUNK], pm = 0.0f;
+        for (int32_t j = j0; j < j1; j++) {
+            p[j - j0] = s[j] * sv[j % bt];
+            if (p[j - j0] > pm) pm = p[j - j0];
+        }
+        if (!(pm > 0.0f)) continue;
+        float pinv = (float)KW_KV_I16_VMAX / pm, sp = pm / (float)KW_KV_I16_VMAX;
+        int32_t pi[I16_CHUNK];
+        for (int32_t j = j0; j < j1; j++) pi[j - j0] = (int32_t)lrintf(p[j - j0] * pinv);
+        for (int d = 0; d < hv; d++) {
+            int32_t isum = 0;
+            for (int32_t j = j0; j < j1; j++) isum += pi[j - j0] * (int32_t)vi[kw_kv_i16_v_index(hv, j % bt, d)];
+            acc[d] = fmaf(sp, (float)isum, acc[d]);
+        }
+    }
+    float *o = a->out + ((size_t)i * (size_t)a->n_head + (size_t)h) * (size_t)hv;
+    for (int d = 0; d < hv; d++) o[d] = acc[d] * inv;
+}
+
+void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
+    float *s = scr, *acc = s + max_ctx;
+    int16_t *qi = (int16_t *)(acc + a->hv);
+    for (int t = 0; t < a->n_tok; t++)
+        for (int g = 0; g < a->G; g++) i16_query(a, t, g, s, qi, acc);
+}

@@ -1,0 +1,221 @@
+/* attn_i16_avx512.c - attention over an i16 KV cache with AVX-512 VNNI.
+ *
+ * Owns kw_attn_i16_avx512(): the queries of up to 16 consecutive batch
+ * tokens x G heads (at most 16 queries) of one sequence that share KV head
+ * kvh, over their causal ranges; forward.c uses it for prefill tiles and for
+ * decode (one token, the G heads). It computes exactly what attn_i16.c
+ * defines (and kw_attn_i16_ref computes), so results are bit-identical to
+ * the portable path whatever the tile.
+ *
+ * Lanes are 16 keys. K is stored as dimension pairs across slots (kv.h), so
+ * one 64-byte load is one dimension pair of 16 keys and one vpdpwssd with
+ * the query's pair broadcast adds 32 products of up to 16 queries' dots at
+ * once (the queries stay in registers as accumulators, K is read once per
+ * tile). Scores get the key scales, the per-query max and exp; then per
+ * chunk of 32 keys the probabilities times the V scales are quantized to
+ * 13 bits and V (stored as slot pairs across dimensions) is accumulated
+ * with vpdpwssd for 4 queries x 64 dimensions from registers, each chunk's
+ * int32 sums scaled into F32 with one FMA. The next block's K region and
+ * the next chunk's V are prefetched into L2 (see attn_rows.h for why). */
+#include "model_internal.h"
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define KW_INLINE static inline __attribute__((always_inline))
+#define KW_UNROLL _Pragma("GCC unroll 16")
+#define NQ_MAX 16
+#define CHUNK 32
+#define PF_KEYS 64     /* keys ahead that K and V are prefetched into L2 (one block left DRAM stalls in decode) */
+
+__m512 kw_exp16_avx512(__m512 x);   /* act_avx512.c */
+
+bool kw_attn_i16_supported(int nq, int hk, int hv) {
+    return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
+}
+
+static void prefetch_l2(const void *p, size_t bytes) {
+    const char *c = p;
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
+}
+
+/* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
+ * of the 16 keys (uint32 pairs, stride bt per pair), qp[q * hp + p] is
+ * query q's pair p. */
+KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const int nq, __m512i *out) {
+    __m512i A[NQ_MAX];
+    KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_setzero_si512();
+    for (int p = 0; p < hp; p++) {
+        __m512i kz = _mm512_loadu_si512(kp + (size_t)p * (size_t)bt);
+        KW_UNROLL for (int q = 0; q < nq; q++)
+            A[q] = _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[(size_t)q * hp + p]));
+    }
+    KW_UNROLL for (int q = 0; q < nq; q++) out[q] = A[q];
+}
+
+static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, int nq, __m512i *out) {
+    switch (nq) {
+#define KW_DOTS_CASE(N) case N: dots16(kp, bt, qp, hp, N, out); break;
+        KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
+        KW_DOTS_CASE(7) KW_DOTS_CASE(8) KW_DOTS_CASE(9) KW_DOTS_CASE(10) KW_DOTS_CASE(11) KW_DOTS_CASE(12)
+        KW_DOTS_CASE(13) KW_DOTS_CASE(14) KW_DOTS_CASE(15) KW_DOTS_CASE(16)
+#undef KW_DOTS_CASE
+    default: break;
+    }
+}
+
+/* acc[q][d0 .. d0 + 16 nv) += sp[q] * (P_int[q] . V) over the chunk's npair
+ * slot pairs for gq queries: vp points at the chunk's pair 0 (uint32 pairs,
+ * hv per slot pair), pp[q * 16 + k] is query q's probability pair k. */
+KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
+                        const int gq, const int nv) {
+    __m512i B[4][4];
+    KW_UNROLL for (int q = 0; q < gq; q++)
+        KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm512_setzero_si512();
+    for (int k = 0; k < npair; k++) {
+        const uint32_t *row = vp + (size_t)k * (size_t)hv + d0;
+        __m512i vz[4];
+        KW_UNROLL for (int v = 0; v < nv; v++) vz[v] = _mm512_loadu_si512(row + 16 * v);
+        KW_UNROLL for (int q = 0; q < gq; q++) {
+            __m512i pb = _mm512_set1_epi32((int)pp[q * 16 + k]);
+            KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm512_dpwssd_epi32(B[q][v], vz[v], pb);
+        }
+    }
+    KW_UNROLL for (int q = 0; q < gq; q++) {
+        __m512 s = _mm512_set1_ps(sp[q]);
+        float *o = acc + (size_t)q * (size_t)hv + d0;
+        KW_UNROLL for (int v = 0; v < nv; v++)
+            _mm512_storeu_ps(o + 16 * v, _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(B[q][v]), _mm512_loadu_ps(o + 16 * v)));
+    }
+}
+
+static void pv_block_n(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
+                       int gq, int nv) {
+    switch (gq * 4 + nv) {
+#define KW_PV_CASE(G, V) case G * 4 + V: pv_block(vp, hv, d0, npair, pp, sp, acc, G, V); break;
+        KW_PV_CASE(1, 1) KW_PV_CASE(1, 2) KW_PV_CASE(1, 3) KW_PV_CASE(1, 4)
+        KW_PV_CASE(2, 1) KW_PV_CASE(2, 2) KW_PV_CASE(2, 3) KW_PV_CASE(2, 4)
+        KW_PV_CASE(3, 1) KW_PV_CASE(3, 2) KW_PV_CASE(3, 3) KW_PV_CASE(3, 4)
+        KW_PV_CASE(4, 1) KW_PV_CASE(4, 2) KW_PV_CASE(4, 3) KW_PV_CASE(4, 4)
+#undef KW_PV_CASE
+    default: break;
+    }
+}
+
+static inline __mmask16 lanes_below(int32_t j, int32_t n) {
+    int32_t k = n - j;
+    return k >= 16 ? (__mmask16)0xFFFF : k <= 0 ? (__mmask16)0 : (__mmask16)((1u << k) - 1);
+}
+
+void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
+    kw_kv_pool *kv = a->kv;
+    const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
+    const size_t C = (size_t)max_ctx;
+    float *S = scr;                                          /* [nq][C] scores, then exp */
+    uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nq][hp] query pairs */
+    float *acc = (float *)(qp + (size_t)nq * (size_t)hp);    /* [nq][hv] */
+    uint32_t *pp = (uint32_t *)(acc + (size_t)nq * (size_t)hv);   /* [nq][16] probability pairs */
+    float c[NQ_MAX], inv[NQ_MAX], sp[NQ_MAX];
+    int32_t nl[NQ_MAX], n_max = 0;
+    __m512 mx[NQ_MAX];
+
+    for (int q = 0; q < nq; q++) {
+        int t = q / G, h = a->kvh * G + q % G;
+        nl[q] = a->pos[a->i0 + t] + 1;
+        if (nl[q] > n_max) n_max = nl[q];
+        c[q] = kw_attn_i16_quant_q(a->q + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk,
+                                   (int16_t *)(qp + (size_t)q * (size_t)hp));
+        mx[q] = _mm512_set1_ps(-INFINITY);
+    }
+
+    /* scores and their running maxima */
+    for (int32_t j = 0; j < n_max; j += 16) {
+        int32_t s0 = j % bt;
+        void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
+        if (j + PF_KEYS < n_max) {   /* the lines the group PF_KEYS keys ahead will read */
+            int32_t jf = j + PF_KEYS;
+            void *fr = kw_kv_k(kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
+            const uint32_t *fk = (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
+            _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
+            for (int p = 0; p < hp; p++) _mm_prefetch((const char *)(fk + (size_t)p * (size_t)bt), _MM_HINT_T1);
+        }
+        __m512i d[NQ_MAX];
+        dots16_n((const uint32_t *)kw_kv_i16_ints(kr, bt) + s0, bt, qp, hp, nq, d);
+        __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
+        for (int q = 0; q < nq; q++) {
+            __mmask16 m = lanes_below(j, nl[q]);
+            __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d[q]), sk), _mm512_set1_ps(c[q]));
+            _mm512_mask_storeu_ps(S + (size_t)q * C + j, m, s);
+            mx[q] = _mm512_mask_max_ps(mx[q], m, mx[q], s);
+        }
+    }
+
+    /* exp and the 16 double partial sums per query */
+    for (int q = 0; q < nq; q++) {
+        __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx[q]));
+        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        float *s = S + (size_t)q * C;
+        for (int32_t j = 0; j < nl[q]; j += 16) {
+            __mmask16 k = lanes_below(j, nl[q]);
+            __m512 e = kw_exp16_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m));
+            _mm512_mask_storeu_ps(s + j, k, e);
+            lo = _mm512_mask_add_pd(lo, (__mmask8)k, lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            hi = _mm512_mask_add_pd(hi, (__mmask8)(k >> 8), hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+        }
+        double part[16];
+        _mm512_storeu_pd(part, lo);
+        _mm512_storeu_pd(part + 8, hi);
+        inv[q] = kw_attn_i16_sum16(part);
+    }
+
+    /* weighted sum of V, chunk by chunk */
+    memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hv);
+    const __m512 vmax = _mm512_set1_ps((float)KW_KV_I16_VMAX);
+    for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
+        int32_t s0 = j0 % bt;
+        void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);
+        if (j0 + PF_KEYS < n_max) {
+            int32_t j1 = j0 + PF_KEYS;
+            void *nr = kw_kv_v(kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
+            prefetch_l2(kw_kv_i16_scales(nr) + j1 % bt, CHUNK * sizeof(float));
+            prefetch_l2(kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)hv, (size_t)CHUNK * (size_t)hv * 2);
+        }
+        const float *sv = kw_kv_i16_scales(vr) + s0;
+        __m512 sv0 = _mm512_loadu_ps(sv), sv1 = _mm512_loadu_ps(sv + 16);
+        for (int q = 0; q < nq; q++) {
+            const float *e = S + (size_t)q * C + j0;
+            __mmask16 m0 = lanes_below(j0, nl[q]), m1 = lanes_below(j0 + 16, nl[q]);
+            __m512 p0 = _mm512_maskz_mul_ps(m0, _mm512_maskz_loadu_ps(m0, e), sv0);
+            __m512 p1 = _mm512_maskz_mul_ps(m1, _mm512_maskz_loadu_ps(m1, e + 16), sv1);
+            float pm = _mm512_reduce_max_ps(_mm512_max_ps(p0, p1));
+            if (!(pm > 0.0f)) {
+                sp[q] = 0.0f;
+                memset(pp + (size_t)q * 16, 0, 16 * sizeof(uint32_t));
+                continue;
+            }
+            __m512 pinv = _mm512_div_ps(vmax, _mm512_set1_ps(pm));
+            __m256i i0 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(p0, pinv)));
+            __m256i i1 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(p1, pinv)));
+            _mm256_storeu_si256((__m256i *)(pp + (size_t)q * 16), i0);
+            _mm256_storeu_si256((__m256i *)(pp + (size_t)q * 16 + 8), i1);
+            sp[q] = pm / (float)KW_KV_I16_VMAX;
+        }
+        int32_t npair = (n_max - j0 + 1) / 2 < CHUNK / 2 ? (n_max - j0 + 1) / 2 : CHUNK / 2;
+        const uint32_t *vp = (const uint32_t *)kw_kv_i16_ints(vr, bt) + (size_t)(s0 / 2) * (size_t)hv;
+        for (int q0 = 0; q0 < nq; q0 += 4) {
+            int gq = nq - q0 < 4 ? nq - q0 : 4;
+            for (int d0 = 0; d0 < hv; d0 += 64) {
+                int nv = (hv - d0) / 16 < 4 ? (hv - d0) / 16 : 4;
+                pv_block_n(vp, hv, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv, gq, nv);
+            }
+        }
+    }
+
+    for (int q = 0; q < nq; q++) {
+        int t = q / G, h = a->kvh * G + q % G;
+        float *o = a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hv;
+        const float *r = acc + (size_t)q * (size_t)hv;
+        __m512 iv = _mm512_set1_ps(inv[q]);
+        for (int d = 0; d < hv; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(r + d), iv));
+    }
+}
