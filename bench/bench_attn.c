@@ -8,8 +8,11 @@
  * forward.c runs them) over -L layers, reported as the attention-only
  * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
  *
- * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16] [--cputime] [--no-decode]
- * --kv i16: the i16 cache type (kv.h) and its VNNI kernel (attn_i16_avx512.c).
+ * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16]
+ *                   [--kernel avx512|avx2|ref] [--cputime] [--no-decode]
+ * --kv i16: the i16 cache type (kv.h) and its VNNI kernel (attn_i16_avx512.c);
+ * with --kernel avx2 its AVX2 kernel (attn_i16_avx2.c, needs only AVX2 + FMA),
+ * with --kernel ref the portable kw_attn_i16_ref (slow: use small -d/-p).
  * --cputime times with the process's CPU seconds (immune to other load;
  * memory stalls still count, they are spent on the CPU). */
 #include <stdio.h>
@@ -26,6 +29,14 @@
 #define BT 32
 
 static int g_i16;   /* --kv i16 */
+enum { KERNEL_AVX512, KERNEL_AVX2, KERNEL_REF };
+static int g_kernel = KERNEL_AVX512;   /* --kernel, for --kv i16 */
+
+static void attend_i16(const kw_attn_tile_args *a, float *scr, int32_t n_ctx) {
+    if (g_kernel == KERNEL_AVX2) kw_attn_i16_avx2(a, scr, n_ctx);
+    else if (g_kernel == KERNEL_REF) kw_attn_i16_ref(a, scr, n_ctx);
+    else kw_attn_i16_avx512(a, scr, n_ctx);
+}
 
 /* KV of n positions in every layer, random rows; blocks in pool order. */
 static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {
@@ -69,21 +80,28 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cputime")) g_cputime = 1;
         else if (!strcmp(argv[i], "--kv") && i + 1 < argc && (!strcmp(argv[i + 1], "i16") || !strcmp(argv[i + 1], "f16")))
             g_i16 = !strcmp(argv[++i], "i16");
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "avx512")) g_kernel = KERNEL_AVX512, i++;
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "avx2")) g_kernel = KERNEL_AVX2, i++;
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "ref")) g_kernel = KERNEL_REF, i++;
         else if (!strcmp(argv[i], "--no-decode")) do_decode = 0;
         else {
-            fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16] [--cputime] [--no-decode]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16] "
+                            "[--kernel avx512|avx2|ref] [--cputime] [--no-decode]\n", argv[0]);
             return 2;
         }
     }
-    if (depth < 1 || n_pre < 0 || reps < 1 || reps > 1000 || pre_layers < 1 || pre_layers > N_LAYER) {
+    if (depth < 1 || n_pre < 0 || reps < 1 || reps > 1000 || pre_layers < 1 || pre_layers > N_LAYER ||
+        (g_kernel != KERNEL_AVX512 && !g_i16)) {
         fprintf(stderr, "bench_attn: bad arguments\n");
         return 2;
     }
     const kw_cpu_info *ci = kw_cpu_info_get();
-    if (!ci || !ci->avx512f || !kw_attn_decode_supported(KW_TYPE_F16, N_HEAD / N_KV, HD, HD) ||
-        (g_i16 && (!ci->avx512bw || !ci->avx512vnni))) {
-        printf("bench_attn: needs AVX-512F (and VNNI for --kv i16); skipped\n");
+    bool runs = !ci ? false
+              : !g_i16 ? ci->avx512f && kw_attn_decode_supported(KW_TYPE_F16, N_HEAD / N_KV, HD, HD)
+              : g_kernel == KERNEL_AVX512 ? ci->avx512f && ci->avx512bw && ci->avx512vnni
+              : g_kernel == KERNEL_AVX2 ? ci->avx2 && ci->fma : true;
+    if (!runs) {
+        printf("bench_attn: needs AVX-512F (VNNI for --kv i16, AVX2 + FMA for --kernel avx2); skipped\n");
         return 77;
     }
     int32_t n_ctx = depth + n_pre;
@@ -99,8 +117,9 @@ int main(int argc, char **argv) {
     double *ts = malloc(sizeof(double) * (size_t)reps);
     if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int64_t i = 0; i < (int64_t)n_tok * N_HEAD * HD; i++) q[i] = frand();
-    printf("shape        %d heads, %d KV heads, head dim %d, %s KV, %d-token blocks, 1 thread, %s time\n", N_HEAD, N_KV, HD,
-           g_i16 ? "i16" : "F16", BT, g_cputime ? "CPU" : "wall");
+    printf("shape        %d heads, %d KV heads, head dim %d, %s KV%s, %d-token blocks, 1 thread, %s time\n", N_HEAD, N_KV,
+           HD, g_i16 ? "i16" : "F16", !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
+           : g_kernel == KERNEL_REF ? " (portable ref)" : " (VNNI kernel)", BT, g_cputime ? "CPU" : "wall");
 
     if (do_decode) {
         pos[0] = depth;
@@ -110,7 +129,7 @@ int main(int argc, char **argv) {
                 for (int h = 0; h < N_KV; h++) {
                     kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = 0, .n_tok = 1,
                                            .layer = l, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
-                    if (g_i16) kw_attn_i16_avx512(&a, scr, n_ctx);
+                    if (g_i16) attend_i16(&a, scr, n_ctx);
                     else kw_attn_decode_avx512(&a, scr, n_ctx);
                 }
             ts[r] = now_sec() - t0;
@@ -132,7 +151,7 @@ int main(int argc, char **argv) {
                         kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = i0,
                                                .n_tok = n_pre - i0 < per ? n_pre - i0 : per, .layer = l, .kvh = h,
                                                .n_head = N_HEAD, .G = G, .hk = HD, .hv = HD};
-                        if (g_i16) kw_attn_i16_avx512(&a, scr, n_ctx);
+                        if (g_i16) attend_i16(&a, scr, n_ctx);
                         else kw_attn_tile_avx512(&a, scr);
                     }
             ts[r] = now_sec() - t0;

@@ -2,7 +2,8 @@
  * portable implementation.
  *
  * Owns the definition every path computes bit for bit (this file, the
- * AVX-512 VNNI kernel of attn_i16_avx512.c for prefill tiles and decode):
+ * AVX-512 VNNI kernel of attn_i16_avx512.c for prefill tiles and decode,
+ * the AVX2 one of attn_i16_avx2.c) and the exp they share (kw_attn_i16_exp):
  *
  *   q:      m = max|q|, q_int = lrintf(q * (4095 / m)), c = (m / 4095) * (1/sqrt(hk))
  *   score:  s_j = ((float)(q_int . K_int[j]) * sk_j) * c       (exact int32 dot)
@@ -47,7 +48,7 @@ float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi) {
     return finite ? (m / (float)KW_KV_I16_KMAX) * (1.0f / sqrtf((float)hk)) : NAN;
 }
 
-static void exp_rows(float *x, int32_t n) {
+void kw_attn_i16_exp(float *x, int32_t n) {
     const kw_cpu_info *ci = kw_cpu_info_get();
     if (ci && ci->avx512f) { kw_exp_avx512(x, n); return; }
     for (int32_t j = 0; j < n; j++) x[j] = expf(x[j]);
@@ -77,7 +78,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
         if (s[j] > mx) mx = s[j];
     }
     for (int32_t j = 0; j < n; j++) s[j] -= mx;
-    exp_rows(s, n);
+    kw_attn_i16_exp(s, n);
     double part[16] = {0};
     for (int32_t j = 0; j < n; j++) part[j % 16] += (double)s[j];
     float inv = kw_attn_i16_sum16(part);

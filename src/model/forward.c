@@ -414,10 +414,19 @@ static void softmax(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
-/* The AVX-512 VNNI kernel for an i16 cache applies to nq queries. */
+/* An i16 kernel (AVX-512 VNNI, else AVX2 + FMA) applies to nq queries. */
 static bool i16_kernel_ok(int nq, int hk, int hv) {
     const kw_cpu_info *ci = kw_cpu_info_get();
-    return ci && ci->avx512f && ci->avx512bw && ci->avx512vnni && kw_attn_i16_supported(nq, hk, hv);
+    return ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma)) &&
+           kw_attn_i16_supported(nq, hk, hv);
+}
+
+/* attn_i16.c: the kernels and the portable path give the same bits. */
+static void attend_i16(const kw_attn_tile_args *a, float *scr, int32_t C) {
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    if (!i16_kernel_ok(a->n_tok * a->G, a->hk, a->hv)) kw_attn_i16_ref(a, scr, C);
+    else if (ci->avx512f && ci->avx512bw && ci->avx512vnni) kw_attn_i16_avx512(a, scr, C);
+    else kw_attn_i16_avx2(a, scr, C);
 }
 
 /* Token i, KV head kvh: for each query head h of the group,
@@ -433,11 +442,10 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
     int32_t n = b->pos[i] + 1, C = c->max_ctx;
     float *scores = scr, *qs = scores + (size_t)G * C, *acc = qs + (size_t)G * hk;
     const kw_cpu_info *ci = kw_cpu_info_get();
-    if (type == KW_TYPE_KV_I16) {   /* attn_i16.c: the kernel and the portable path give the same bits */
+    if (type == KW_TYPE_KV_I16) {
         kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
                                .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
-        if (i16_kernel_ok(G, hk, hv)) kw_attn_i16_avx512(&a, scr, C);
-        else kw_attn_i16_ref(&a, scr, C);
+        attend_i16(&a, scr, C);
         return;
     }
     if (ci && ci->avx512f && kw_attn_decode_supported(type, G, hk, hv)) {   /* same results, attn_decode_avx512.c */
@@ -496,7 +504,7 @@ static void attention_tiles_task(void *arg, int ith, int nth) {
         kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = c->kv, .table = b->tables[b->seq[i0]], .pos = b->pos,
                                .i0 = i0, .n_tok = i1 - i0, .layer = c->layer, .kvh = kvh, .n_head = hp->n_head,
                                .G = G, .hk = hp->head_dim_k, .hv = hp->head_dim_v};
-        if (c->kv->lay.type == KW_TYPE_KV_I16) kw_attn_i16_avx512(&a, scr, c->max_ctx);
+        if (c->kv->lay.type == KW_TYPE_KV_I16) attend_i16(&a, scr, c->max_ctx);
         else kw_attn_tile_avx512(&a, scr);
     }
 }

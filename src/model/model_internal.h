@@ -80,5 +80,10 @@ float kw_attn_i16_sum16(const double *part);                       /* (float)(1 
 void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 bool kw_attn_i16_supported(int nq, int hk, int hv);
 void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
+/* x[0..n) = exp(x) as the definition takes it (kw_exp_avx512 with AVX-512F, else expf) */
+void kw_attn_i16_exp(float *x, int32_t n);
+/* attn_i16_avx2.c (AVX2 + FMA): the same queries as kw_attn_i16_avx512 (at
+ * most 16, kw_attn_i16_supported), the same bits, for CPUs without VNNI */
+void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 
 #endif

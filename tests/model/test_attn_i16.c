@@ -1,18 +1,22 @@
 /* test_attn_i16.c - the i16 KV type (kv.h) and its attention (attn_i16.c,
- * attn_i16_avx512.c).
+ * attn_i16_avx512.c, attn_i16_avx2.c).
  *
  *  1. rows: kw_kv_i16_put/get round trip within half a step of the row's
  *     scale; a zero row stays zero; a row with a NaN or an infinity gets a
  *     NaN scale (attention turns NaN, as it would over f16).
- *  2. the AVX-512 VNNI kernel is bit-identical to the portable path for
- *     decode (one token) and prefill tiles (several tokens, uneven
- *     positions, mid-sequence, G = 1, 4, 7), blocks of 32 and 64 in reverse
- *     order, head dims 64 and 128, hv 48 (a partial 64-column block).
+ *  2. the AVX-512 VNNI kernel and the AVX2 kernel are each bit-identical
+ *     (memcmp) to the portable path for decode (one token) and prefill
+ *     tiles (several tokens, uneven positions, mid-sequence, G = 1, 4, 7,
+ *     8), blocks of 32 and 64 in reverse order, head dims 64 and 128, hv 48
+ *     (a partial 64-column block); the AVX2 cases stress its blocking of
+ *     the queries (6 per pass over keys, 3 per V block): 16, 14, 8, 4
+ *     queries, positions ending mid-chunk and mid-group of 16 keys.
  *  3. accuracy: against a double-precision softmax attention over the
  *     original F32 rows, the i16 path is at least as close as the same
  *     attention over an f16 cache (K, V, q and the probabilities rounded to
  *     f16, as forward.c's f16 path does), within 1.25x.
- * The kernel part skips (prints so) without AVX-512 VNNI; 1 and 3 always run. */
+ * Each kernel's part skips (prints so) without its ISA (AVX-512 VNNI, AVX2 +
+ * FMA); 1 and 3 always run. */
 #include "attn_ref.h"
 #include <math.h>
 #include <stdlib.h>
@@ -80,6 +84,8 @@ static void exact(const float *q, const float *kf, const float *vf, int n, int h
 
 static double g_worst_ratio = 0.0;
 
+static bool g_avx2;   /* the CPU has AVX2 + FMA: kw_attn_i16_avx2 runs too */
+
 static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_tok, int32_t first_pos, bool kernel) {
     const int G = n_head / n_head_kv, n_pos = first_pos + 2 * n_tok + 1;
     kw_err err = {{0}};
@@ -109,9 +115,10 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
     size_t nq = (size_t)n_batch * n_head;
     float *q = malloc(sizeof(float) * nq * hk);
     float *o_ref = calloc(nq * hv, sizeof(float)), *o_ker = calloc(nq * hv, sizeof(float));
+    float *o_avx2 = calloc(nq * hv, sizeof(float));
     float *scr = malloc(sizeof(float) * kw_attn_i16_floats(n_tok * G, hk, hv, n_pos));
     for (size_t i = 0; i < nq * hk; i++) q[i] = 2.0f * frand();
-    int identical = 1;
+    int identical = 1, identical2 = 1;
     double e_i16 = 0.0, e_f16 = 0.0;
     for (int kvh = 0; kvh < n_head_kv; kvh++) {
         kw_attn_tile_args a = {.q = q, .out = o_ref, .kv = kv, .table = &t, .pos = pos, .i0 = 2, .n_tok = n_tok,
@@ -121,12 +128,17 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
             a.out = o_ker;
             kw_attn_i16_avx512(&a, scr, n_pos);
         }
+        if (g_avx2) {
+            a.out = o_avx2;
+            kw_attn_i16_avx2(&a, scr, n_pos);
+        }
         for (int ti = 0; ti < n_tok; ti++)
             for (int g = 0; g < G; g++) {
                 int i = 2 + ti, h = kvh * G + g;
                 const float *qi = q + ((size_t)i * n_head + h) * hk;
                 const float *ri = o_ref + ((size_t)i * n_head + h) * hv;
                 if (kernel && memcmp(ri, o_ker + ((size_t)i * n_head + h) * hv, sizeof(float) * hv) != 0) identical = 0;
+                if (g_avx2 && memcmp(ri, o_avx2 + ((size_t)i * n_head + h) * hv, sizeof(float) * hv) != 0) identical2 = 0;
                 double ex[HMAX], e16[HMAX];
                 const float *kh = kf + (size_t)kvh * n_pos * hk, *vh = vf + (size_t)kvh * n_pos * hv;
                 exact(qi, kh, vh, pos[i] + 1, hk, hv, 0, ex);
@@ -138,15 +150,18 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
             }
     }
     int untouched = 1;   /* the two filler tokens' rows */
-    for (size_t i = 0; i < 2 * (size_t)n_head * hv; i++) if (o_ref[i] != 0.0f || (kernel && o_ker[i] != 0.0f)) untouched = 0;
+    for (size_t i = 0; i < 2 * (size_t)n_head * hv; i++)
+        if (o_ref[i] != 0.0f || (kernel && o_ker[i] != 0.0f) || (g_avx2 && o_avx2[i] != 0.0f)) untouched = 0;
     KW_CHECK(untouched);
     KW_CHECK_MSG(identical, "bt %d G %d hk %d hv %d tokens %d from %d: kernel != portable", bt, G, hk, hv, n_tok, first_pos);
+    KW_CHECK_MSG(identical2, "bt %d G %d hk %d hv %d tokens %d from %d: avx2 != portable", bt, G, hk, hv, n_tok, first_pos);
     KW_CHECK_MSG(e_i16 <= I16_VS_F16 * e_f16, "bt %d G %d hk %d hv %d: i16 error %.3g vs f16 %.3g", bt, G, hk, hv, e_i16, e_f16);
     double ratio = e_f16 > 0 ? e_i16 / e_f16 : 0.0;
     if (ratio > g_worst_ratio) g_worst_ratio = ratio;
-    printf("bt %2d G %d hk %3d hv %3d tokens %2d from %3d: kernel %s, max |i16 - exact| %.3g, f16 %.3g\n", bt, G, hk, hv,
-           n_tok, first_pos, kernel ? (identical ? "identical" : "DIFFERS") : "skipped", e_i16, e_f16);
-    free(kf); free(vf); free(q); free(o_ref); free(o_ker); free(scr);
+    printf("bt %2d G %d hk %3d hv %3d tokens %2d from %3d: kernel %s, avx2 %s, max |i16 - exact| %.3g, f16 %.3g\n", bt, G,
+           hk, hv, n_tok, first_pos, kernel ? (identical ? "identical" : "DIFFERS") : "skipped",
+           g_avx2 ? (identical2 ? "identical" : "DIFFERS") : "skipped", e_i16, e_f16);
+    free(kf); free(vf); free(q); free(o_ref); free(o_ker); free(o_avx2); free(scr);
     kw_kv_pool_destroy(kv);
 }
 
@@ -155,6 +170,8 @@ int main(void) {
     const kw_cpu_info *ci = kw_cpu_info_get();
     bool kernel = ci && ci->avx512f && ci->avx512bw && ci->avx512vnni;
     if (!kernel) printf("no AVX-512 VNNI: kernel comparisons skipped\n");
+    g_avx2 = ci && ci->avx2 && ci->fma;
+    if (!g_avx2) printf("no AVX2 + FMA: avx2 comparisons skipped\n");
     KW_CHECK(kw_attn_i16_supported(16, 64, 64));
     KW_CHECK(!kw_attn_i16_supported(17, 64, 64));
     KW_CHECK(!kw_attn_i16_supported(4, 256, 64));   /* the int32 bound holds to hk 128 */
@@ -170,6 +187,13 @@ int main(void) {
     run_case(32, 2, 2, 64, 64, 16, 3, kernel);     /* G 1: 16 tokens */
     run_case(32, 8, 2, 128, 128, 3, 61, kernel);   /* head dim 128 */
     run_case(32, 4, 1, 64, 48, 4, 17, kernel);     /* hv 48 */
+    /* the AVX2 kernel's query blocks (6 per pass over 16 keys, 3 per V block) */
+    run_case(32, 1, 1, 64, 64, 16, 40, kernel);    /* G 1: 16 queries = 5 + 5 + 6 */
+    run_case(64, 14, 2, 64, 64, 2, 75, kernel);    /* G 7: 14 queries = 4 + 5 + 5, ends mid-chunk */
+    run_case(32, 8, 2, 64, 64, 1, 203, kernel);    /* decode G 4 ending mid-chunk, mid-group */
+    run_case(32, 8, 1, 64, 64, 1, 116, kernel);    /* decode G 8: 4 + 4 queries */
+    run_case(32, 8, 1, 128, 48, 2, 9, kernel);     /* hk 128, hv 48: 16 queries */
+    run_case(64, 4, 2, 128, 128, 5, 90, kernel);   /* G 2, hk and hv 128, 10 queries */
     printf("worst i16 / f16 error ratio %.2f\n", g_worst_ratio);
     return kw_test_finish();
 }

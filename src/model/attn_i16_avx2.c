@@ -1,0 +1,273 @@
+/* attn_i16_avx2.c - attention over an i16 KV cache with AVX2 + FMA (no AVX-512).
+ *
+ * Owns kw_attn_i16_avx2(): the same work as kw_attn_i16_avx512() (the
+ * queries of up to 16 consecutive batch tokens x G heads, at most 16
+ * queries, of one sequence that share KV head kvh, over their causal
+ * ranges) for CPUs without AVX-512 VNNI. forward.c uses it for prefill
+ * tiles and decode when the VNNI kernel does not apply. It computes exactly
+ * what attn_i16.c defines, so results are bit-identical to kw_attn_i16_ref
+ * (and to the VNNI kernel) on every machine: the exp is attn_i16.c's own
+ * kw_attn_i16_exp, every float step keeps the definition's order, and the
+ * int16 pair products go through vpmaddwd + vpaddd, which give the same
+ * exact int32 sums as any other order.
+ *
+ * Lanes are 8 keys; a group of 16 keys of one dimension pair (64 bytes of
+ * K) is two ymm. AVX2 has 16 ymm registers, so the queries are taken in
+ * blocks of at most 6 (12 accumulators, the two K vectors, the broadcast
+ * query pair and one product) for each group of 16 keys, K of the group
+ * staying in L1 between blocks. Per chunk of 32 keys the probabilities are
+ * quantized to 13 bits and V (slot pairs across dimensions) accumulated for
+ * 3 queries x 32 dimensions at a time (12 accumulators, V read as memory
+ * operands), each chunk's int32 sums scaled into F32 with one FMA. The
+ * loops over constant counts are instantiated through switches (dots16_n,
+ * pv_block_n) so that the accumulators live in registers. */
+#include "model_internal.h"
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define KW_INLINE static inline __attribute__((always_inline))
+#define KW_UNROLL _Pragma("GCC unroll 16")
+#define NQ_MAX 16      /* queries per call (kw_attn_i16_supported) */
+#define DQ_MAX 6       /* queries per pass over a group of 16 keys */
+#define PV_Q 3         /* queries per V block */
+#define PV_V 4         /* ymm (8 dimensions each) per V block */
+#define CHUNK 32
+#define PF_KEYS 64     /* keys ahead that K and V are prefetched into L2 */
+
+static void prefetch_l2(const void *p, size_t bytes) {
+    const char *c = p;
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
+}
+
+/* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
+ * of the 16 keys (uint32 pairs, stride bt per pair), qp[q * hp + p] is
+ * query q's pair p; out[2q] keys 0-7, out[2q + 1] keys 8-15. */
+KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const int nq, __m256i *out) {
+    __m256i A[DQ_MAX][2];
+    KW_UNROLL for (int q = 0; q < nq; q++) A[q][0] = A[q][1] = _mm256_setzero_si256();
+    for (int p = 0; p < hp; p++) {
+        const uint32_t *kr = kp + (size_t)p * (size_t)bt;
+        __m256i k0 = _mm256_loadu_si256((const __m256i *)kr), k1 = _mm256_loadu_si256((const __m256i *)(kr + 8));
+        KW_UNROLL for (int q = 0; q < nq; q++) {
+            __m256i qb = _mm256_set1_epi32((int)qp[(size_t)q * hp + p]);
+            A[q][0] = _mm256_add_epi32(A[q][0], _mm256_madd_epi16(k0, qb));
+            A[q][1] = _mm256_add_epi32(A[q][1], _mm256_madd_epi16(k1, qb));
+        }
+    }
+    KW_UNROLL for (int q = 0; q < nq; q++) { out[2 * q] = A[q][0]; out[2 * q + 1] = A[q][1]; }
+}
+
+static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, int nq, __m256i *out) {
+    switch (nq) {
+#define KW_DOTS_CASE(N) case N: dots16(kp, bt, qp, hp, N, out); break;
+        KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
+#undef KW_DOTS_CASE
+    default: break;
+    }
+}
+
+/* acc[q][d0 .. d0 + 8 nv) += sp[q] * (P_int[q] . V) over the chunk's npair
+ * slot pairs for gq queries: vp points at the chunk's pair 0 (uint32 pairs,
+ * hv per slot pair), pp[q * 16 + k] is query q's probability pair k. */
+KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
+                        const int gq, const int nv) {
+    __m256i B[PV_Q][PV_V];
+    KW_UNROLL for (int q = 0; q < gq; q++)
+        KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm256_setzero_si256();
+    for (int k = 0; k < npair; k++) {
+        const __m256i *row = (const __m256i *)(vp + (size_t)k * (size_t)hv + d0);
+        KW_UNROLL for (int q = 0; q < gq; q++) {
+            __m256i pb = _mm256_set1_epi32((int)pp[q * 16 + k]);
+            KW_UNROLL for (int v = 0; v < nv; v++)
+                B[q][v] = _mm256_add_epi32(B[q][v], _mm256_madd_epi16(_mm256_loadu_si256(row + v), pb));
+        }
+    }
+    KW_UNROLL for (int q = 0; q < gq; q++) {
+        __m256 s = _mm256_set1_ps(sp[q]);
+        float *o = acc + (size_t)q * (size_t)hv + d0;
+        KW_UNROLL for (int v = 0; v < nv; v++)
+            _mm256_storeu_ps(o + 8 * v, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(B[q][v]), _mm256_loadu_ps(o + 8 * v)));
+    }
+}
+
+static void pv_block_n(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
+                       int gq, int nv) {
+    switch (gq * 4 + nv) {
+#define KW_PV_CASE(G, V) case G * 4 + V: pv_block(vp, hv, d0, npair, pp, sp, acc, G, V); break;
+        KW_PV_CASE(1, 1) KW_PV_CASE(1, 2) KW_PV_CASE(1, 3) KW_PV_CASE(1, 4)
+        KW_PV_CASE(2, 1) KW_PV_CASE(2, 2) KW_PV_CASE(2, 3) KW_PV_CASE(2, 4)
+        KW_PV_CASE(3, 1) KW_PV_CASE(3, 2) KW_PV_CASE(3, 3) KW_PV_CASE(3, 4)
+#undef KW_PV_CASE
+    default: break;
+    }
+}
+
+/* All-ones in the lanes i (0..7) with base + i < k. */
+static inline __m256i lanes_below(int32_t base, int32_t k) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k - base), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ps(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+/* Stores the 16 scores of keys j.. of one query (those below its n) and
+ * folds them into its running maximum. */
+static inline void store_scores(float *s, int32_t j, int32_t n, __m256 s0, __m256 s1, __m256 *mx) {
+    int32_t k = n - j;
+    if (k >= 16) {
+        _mm256_storeu_ps(s + j, s0);
+        _mm256_storeu_ps(s + j + 8, s1);
+        *mx = _mm256_max_ps(_mm256_max_ps(*mx, s0), s1);
+        return;
+    }
+    if (k <= 0) return;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256i m0 = lanes_below(0, k), m1 = lanes_below(8, k);
+    _mm256_maskstore_ps(s + j, m0, s0);
+    _mm256_maskstore_ps(s + j + 8, m1, s1);
+    *mx = _mm256_max_ps(*mx, _mm256_blendv_ps(ninf, s0, _mm256_castsi256_ps(m0)));
+    *mx = _mm256_max_ps(*mx, _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(m1)));
+}
+
+/* s[0..n) -= m, exp (attn_i16.c's), then the 16 double partial sums of the
+ * definition (key j into j % 16, in order of j); returns the inverse sum. */
+static float exp_and_sum(float *s, int32_t n, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    for (; j < n; j++) s[j] -= m;
+    kw_attn_i16_exp(s, n);
+    __m256d p0 = _mm256_setzero_pd(), p1 = p0, p2 = p0, p3 = p0;
+    for (j = 0; j + 16 <= n; j += 16) {
+        __m256 e0 = _mm256_loadu_ps(s + j), e1 = _mm256_loadu_ps(s + j + 8);
+        p0 = _mm256_add_pd(p0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
+        p1 = _mm256_add_pd(p1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
+        p2 = _mm256_add_pd(p2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
+        p3 = _mm256_add_pd(p3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
+    }
+    double part[16];
+    _mm256_storeu_pd(part, p0);
+    _mm256_storeu_pd(part + 4, p1);
+    _mm256_storeu_pd(part + 8, p2);
+    _mm256_storeu_pd(part + 12, p3);
+    for (int32_t t = j; t < n; t++) part[t - j] += (double)s[t];
+    return kw_attn_i16_sum16(part);
+}
+
+/* One query's chunk of 32 probabilities e[0..32) (k of them valid) times
+ * the V scales sv, quantized against their max into pp[0..16) pairs;
+ * returns the chunk's scale pm / 8191, 0 (pairs zero) when pm is not > 0. */
+static float quant_chunk(const float *e, int32_t k, const float *sv, uint32_t *pp) {
+    __m256 p[4];
+    if (k >= CHUNK) {
+        KW_UNROLL for (int i = 0; i < 4; i++) p[i] = _mm256_mul_ps(_mm256_loadu_ps(e + 8 * i), _mm256_loadu_ps(sv + 8 * i));
+    } else {
+        KW_UNROLL for (int i = 0; i < 4; i++) {
+            __m256i m = lanes_below(8 * i, k);
+            __m256 x = _mm256_mul_ps(_mm256_maskload_ps(e + 8 * i, m), _mm256_loadu_ps(sv + 8 * i));
+            p[i] = _mm256_and_ps(x, _mm256_castsi256_ps(m));   /* an unwritten slot's scale may be NaN */
+        }
+    }
+    float pm = k > 0 ? hmax8(_mm256_max_ps(_mm256_max_ps(p[0], p[1]), _mm256_max_ps(p[2], p[3]))) : 0.0f;
+    if (!(pm > 0.0f)) {
+        memset(pp, 0, 16 * sizeof(uint32_t));
+        return 0.0f;
+    }
+    __m256 pinv = _mm256_set1_ps((float)KW_KV_I16_VMAX / pm);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(p[0], pinv)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(p[1], pinv));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(p[2], pinv)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(p[3], pinv));
+    /* packs works per 128-bit half: [i0 0-3, i1 0-3, i0 4-7, i1 4-7]; the permute puts slots in order */
+    _mm256_storeu_si256((__m256i *)pp, _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8));
+    _mm256_storeu_si256((__m256i *)(pp + 8), _mm256_permute4x64_epi64(_mm256_packs_epi32(i2, i3), 0xD8));
+    return pm / (float)KW_KV_I16_VMAX;
+}
+
+void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
+    kw_kv_pool *kv = a->kv;
+    const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
+    const size_t C = (size_t)max_ctx;
+    float *S = scr;                                          /* [nq][C] scores, then exp */
+    uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nq][hp] query pairs */
+    float *acc = (float *)(qp + (size_t)nq * (size_t)hp);    /* [nq][hv] */
+    uint32_t *pp = (uint32_t *)(acc + (size_t)nq * (size_t)hv);   /* [nq][16] probability pairs */
+    float c[NQ_MAX], inv[NQ_MAX], sp[NQ_MAX];
+    int32_t nl[NQ_MAX], n_max = 0;
+    __m256 mx[NQ_MAX];
+
+    for (int q = 0; q < nq; q++) {
+        int t = q / G, h = a->kvh * G + q % G;
+        nl[q] = a->pos[a->i0 + t] + 1;
+        if (nl[q] > n_max) n_max = nl[q];
+        c[q] = kw_attn_i16_quant_q(a->q + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk,
+                                   (int16_t *)(qp + (size_t)q * (size_t)hp));
+        mx[q] = _mm256_set1_ps(-INFINITY);
+    }
+
+    /* scores and their running maxima, the queries in nb blocks of at most DQ_MAX */
+    const int nb = (nq + DQ_MAX - 1) / DQ_MAX;
+    for (int32_t j = 0; j < n_max; j += 16) {
+        int32_t s0 = j % bt;
+        void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
+        if (j + PF_KEYS < n_max) {   /* the lines the group PF_KEYS keys ahead will read */
+            int32_t jf = j + PF_KEYS;
+            void *fr = kw_kv_k(kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
+            const uint32_t *fk = (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
+            _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
+            for (int p = 0; p < hp; p++) _mm_prefetch((const char *)(fk + (size_t)p * (size_t)bt), _MM_HINT_T1);
+        }
+        const uint32_t *kp = (const uint32_t *)kw_kv_i16_ints(kr, bt) + s0;
+        const float *sk = kw_kv_i16_scales(kr) + s0;
+        __m256 sk0 = _mm256_loadu_ps(sk), sk1 = _mm256_loadu_ps(sk + 8);
+        for (int b = 0; b < nb; b++) {
+            int q0 = b * nq / nb, q1 = (b + 1) * nq / nb;
+            __m256i d[2 * DQ_MAX];
+            dots16_n(kp, bt, qp + (size_t)q0 * (size_t)hp, hp, q1 - q0, d);
+            for (int q = q0; q < q1; q++) {
+                __m256 cq = _mm256_set1_ps(c[q]);
+                __m256 x0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d[2 * (q - q0)]), sk0), cq);
+                __m256 x1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d[2 * (q - q0) + 1]), sk1), cq);
+                store_scores(S + (size_t)q * C, j, nl[q], x0, x1, &mx[q]);
+            }
+        }
+    }
+
+    for (int q = 0; q < nq; q++) inv[q] = exp_and_sum(S + (size_t)q * C, nl[q], hmax8(mx[q]));
+
+    /* weighted sum of V, chunk by chunk */
+    memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hv);
+    for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
+        int32_t s0 = j0 % bt;
+        void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);   /* bt % 32 == 0: one block */
+        if (j0 + PF_KEYS < n_max) {
+            int32_t j1 = j0 + PF_KEYS;
+            void *nr = kw_kv_v(kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
+            prefetch_l2(kw_kv_i16_scales(nr) + j1 % bt, CHUNK * sizeof(float));
+            prefetch_l2(kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)hv, (size_t)CHUNK * (size_t)hv * 2);
+        }
+        const float *sv = kw_kv_i16_scales(vr) + s0;
+        for (int q = 0; q < nq; q++)
+            sp[q] = quant_chunk(S + (size_t)q * C + j0, nl[q] - j0, sv, pp + (size_t)q * 16);
+        int32_t npair = (n_max - j0 + 1) / 2 < CHUNK / 2 ? (n_max - j0 + 1) / 2 : CHUNK / 2;
+        const uint32_t *vp = (const uint32_t *)kw_kv_i16_ints(vr, bt) + (size_t)(s0 / 2) * (size_t)hv;
+        for (int q0 = 0; q0 < nq; q0 += PV_Q) {
+            int gq = nq - q0 < PV_Q ? nq - q0 : PV_Q;
+            for (int d0 = 0; d0 < hv; d0 += 8 * PV_V) {
+                int nv = (hv - d0) / 8 < PV_V ? (hv - d0) / 8 : PV_V;
+                pv_block_n(vp, hv, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv, gq, nv);
+            }
+        }
+    }
+
+    for (int q = 0; q < nq; q++) {
+        int t = q / G, h = a->kvh * G + q % G;
+        float *o = a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hv;
+        const float *r = acc + (size_t)q * (size_t)hv;
+        __m256 iv = _mm256_set1_ps(inv[q]);
+        for (int d = 0; d < hv; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(r + d), iv));
+    }
+}
