@@ -17,8 +17,9 @@
  * query pair and one product) for each group of 16 keys, K of the group
  * staying in L1 between blocks. Per chunk of 32 keys the probabilities are
  * quantized to 13 bits and V (slot pairs across dimensions) accumulated for
- * 3 queries x 32 dimensions at a time (12 accumulators, V read as memory
- * operands), each chunk's int32 sums scaled into F32 with one FMA. The
+ * 2 queries x 32 dimensions at a time (8 accumulators, each V vector
+ * loaded once for both; 3 x 32 spilled), each chunk's int32 sums scaled
+ * into F32 with one FMA. The
  * loops over constant counts are instantiated through switches (dots16_n,
  * pv_block_n) so that the accumulators live in registers. */
 #include "model_internal.h"
@@ -30,7 +31,7 @@
 #define KW_UNROLL _Pragma("GCC unroll 16")
 #define NQ_MAX 16      /* queries per call (kw_attn_i16_supported) */
 #define DQ_MAX 6       /* queries per pass over a group of 16 keys */
-#define PV_Q 3         /* queries per V block */
+#define PV_Q 2         /* queries per V block */
 #define PV_V 4         /* ymm (8 dimensions each) per V block */
 #define CHUNK 32
 #define PF_KEYS 64     /* keys ahead that K and V are prefetched into L2 */
@@ -77,10 +78,11 @@ KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uin
         KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm256_setzero_si256();
     for (int k = 0; k < npair; k++) {
         const __m256i *row = (const __m256i *)(vp + (size_t)k * (size_t)hv + d0);
-        KW_UNROLL for (int q = 0; q < gq; q++) {
-            __m256i pb = _mm256_set1_epi32((int)pp[q * 16 + k]);
-            KW_UNROLL for (int v = 0; v < nv; v++)
-                B[q][v] = _mm256_add_epi32(B[q][v], _mm256_madd_epi16(_mm256_loadu_si256(row + v), pb));
+        __m256i pb[PV_Q];
+        KW_UNROLL for (int q = 0; q < gq; q++) pb[q] = _mm256_set1_epi32((int)pp[q * 16 + k]);
+        KW_UNROLL for (int v = 0; v < nv; v++) {
+            __m256i x = _mm256_loadu_si256(row + v);
+            KW_UNROLL for (int q = 0; q < gq; q++) B[q][v] = _mm256_add_epi32(B[q][v], _mm256_madd_epi16(x, pb[q]));
         }
     }
     KW_UNROLL for (int q = 0; q < gq; q++) {
@@ -97,7 +99,6 @@ static void pv_block_n(const uint32_t *vp, int hv, int d0, int npair, const uint
 #define KW_PV_CASE(G, V) case G * 4 + V: pv_block(vp, hv, d0, npair, pp, sp, acc, G, V); break;
         KW_PV_CASE(1, 1) KW_PV_CASE(1, 2) KW_PV_CASE(1, 3) KW_PV_CASE(1, 4)
         KW_PV_CASE(2, 1) KW_PV_CASE(2, 2) KW_PV_CASE(2, 3) KW_PV_CASE(2, 4)
-        KW_PV_CASE(3, 1) KW_PV_CASE(3, 2) KW_PV_CASE(3, 3) KW_PV_CASE(3, 4)
 #undef KW_PV_CASE
     default: break;
     }

@@ -9,7 +9,7 @@
  *     tiles (several tokens, uneven positions, mid-sequence, G = 1, 4, 7,
  *     8), blocks of 32 and 64 in reverse order, head dims 64 and 128, hv 48
  *     (a partial 64-column block); the AVX2 cases stress its blocking of
- *     the queries (6 per pass over keys, 3 per V block): 16, 14, 8, 4
+ *     the queries (6 per pass over keys, 2 per V block): 16, 14, 8, 4
  *     queries, positions ending mid-chunk and mid-group of 16 keys.
  *  3. accuracy: against a double-precision softmax attention over the
  *     original F32 rows, the i16 path is at least as close as the same
@@ -187,7 +187,7 @@ int main(void) {
     run_case(32, 2, 2, 64, 64, 16, 3, kernel);     /* G 1: 16 tokens */
     run_case(32, 8, 2, 128, 128, 3, 61, kernel);   /* head dim 128 */
     run_case(32, 4, 1, 64, 48, 4, 17, kernel);     /* hv 48 */
-    /* the AVX2 kernel's query blocks (6 per pass over 16 keys, 3 per V block) */
+    /* the AVX2 kernel's query blocks (6 per pass over 16 keys, 2 per V block) */
     run_case(32, 1, 1, 64, 64, 16, 40, kernel);    /* G 1: 16 queries = 5 + 5 + 6 */
     run_case(64, 14, 2, 64, 64, 2, 75, kernel);    /* G 7: 14 queries = 4 + 5 + 5, ends mid-chunk */
     run_case(32, 8, 2, 64, 64, 1, 203, kernel);    /* decode G 4 ending mid-chunk, mid-group */
