@@ -29,6 +29,9 @@
 
 #define KW_INLINE static inline __attribute__((always_inline))
 #define KW_UNROLL _Pragma("GCC unroll 16")
+/* An empty asm that takes and returns v in a register: keeps GCC from
+ * computing a new register per accumulator update and copying it back */
+#define KW_IN_REG(v) __asm__("" : "+x"(v))
 #define NQ_MAX 16      /* queries per call (kw_attn_i16_supported) */
 #define DQ_MAX 6       /* queries per pass over a group of 16 keys */
 #define PV_Q 2         /* queries per V block */
@@ -82,7 +85,10 @@ KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uin
         KW_UNROLL for (int q = 0; q < gq; q++) pb[q] = _mm256_set1_epi32((int)pp[q * 16 + k]);
         KW_UNROLL for (int v = 0; v < nv; v++) {
             __m256i x = _mm256_loadu_si256(row + v);
-            KW_UNROLL for (int q = 0; q < gq; q++) B[q][v] = _mm256_add_epi32(B[q][v], _mm256_madd_epi16(x, pb[q]));
+            KW_UNROLL for (int q = 0; q < gq; q++) {
+                B[q][v] = _mm256_add_epi32(B[q][v], _mm256_madd_epi16(x, pb[q]));
+                KW_IN_REG(B[q][v]);
+            }
         }
     }
     KW_UNROLL for (int q = 0; q < gq; q++) {
