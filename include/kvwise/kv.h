@@ -13,6 +13,7 @@
 #ifndef KVWISE_KV_H
 #define KVWISE_KV_H
 #include "kvwise/common.h"
+#include "kvwise/tensor.h"   /* element types (KW_TYPE_*) */
 
 typedef struct kw_kv_layout {
     int32_t n_layer;        /* layers that keep KV */
@@ -43,10 +44,18 @@ typedef struct kw_block_table {
 } kw_block_table;
 
 /* The KV element types a pool takes, by the names of --kv-type: "f32",
- * "f16", "q8_0", "i16". from_name returns -1 for any other name. */
+ * "f16", "q8_0", "i16", and "auto" (KW_KV_TYPE_AUTO, which is not a pool
+ * type: model and plan layouts resolve it with kw_kv_type_auto). from_name
+ * returns -1 for any other name. */
+#define KW_KV_TYPE_AUTO 100u
 const char *kw_kv_type_name(uint32_t type);       /* "?" for a type a pool does not take */
 int kw_kv_type_from_name(const char *name);
-#define KW_KV_TYPE_NAMES "f16, i16, q8_0 or f32"
+#define KW_KV_TYPE_NAMES "auto, i16, f16, q8_0 or f32"
+/* What "auto" (the default everywhere) is for these head dims and block
+ * size on this CPU: i16 where its kernels run here (AVX-512 VNNI or AVX2 +
+ * FMA) and the shapes fit (kv.h above), else f16. i16 is closer to an F32
+ * cache than f16 and its attention is about twice as fast (docs/MODEL.md). */
+uint32_t kw_kv_type_auto(int32_t head_dim_k, int32_t head_dim_v, int32_t block_tokens);
 
 /* Bytes of KV per token for a layout (all layers, K and V). */
 size_t kw_kv_bytes_per_token(const kw_kv_layout *lay);

@@ -1,5 +1,5 @@
 /* cmd_bench.c - `kvwise bench -m MODEL [-p 512] [-n 128] [-t 2] [-r 5] [-d 0]
- *                [--batch B] [--kv-type f16] [--json]`.
+ *                [--batch B] [--kv-type auto] [--json]`.
  *
  * Owns the end-to-end speed report: per repetition, a prefill of p random
  * tokens in one eval (pp tok/s), then n single-token decode steps (tg
@@ -49,7 +49,8 @@ static void usage(FILE *f) {
                "               tg@N / tg@0 per repetition is printed (same minutes)\n"
                "  --batch N    also decode n tokens in each of N sequences together (2..%d):\n"
                "               aggregate tok/s and its ratio to tg\n"
-               "  --kv-type T  KV cache type: f16 (default, as the server), f32 or q8_0\n"
+               "  --kv-type T  KV cache type: auto (default, as the server: i16 where it runs fast, else f16),\n"
+               "               i16, f16, q8_0 or f32\n"
                "  --json       one JSON object on stdout\n"
                "  --no-repack  keep weights as stored (no load-time repacking)\n", KW_BENCH_MAX_BATCH);
 }
@@ -86,7 +87,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 static int parse_args(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
     o->p = 512; o->n = 128; o->r = 5; o->t = kw_cpu_physical_cores();
-    o->kv_type = KW_TYPE_F16;
+    o->kv_type = KW_KV_TYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int *dst = !strcmp(a, "-p") ? &o->p : !strcmp(a, "-n") ? &o->n : !strcmp(a, "-t") ? &o->t
@@ -331,6 +332,7 @@ int cmd_bench(int argc, char **argv) {
     kw_model *m = kw_model_load(o.model, &mo, &err);
     if (!m) { fprintf(stderr, "kvwise bench: %s\n", err.msg); return 2; }
     const kw_hparams *hp = kw_model_hparams(m);
+    o.kv_type = kw_model_kv_layout(m, o.kv_type, 32).type;   /* auto -> what this model and CPU get */
     kw_pool *pool = kw_pool_create(o.t);
     int max_batch = o.p > 0 ? o.p : 1;
     if (o.d > max_batch) max_batch = o.d < 512 ? o.d : 512;          /* the depth prefill's chunks */

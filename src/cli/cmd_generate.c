@@ -148,7 +148,7 @@ out:
 }
 
 int cmd_generate(int argc, char **argv) {
-    kw_run_opts o = {.cmd = "generate", .kv_type = KW_TYPE_F16};
+    kw_run_opts o = {.cmd = "generate", .kv_type = KW_KV_TYPE_AUTO};
     gen_opts g = {.n_predict = 128};
     kw_sampler_params_default(&g.sp);
     for (int i = 1; i < argc; i++) {

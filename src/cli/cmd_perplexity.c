@@ -94,7 +94,7 @@ out:
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    kw_run_opts o = {.cmd = "perplexity", .kv_type = KW_TYPE_F16};
+    kw_run_opts o = {.cmd = "perplexity", .kv_type = KW_KV_TYPE_AUTO};
     long max_chunks = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

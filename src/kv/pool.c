@@ -36,15 +36,23 @@ const char *kw_kv_type_name(uint32_t type) {
     case KW_TYPE_F16: return "f16";
     case KW_TYPE_Q8_0: return "q8_0";
     case KW_TYPE_KV_I16: return "i16";
+    case KW_KV_TYPE_AUTO: return "auto";
     default: return "?";
     }
 }
 
 int kw_kv_type_from_name(const char *name) {
-    static const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0, KW_TYPE_KV_I16};
+    static const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0, KW_TYPE_KV_I16, KW_KV_TYPE_AUTO};
     for (size_t i = 0; name && i < sizeof types / sizeof types[0]; i++)
         if (!strcmp(name, kw_kv_type_name(types[i]))) return (int)types[i];
     return -1;
+}
+
+uint32_t kw_kv_type_auto(int32_t hk, int32_t hv, int32_t bt) {
+    const kw_cpu_info *ci = kw_cpu_info_get();
+    bool kernels = ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma));
+    bool shapes = hk > 0 && hv > 0 && hk % 16 == 0 && hv % 16 == 0 && hk <= 128 && bt > 0 && bt % 32 == 0;
+    return kernels && shapes ? KW_TYPE_KV_I16 : KW_TYPE_F16;
 }
 
 static int layout_check(const kw_kv_layout *lay, kw_err *err) {

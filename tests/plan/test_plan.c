@@ -7,6 +7,7 @@
  * and config.json parsing (hybrid layouts, errors). No test depends on the
  * machine: RAM, bandwidth and overhead are always given. */
 #include "testutil.h"
+#include "kvwise/kv.h"
 #include "kvwise/plan.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
@@ -43,7 +44,42 @@ static kw_plan_opts opts(uint64_t ram, int32_t ctx) {
     o.ram = ram;
     o.ctx = ctx;
     o.overhead = 64 * MiB;      /* fixed, so nothing depends on this process */
+    o.kv_type = KW_TYPE_F16;    /* the figures below are f16's; test_auto_kv_type checks the default */
     return o;
+}
+
+/* The default KV type is "auto": the plan resolves it for the model's head
+ * dims on this CPU (kw_kv_type_auto) and sizes KV with what it chose. */
+static void test_auto_kv_type(void) {
+    kw_plan_model m;
+    memset(&m, 0, sizeof m);
+    m.hp.n_layer = m.hp.n_kv_layers = 36;
+    m.hp.n_head_kv = 8;
+    m.hp.head_dim_k = m.hp.head_dim_v = 128;
+    m.hp.n_ctx_train = 40960;
+    m.weight_bytes = 20ULL * 1000 * 1000 * 1000;
+    /* i16: 128 int16 + one F32 scale per row, 36 x 2 x 8 x 260 */
+    KW_CHECK_EQ_INT(kw_plan_kv_bytes_per_token(&m, KW_TYPE_KV_I16), 36 * 2 * 8 * 260);
+    kw_plan_opts o;
+    kw_plan_opts_default(&o);
+    KW_CHECK_EQ_INT(o.kv_type, KW_KV_TYPE_AUTO);
+    o.ram = 64 * GiB;
+    o.ctx = 4096;
+    o.overhead = 64 * MiB;
+    kw_plan p;
+    kw_err err;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    uint32_t want = kw_kv_type_auto(128, 128, o.block_tokens);
+    KW_CHECK_EQ_INT(p.o.kv_type, want);
+    KW_CHECK_EQ_INT(p.kv_bytes_per_token, kw_plan_kv_bytes_per_token(&m, want));
+    char line[1024];
+    kw_plan_serve_line(&p, "m.gguf", line, sizeof line);
+    char flag[64];
+    snprintf(flag, sizeof flag, "--kv-type %s ", kw_kv_type_name(want));
+    KW_CHECK_MSG(strstr(line, flag) != NULL && !strstr(line, "auto"), "%s", line);
+    m.hp.head_dim_k = m.hp.head_dim_v = 256;   /* beyond i16's int32 bound: f16 */
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK_EQ_INT(p.o.kv_type, KW_TYPE_F16);
 }
 
 static void test_qwen3_8b_kv(void) {
@@ -391,5 +427,6 @@ int main(void) {
     test_does_not_fit();
     test_connections_line();
     test_limits_and_errors();
+    test_auto_kv_type();
     return kw_test_finish();
 }

@@ -6,6 +6,7 @@
  * overhead are passed, so nothing depends on this machine. */
 #include "testutil.h"
 #include "kvwise/gguf.h"
+#include "kvwise/kv.h"
 #include <cjson/cJSON.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -100,7 +101,7 @@ static void test_hf_config_json(void) {
     fclose(f);
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s plan --hf-config %s --weights-bytes 20GB --ram 64GiB --ctx 16384 "
-             "--bandwidth 273 --overhead 64MiB --json", bin(), cfg);
+             "--bandwidth 273 --overhead 64MiB --kv-type f16 --json", bin(), cfg);
     KW_CHECK_EQ_INT(run(cmd, &out), 0);
     cJSON *j = cJSON_Parse(out ? out : "");
     KW_CHECK_MSG(j != NULL, "not JSON: %.200s", out ? out : "");
@@ -119,7 +120,7 @@ static void test_hf_config_json(void) {
     free(out);
 
     /* human output names the figures */
-    snprintf(cmd, sizeof cmd, "%s plan --hf-config %s --weights-bytes 20GB --ram 64GiB --ctx 16384 --bandwidth 273 2>&1",
+    snprintf(cmd, sizeof cmd, "%s plan --hf-config %s --weights-bytes 20GB --ram 64GiB --ctx 16384 --bandwidth 273 --kv-type f16 2>&1",
              bin(), cfg);
     KW_CHECK_EQ_INT(run(cmd, &out), 0);
     KW_CHECK_MSG(out && strstr(out, "147,456 bytes") && strstr(out, "13.65 tok/s") && strstr(out, "kvwise serve -m"),
@@ -174,9 +175,15 @@ static void test_conformance_models(void) {
         KW_CHECK_EQ_INT(num_at(j, "model", "resident_bytes") - num_at(j, "model", "repack_bytes") +
                         num_at(j, "model", "released_bytes"), cJSON_GetObjectItem(e, "bytes")->valuedouble);
         KW_CHECK(num_at(j, "model", "released_bytes") <= num_at(j, "model", "weight_bytes"));
-        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token"), n_layer * 2 * kvh * hd * 2);
+        /* default kv type "auto": what kw_kv_type_auto picks here, i16 rows carry a 4-byte scale */
+        uint32_t kt = kw_kv_type_auto((int32_t)hd, (int32_t)hd, 32);
+        cJSON *kts = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "settings"), "kv_type");
+        KW_CHECK_MSG(cJSON_IsString(kts) && !strcmp(kts->valuestring, kw_kv_type_name(kt)), "%s: kv_type %s, want %s", file,
+                     cJSON_IsString(kts) ? kts->valuestring : "?", kw_kv_type_name(kt));
+        double row = kt == KW_TYPE_KV_I16 ? hd * 2 + 4 : hd * 2;
+        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token"), n_layer * 2 * kvh * row);
         KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token_q8_0"), (int)hd % 32 ? 0 : n_layer * 2 * kvh * hd / 32 * 34);
-        KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 2048 * n_layer * 2 * kvh * hd * 2);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 2048 * n_layer * 2 * kvh * row);
         double w = num_at(j, "model", "weight_bytes"), r = num_at(j, "model", "read_bytes_per_token");
         KW_CHECK_MSG(tied ? r == w : r < w, "%s: read %.0f of %.0f", file, r, w);
         KW_CHECK_NEAR(num_at(j, "speed", "decode_tok_s"), 20e9 / r, 1e-6);
