@@ -31,8 +31,8 @@
 #define I16_CHUNK 32   /* keys per probability quantization chunk */
 
 size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx) {
-    /* scores[nq][ctx], q pairs[nq][hk/2], acc[nq][hv], probability pairs[nq][16], c/inv/ranges */
-    return (size_t)nq * ((size_t)max_ctx + (size_t)hk / 2 + (size_t)hv + 16) + 4 * 16 + 64;
+    /* scores[nq][ctx], q pairs[hk/2][16], acc[nq][hv], probability pairs[nq][16] */
+    return (size_t)nq * ((size_t)max_ctx + (size_t)hv + 16) + (size_t)hk / 2 * 16 + 64;
 }
 
 float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi) {

@@ -40,15 +40,14 @@ static void prefetch_l2(const void *p, size_t bytes) {
 }
 
 /* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
- * of the 16 keys (uint32 pairs, stride bt per pair), qp[q * hp + p] is
- * query q's pair p. */
+ * of the 16 keys (uint32 pairs, stride bt per pair), qp[p * NQ_MAX + q] is
+ * query q's pair p (pair-major: one pointer serves every query). */
 KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const int nq, __m512i *out) {
     __m512i A[NQ_MAX];
     KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_setzero_si512();
-    for (int p = 0; p < hp; p++) {
+    for (int p = 0; p < hp; p++, qp += NQ_MAX) {
         __m512i kz = _mm512_loadu_si512(kp + (size_t)p * (size_t)bt);
-        KW_UNROLL for (int q = 0; q < nq; q++)
-            A[q] = _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[(size_t)q * hp + p]));
+        KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[q]));
     }
     KW_UNROLL for (int q = 0; q < nq; q++) out[q] = A[q];
 }
@@ -112,8 +111,8 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
     const size_t C = (size_t)max_ctx;
     float *S = scr;                                          /* [nq][C] scores, then exp */
-    uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nq][hp] query pairs */
-    float *acc = (float *)(qp + (size_t)nq * (size_t)hp);    /* [nq][hv] */
+    uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [hp][16] query pairs, pair-major */
+    float *acc = (float *)(qp + (size_t)NQ_MAX * (size_t)hp);    /* [nq][hv] */
     uint32_t *pp = (uint32_t *)(acc + (size_t)nq * (size_t)hv);   /* [nq][16] probability pairs */
     float c[NQ_MAX], inv[NQ_MAX], sp[NQ_MAX];
     int32_t nl[NQ_MAX], n_max = 0;
@@ -123,8 +122,10 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         int t = q / G, h = a->kvh * G + q % G;
         nl[q] = a->pos[a->i0 + t] + 1;
         if (nl[q] > n_max) n_max = nl[q];
+        uint32_t qi[64];   /* hk <= 128: 64 pairs */
         c[q] = kw_attn_i16_quant_q(a->q + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk,
-                                   (int16_t *)(qp + (size_t)q * (size_t)hp));
+                                   (int16_t *)qi);
+        for (int p = 0; p < hp; p++) qp[(size_t)p * NQ_MAX + q] = qi[p];
         mx[q] = _mm512_set1_ps(-INFINITY);
     }
 
