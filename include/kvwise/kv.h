@@ -99,6 +99,10 @@ static inline size_t kw_kv_i16_k_index(int32_t bt, int32_t s, int32_t d) {
 static inline size_t kw_kv_i16_v_index(int32_t hv, int32_t s, int32_t d) {
     return ((size_t)(s / 2) * (size_t)hv + (size_t)d) * 2 + (size_t)(s & 1);
 }
+/* The one rounding rule of the type: out[i] = round-half-even(x[i] * (qmax / m)),
+ * m = max |x|; returns the scale m / qmax (0 for a zero row; NaN, with all
+ * ints 0, for a row holding a NaN or an infinity). qmax <= 8191. */
+float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out);
 /* Writes position slot's K (v = 0) or V (v = 1) row x[0..n) of one head into its region. */
 void kw_kv_i16_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
 /* Reads it back as floats (scale * x_int); for tests and tools. */

@@ -48,11 +48,15 @@ int kw_kv_type_from_name(const char *name) {
     return -1;
 }
 
+/* The shapes the i16 type takes (kv.h: the int32 bound needs head_dim_k <= 128). */
+static bool i16_shapes_ok(int32_t hk, int32_t hv, int32_t bt) {
+    return hk > 0 && hv > 0 && hk % 16 == 0 && hv % 16 == 0 && hk <= 128 && hv <= 1024 && bt > 0 && bt % 32 == 0;
+}
+
 uint32_t kw_kv_type_auto(int32_t hk, int32_t hv, int32_t bt) {
     const kw_cpu_info *ci = kw_cpu_info_get();
     bool kernels = ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma));
-    bool shapes = hk > 0 && hv > 0 && hk % 16 == 0 && hv % 16 == 0 && hk <= 128 && bt > 0 && bt % 32 == 0;
-    return kernels && shapes ? KW_TYPE_KV_I16 : KW_TYPE_F16;
+    return kernels && i16_shapes_ok(hk, hv, bt) ? KW_TYPE_KV_I16 : KW_TYPE_F16;
 }
 
 static int layout_check(const kw_kv_layout *lay, kw_err *err) {
@@ -65,10 +69,9 @@ static int layout_check(const kw_kv_layout *lay, kw_err *err) {
     if (lay->type != KW_TYPE_F32 && lay->type != KW_TYPE_F16 && lay->type != KW_TYPE_Q8_0 &&
         lay->type != KW_TYPE_KV_I16)
         return kw_err_set(err, "kv pool: unsupported KV type %u (use " KW_KV_TYPE_NAMES ")", lay->type);
-    if (lay->type == KW_TYPE_KV_I16 &&
-        (lay->head_dim_k % 16 || lay->head_dim_v % 16 || lay->head_dim_k > 128 || lay->block_tokens % 32))
-        return kw_err_set(err, "kv pool: i16 KV needs head dims %% 16 == 0, head_dim_k <= 128 and blocks of a "
-                          "multiple of 32 tokens (head dims %d/%d, block %d); use f16",
+    if (lay->type == KW_TYPE_KV_I16 && !i16_shapes_ok(lay->head_dim_k, lay->head_dim_v, lay->block_tokens))
+        return kw_err_set(err, "kv pool: i16 KV needs head dims %% 16 == 0, head_dim_k <= 128, head_dim_v <= 1024 and "
+                          "blocks of a multiple of 32 tokens (head dims %d/%d, block %d); use f16",
                           lay->head_dim_k, lay->head_dim_v, lay->block_tokens);
     if (lay->type == KW_TYPE_Q8_0 && (lay->head_dim_k % 32 || lay->head_dim_v % 32))
         return kw_err_set(err, "kv pool: q8_0 KV needs head_dim %% 32 == 0 (head_dim_k %d, head_dim_v %d); use f16",
@@ -211,7 +214,12 @@ int kw_block_table_push(kw_block_table *t, int32_t id) {
 
 /* ---- i16 rows (kv.h) ---- */
 
-void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
+/* round half to even for |v| < 2^22 without a libm call (lrintf was 2-4%
+ * of a long prefill): adding 1.5 * 2^23 leaves no fraction bits, and the
+ * addition rounds in the default mode, which is to nearest even */
+static inline int16_t round_small(float v) { return (int16_t)((v + 12582912.0f) - 12582912.0f); }
+
+float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out) {
     float m = 0.0f;
     bool finite = true;
     for (int32_t d = 0; d < n; d++) {
@@ -219,13 +227,17 @@ void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32
         if (!isfinite(a)) finite = false;
         else if (a > m) m = a;
     }
-    const float qmax = v ? (float)KW_KV_I16_VMAX : (float)KW_KV_I16_KMAX;
     float inv = finite && m > 0.0f ? qmax / m : 0.0f;
-    int16_t *q = kw_kv_i16_ints(region, bt);
-    for (int32_t d = 0; d < n; d++)
-        q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i16_k_index(bt, slot, d)] = finite ? (int16_t)lrintf(x[d] * inv) : 0;
+    for (int32_t d = 0; d < n; d++) out[d] = finite ? round_small(x[d] * inv) : 0;
+    return finite ? m / qmax : NAN;
+}
+
+void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
+    int16_t row[1024], *q = kw_kv_i16_ints(region, bt);
+    if (n > 1024) n = 1024;   /* layout_check: head dims <= 1024 for i16 */
     /* a row with a NaN or an infinity gets a NaN scale: attention's output turns NaN, as with f16 */
-    kw_kv_i16_scales(region)[slot] = finite ? m / qmax : NAN;
+    kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, v ? (float)KW_KV_I16_VMAX : (float)KW_KV_I16_KMAX, row);
+    for (int32_t d = 0; d < n; d++) q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i16_k_index(bt, slot, d)] = row[d];
 }
 
 void kw_kv_i16_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {

@@ -36,16 +36,7 @@ size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx) {
 }
 
 float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi) {
-    float m = 0.0f;
-    bool finite = true;
-    for (int d = 0; d < hk; d++) {
-        float a = fabsf(q[d]);
-        if (!isfinite(a)) finite = false;
-        else if (a > m) m = a;
-    }
-    float inv = finite && m > 0.0f ? (float)KW_KV_I16_KMAX / m : 0.0f;
-    for (int d = 0; d < hk; d++) qi[d] = finite ? (int16_t)lrintf(q[d] * inv) : 0;
-    return finite ? (m / (float)KW_KV_I16_KMAX) * (1.0f / sqrtf((float)hk)) : NAN;
+    return kw_kv_i16_quantize(q, hk, (float)KW_KV_I16_KMAX, qi) * (1.0f / sqrtf((float)hk));   /* NaN stays NaN */
 }
 
 void kw_attn_i16_exp(float *x, int32_t n) {
