@@ -7,8 +7,7 @@
  *
  *   q:      m = max|q|, q_int = lrintf(q * (4095 / m)), c = (m / 4095) * (1/sqrt(hk))
  *   score:  s_j = ((float)(q_int . K_int[j]) * sk_j) * c       (exact int32 dot)
- *   softmax: mx = max_j s_j, e_j = exp(s_j - mx) (kw_exp_avx512 where the
- *           CPU has AVX-512F, as forward.c's softmax, else expf),
+ *   softmax: mx = max_j s_j, e_j = exp(s_j - mx) with exp as defined below,
  *           sum = 16 double partial sums (key j into sum j % 16, in order
  *           of j), added in order 0..15; inv = (float)(1 / sum)
  *   out:    keys in chunks of 32 aligned at position 0; per chunk
@@ -20,6 +19,18 @@
  * within 4095, so a dot of at most 128 dimensions is below 128 * 4095^2 <
  * 2^31; V and P within 8191 over 32 keys are below 32 * 8191^2 < 2^31.
  * Only the float steps above have an order, and every path keeps it.
+ *
+ * exp is the one of act_avx512.c (exp16, kw_exp_avx512) computed the same
+ * way on every CPU: x clamped to [-110, 100] (min then max, a NaN becomes
+ * 100), n = x * log2e rounded to nearest even, r = x - n ln2_hi - n ln2_lo
+ * (two fused multiply-adds), p = its degree-7 Taylor polynomial by Horner
+ * in fused multiply-adds, result p * 2^n rounded once (overflow to inf,
+ * underflow through the subnormals to 0). kw_exp_i16 is that in portable C
+ * (the reference path's exp), attn_i16_avx2.c has it in 8 lanes and the
+ * VNNI kernel calls exp16 itself; tests/model/test_exp_i16.c compares the
+ * three bit for bit. So i16 attention gives the same bits on any x86-64,
+ * with or without AVX-512 (and the portable path on any other CPU with a
+ * correctly rounded fmaf).
  * Precision: 12 bits + sign of each row's largest value for K and q, 13
  * for V and the chunk's probabilities, about what F16 keeps of a typical
  * row (tests/model/test_attn_i16.c measures it against an F32 cache). */
@@ -39,10 +50,42 @@ float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi) {
     return kw_kv_i16_quantize(q, hk, (float)KW_KV_I16_KMAX, qi) * (1.0f / sqrtf((float)hk));   /* NaN stays NaN */
 }
 
+/* The float with bits (k + 127) << 23: 2^k for -126 <= k <= 127. */
+static float pow2_normal(int32_t k) {
+    uint32_t b = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+float kw_exp_i16(float x) {
+    const float log2e = 1.44269504088896341f, ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
+    const float round_magic = 12582912.0f;   /* 1.5 * 2^23: adding it leaves t's integer part in the low bits */
+    x = x < 100.0f ? x : 100.0f;     /* vminps(x, 100): 100 unless x < 100 (so NaN -> 100) */
+    x = x > -110.0f ? x : -110.0f;   /* vmaxps(x, -110) */
+    /* |x log2e| < 2^22: the sum rounds to an integer, ties to even, and the
+     * difference is exact (vroundscaleps gives -0 where this gives +0;
+     * r and p come out the same either way) */
+    float n = (x * log2e + round_magic) - round_magic;
+    float r = fmaf(-n, ln2_hi, x);
+    r = fmaf(-n, ln2_lo, r);
+    float p = 1.0f / 5040.0f;
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    /* p * 2^n (-159 <= n <= 144, p in about [0.7, 1.42]) as vscalefps: in
+     * two halves, each 2^k a normal float; p * 2^n1 is normal, so exact,
+     * and only the second product rounds (to a subnormal, 0 or inf) */
+    int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+    return (p * pow2_normal(n1)) * pow2_normal(n2);
+}
+
 void kw_attn_i16_exp(float *x, int32_t n) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    if (ci && ci->avx512f) { kw_exp_avx512(x, n); return; }
-    for (int32_t j = 0; j < n; j++) x[j] = expf(x[j]);
+    for (int32_t j = 0; j < n; j++) x[j] = kw_exp_i16(x[j]);
 }
 
 float kw_attn_i16_sum16(const double *part) {

@@ -6,10 +6,10 @@
  * ranges) for CPUs without AVX-512 VNNI. forward.c uses it for prefill
  * tiles and decode when the VNNI kernel does not apply. It computes exactly
  * what attn_i16.c defines, so results are bit-identical to kw_attn_i16_ref
- * (and to the VNNI kernel) on every machine: the exp is attn_i16.c's own
- * kw_attn_i16_exp, every float step keeps the definition's order, and the
- * int16 pair products go through vpmaddwd + vpaddd, which give the same
- * exact int32 sums as any other order.
+ * (and to the VNNI kernel) on every machine: the exp is the definition's
+ * (exp16 of act_avx512.c) in 8 lanes, exp8 below, every float step keeps
+ * the definition's order, and the int16 pair products go through vpmaddwd
+ * + vpaddd, which give the same exact int32 sums as any other order.
  *
  * Lanes are 8 keys; a group of 16 keys of one dimension pair (64 bytes of
  * K) is two ymm. AVX2 has 16 ymm registers, so the queries are taken in
@@ -22,11 +22,9 @@
  * into F32 with one FMA. The loops over constant counts are instantiated
  * through switches (dots16_n, pv_block_n) so that the accumulators live in
  * registers.
- *
- * Cost note: without AVX-512F the definition's exp is libm expf, one call
- * per score (~4 ns); on such a CPU it takes about as long as everything
- * else here together (bench_attn -d 4096 -p 512 with expf forced on an
- * AVX-512 machine: decode 9.3 -> 19.5 ms/token, prefill 175 -> 68 tok/s). */
+ * The softmax is one pass per query over its scores: subtract the max,
+ * exp8, store, and add to the 16 double partial sums (keys 0-7 of each 16
+ * in one pair of accumulators, 8-15 in the other). */
 #include "model_internal.h"
 #include <immintrin.h>
 #include <math.h>
@@ -146,17 +144,57 @@ static inline void store_scores(float *s, int32_t j, int32_t n, __m256 s0, __m25
     *mx = _mm256_max_ps(*mx, _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(m1)));
 }
 
-/* s[0..n) -= m, exp (attn_i16.c's), then the 16 double partial sums of the
+/* The float 2^k of each lane (-126 <= k <= 127): k + 127 in the exponent bits. */
+static inline __m256 pow2_normal8(__m256i k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+
+/* exp16 of act_avx512.c in 8 lanes, the same operations in the same order.
+ * vmin/vmaxps keep their operand rule (the second when one is NaN) and
+ * vroundps with nearest-even rounds as vroundscaleps does. AVX2 has no
+ * vscalefps: p * 2^n (-159 <= n <= 144) is taken as two products by powers
+ * of two that are normal floats, n1 = n >> 1 and n2 = n - n1 (both within
+ * [-80, 72]); p * 2^n1 is a normal float, so exact, and only the second
+ * product rounds, as vscalefps rounds once (subnormal, 0, inf). */
+static inline __m256 exp8(__m256 x) {
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 ln2_hi = _mm256_set1_ps(0.693145751953125f), ln2_lo = _mm256_set1_ps(1.42860682030941723e-6f);
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(100.0f)), _mm256_set1_ps(-110.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, ln2_hi, x);
+    r = _mm256_fnmadd_ps(n, ln2_lo, r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    return _mm256_mul_ps(_mm256_mul_ps(p, pow2_normal8(n1)), pow2_normal8(n2));
+}
+
+void kw_exp_i16_avx2(float *x, int32_t n) {
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, exp8(_mm256_loadu_ps(x + j)));
+    if (j < n) {
+        __m256i m = lanes_below(j, n);
+        _mm256_maskstore_ps(x + j, m, exp8(_mm256_maskload_ps(x + j, m)));
+    }
+}
+
+/* s[0..n) = exp(s - m) (exp8), and the 16 double partial sums of the
  * definition (key j into j % 16, in order of j); returns the inverse sum. */
 static float exp_and_sum(float *s, int32_t n, float m) {
     const __m256 mv = _mm256_set1_ps(m);
-    int32_t j = 0;
-    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-    for (; j < n; j++) s[j] -= m;
-    kw_attn_i16_exp(s, n);
     __m256d p0 = _mm256_setzero_pd(), p1 = p0, p2 = p0, p3 = p0;
-    for (j = 0; j + 16 <= n; j += 16) {
-        __m256 e0 = _mm256_loadu_ps(s + j), e1 = _mm256_loadu_ps(s + j + 8);
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv));
+        _mm256_storeu_ps(s + j, e0);
+        _mm256_storeu_ps(s + j + 8, e1);
         p0 = _mm256_add_pd(p0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
         p1 = _mm256_add_pd(p1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
         p2 = _mm256_add_pd(p2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
@@ -167,6 +205,8 @@ static float exp_and_sum(float *s, int32_t n, float m) {
     _mm256_storeu_pd(part + 4, p1);
     _mm256_storeu_pd(part + 8, p2);
     _mm256_storeu_pd(part + 12, p3);
+    for (int32_t t = j; t < n; t++) s[t] -= m;
+    kw_exp_i16_avx2(s + j, n - j);
     for (int32_t t = j; t < n; t++) part[t - j] += (double)s[t];
     return kw_attn_i16_sum16(part);
 }

@@ -80,10 +80,14 @@ float kw_attn_i16_sum16(const double *part);                       /* (float)(1 
 void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 bool kw_attn_i16_supported(int nq, int hk, int hv);
 void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
-/* x[0..n) = exp(x) as the definition takes it (kw_exp_avx512 with AVX-512F, else expf) */
+/* exp as the definition takes it: exp16 of act_avx512.c (~1 ulp) in portable
+ * C, the same bits on every CPU; kw_attn_i16_exp: x[0..n) = kw_exp_i16(x) */
+float kw_exp_i16(float x);
 void kw_attn_i16_exp(float *x, int32_t n);
 /* attn_i16_avx2.c (AVX2 + FMA): the same queries as kw_attn_i16_avx512 (at
  * most 16, kw_attn_i16_supported), the same bits, for CPUs without VNNI */
 void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
+/* x[0..n) = kw_exp_i16(x), 8 lanes at a time (AVX2 + FMA; the kernel's own exp) */
+void kw_exp_i16_avx2(float *x, int32_t n);
 
 #endif
