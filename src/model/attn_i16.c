@@ -60,13 +60,14 @@ static float pow2_normal(int32_t k) {
 
 float kw_exp_i16(float x) {
     const float log2e = 1.44269504088896341f, ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
-    const float round_magic = 12582912.0f;   /* 1.5 * 2^23: adding it leaves t's integer part in the low bits */
     x = x < 100.0f ? x : 100.0f;     /* vminps(x, 100): 100 unless x < 100 (so NaN -> 100) */
     x = x > -110.0f ? x : -110.0f;   /* vmaxps(x, -110) */
-    /* |x log2e| < 2^22: the sum rounds to an integer, ties to even, and the
-     * difference is exact (vroundscaleps gives -0 where this gives +0;
-     * r and p come out the same either way) */
-    float n = (x * log2e + round_magic) - round_magic;
+    /* nearbyintf in the default rounding mode: to nearest, ties to even, as
+     * vroundscaleps (an addition of 1.5 * 2^23 would do the same, but a
+     * compiler allowed to contract, e.g. -ffp-contract=fast, fuses it with
+     * the product into one FMA and rounds differently) */
+    float t = x * log2e;
+    float n = nearbyintf(t);
     float r = fmaf(-n, ln2_hi, x);
     r = fmaf(-n, ln2_lo, r);
     float p = 1.0f / 5040.0f;

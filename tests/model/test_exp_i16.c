@@ -7,6 +7,7 @@
  *     floats in that range, the neighbourhood (+-64 floats) of the clamp
  *     limits and of the exact overflow / underflow thresholds, a dense
  *     sweep of the arguments whose result is subnormal (-87.4 .. -104),
+ *     the x where x * log2e is a tie (h + 0.5) for the rounding to n,
  *     0, -0, +-inf, NaN (exp16 clamps NaN to 100: +inf), +-FLT_MAX,
  *     +-FLT_MIN, subnormal inputs, and lengths 1..17 (the AVX2 tail).
  *     Skips (prints so) without AVX-512F, resp. without AVX2 + FMA.
@@ -54,6 +55,13 @@ static int make_inputs(float *x, int cap) {
     for (size_t c = 0; c < sizeof centres / sizeof centres[0]; c++)
         for (int k = -64; k <= 64 && n < cap; k++) x[n++] = float_step(centres[c], k);
     for (int i = 0; i <= 200000 && n < cap; i++) x[n++] = -87.4f - 16.6f * (float)i / 200000.0f;   /* subnormal results */
+    /* ties of the rounding of n: x with x * log2e (as float) exactly h + 0.5,
+     * where nearest-even and other roundings pick different n */
+    for (int h = -160; h <= 145; h++) {
+        float y = float_step(((float)h + 0.5f) / 1.44269504088896341f, -300);
+        for (int k = -300; k <= 300 && n < cap; k++, y = nextafterf(y, INFINITY))
+            if (y * 1.44269504088896341f == (float)h + 0.5f) x[n++] = y;
+    }
     const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, FLT_MAX, -FLT_MAX, FLT_MIN, -FLT_MIN,
                              1e-40f, -1e-40f, 1e-30f, -1e-30f, 0.5f, -0.5f, 0.34657359f, -0.34657359f};
     for (size_t i = 0; i < sizeof special / sizeof special[0] && n < cap; i++) x[n++] = special[i];
