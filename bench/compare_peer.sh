@@ -5,15 +5,24 @@
 #
 #   bench/compare_peer.sh -m MODEL [--peer PATH/llama-bench [--peer-args "..."]]
 #                         [--peer2 PATH/llama-bench [--peer2-args "-fa 1 -rtr 1"]]
-#                         [-p 512] [-n 128] [-t 2] [-k ROUNDS]
+#                         [-p 512] [-n 128] [-t 2] [-k ROUNDS] [--no-probe]
 #
 # Prints per round pp/tg of each and, at the end, the median of each and the
 # ratio kvwise/peer, plus the load average before and after. Without --peer
 # (or if it is not executable) it still runs kvwise and says that no peer
 # was compared.
+#
+# Decode is bound by memory bandwidth, and a shared host's swings between
+# minutes (here 37 <-> 57 GB/s) decide which engine "wins" a round. So,
+# unless --no-probe, the read bandwidth is probed (kvwise's probe, about 4 s)
+# right before each peer run as kvwise probes before its own, every engine's
+# tg is also put as a percentage of the ceiling that probe allows (bytes per
+# decoded token from kvwise's report, the same file), and the median of the
+# per-round ratios of those percentages is printed: the comparison with the
+# bandwidth each run actually had.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model= p=512 n=128 t=2 k=3
+model= p=512 n=128 t=2 k=3 probe=1
 peers=() pargs=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,6 +35,7 @@ while [ $# -gt 0 ]; do
     -n) n=$2; shift 2 ;;
     -t) t=$2; shift 2 ;;
     -k) k=$2; shift 2 ;;
+    --no-probe) probe=0; shift ;;
     *) echo "usage: $0 -m MODEL [--peer llama-bench] [--peer-args ARGS] [--peer2 llama-bench] [--peer2-args ARGS] [-p N] [-n N] [-t N] [-k ROUNDS]" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +57,9 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= k; r++)); do
   "$kw" bench -m "$model" -p "$p" -n "$n" -t "$t" -r 1 --json > "$tmp/kw.$r.json"
   for i in "${list[@]}"; do
+    if [ "$probe" = 1 ] && [ "$n" -gt 0 ]; then
+      "$kw" bench -m "$model" -p 0 -n 0 -t "$t" -r 1 --json > "$tmp/bw$i.$r.json"
+    fi
     # shellcheck disable=SC2086
     "${peers[$i]}" -m "$model" -t "$t" -p "$p" -n "$n" -r 1 -o json ${pargs[$i]:-} > "$tmp/peer$i.$r.json" 2>/dev/null
   done
@@ -59,7 +72,7 @@ for i in "${list[@]}"; do names+=("$i=${peers[$i]}"); done
 node - "$tmp" "$k" "${names[@]}" <<'JS'
 const fs = require('fs');
 const [dir, k, ...peerSpecs] = process.argv.slice(2);
-const peers = peerSpecs.map(s => { const i = s.indexOf('='); return { id: s.slice(0, i), path: s.slice(i + 1), pp: [], tg: [] }; });
+const peers = peerSpecs.map(s => { const i = s.indexOf('='); return { id: s.slice(0, i), path: s.slice(i + 1), pp: [], tg: [], pct: [], rel: [] }; });
 const med = a => { const s = [...a].sort((x, y) => x - y); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 const f = x => (x === undefined ? '-' : x.toFixed(1));
 const kw = { pp: [], tg: [], bw: [], pct: [] };
@@ -75,6 +88,13 @@ for (let r = 1; r <= +k; r++) {
       if (x.n_gen > 0 && x.n_prompt === 0) pe.tg.push(x.avg_ts);
     }
     line += `   peer${+pe.id + 1} pp ${f(pe.pp.at(-1))} tg ${f(pe.tg.at(-1))}`;
+    const bwf = `${dir}/bw${pe.id}.${r}.json`;
+    if (fs.existsSync(bwf) && pe.tg.length === r && j.decode_bytes_per_token > 0) {
+      const bw = JSON.parse(fs.readFileSync(bwf, 'utf8')).bandwidth_bytes_s.median;
+      const pct = 100 * pe.tg.at(-1) * j.decode_bytes_per_token / bw;
+      pe.pct.push(pct); pe.rel.push(j.tg_pct_of_ceiling / pct);
+      line += ` (bw ${(bw / 1e9).toFixed(1)} GB/s)`;
+    }
   }
   console.log(line);
 }
@@ -84,5 +104,9 @@ for (const pe of peers) {
   console.log(`${n} (${pe.path}) median: pp ${f(pe.pp.length ? med(pe.pp) : undefined)} tok/s, tg ${f(pe.tg.length ? med(pe.tg) : undefined)} tok/s`);
   const ratio = (a, b) => (a.length && b.length ? (med(a) / med(b)).toFixed(2) + 'x' : '-');
   console.log(`ratio kvwise/${n}: pp ${ratio(kw.pp, pe.pp)}, tg ${ratio(kw.tg, pe.tg)}`);
+  if (pe.rel.length)
+    console.log(`bandwidth-normalized tg: kvwise ${med(kw.pct).toFixed(0)}% vs ${n} ${med(pe.pct).toFixed(0)}% of the ceiling of the probe before it ` +
+                `(the host can change state within a run: above 100% shows it); ` +
+                `median of per-round ratios ${med(pe.rel).toFixed(2)}x (rounds: ${pe.rel.map(x => x.toFixed(2)).join(' ')})`);
 }
 JS
