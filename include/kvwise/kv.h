@@ -51,11 +51,13 @@ typedef struct kw_block_table {
 const char *kw_kv_type_name(uint32_t type);       /* "?" for a type a pool does not take */
 int kw_kv_type_from_name(const char *name);
 #define KW_KV_TYPE_NAMES "auto, i16, f16, q8_0 or f32"
-/* What "auto" (the default everywhere) is for these head dims and block
- * size on this CPU: i16 where its kernels run here (AVX-512 VNNI or AVX2 +
- * FMA) and the shapes fit (kv.h above), else f16. i16 is closer to an F32
- * cache than f16 and its attention is about twice as fast (docs/MODEL.md). */
-uint32_t kw_kv_type_auto(int32_t head_dim_k, int32_t head_dim_v, int32_t block_tokens);
+/* What "auto" (the default everywhere) is for these head dims, block size
+ * and query heads per KV head (group) on this CPU: i16 where its kernels run
+ * here (AVX-512 VNNI or AVX2 + FMA) and the shapes fit (kv.h above; the
+ * kernels take up to 16 queries, so a group above 16 would run the slow
+ * portable path), else f16. i16 is closer to an F32 cache than f16 and its
+ * attention is about twice as fast (docs/MODEL.md). */
+uint32_t kw_kv_type_auto(int32_t head_dim_k, int32_t head_dim_v, int32_t block_tokens, int32_t group);
 
 /* Bytes of KV per token for a layout (all layers, K and V). */
 size_t kw_kv_bytes_per_token(const kw_kv_layout *lay);

@@ -357,7 +357,9 @@ kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t blo
     lay.n_head_kv = m->hp.n_head_kv;
     lay.head_dim_k = m->hp.head_dim_k;
     lay.head_dim_v = m->hp.head_dim_v;
-    lay.type = kv_type == KW_KV_TYPE_AUTO ? kw_kv_type_auto(lay.head_dim_k, lay.head_dim_v, block_tokens) : kv_type;
+    lay.type = kv_type == KW_KV_TYPE_AUTO ? kw_kv_type_auto(lay.head_dim_k, lay.head_dim_v, block_tokens,
+                                                                   m->hp.n_head_kv > 0 ? m->hp.n_head / m->hp.n_head_kv : 0)
+                                       : kv_type;
     lay.block_tokens = block_tokens;
     return lay;
 }

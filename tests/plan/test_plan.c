@@ -54,6 +54,7 @@ static void test_auto_kv_type(void) {
     kw_plan_model m;
     memset(&m, 0, sizeof m);
     m.hp.n_layer = m.hp.n_kv_layers = 36;
+    m.hp.n_head = 32;
     m.hp.n_head_kv = 8;
     m.hp.head_dim_k = m.hp.head_dim_v = 128;
     m.hp.n_ctx_train = 40960;
@@ -69,7 +70,7 @@ static void test_auto_kv_type(void) {
     kw_plan p;
     kw_err err;
     KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
-    uint32_t want = kw_kv_type_auto(128, 128, o.block_tokens);
+    uint32_t want = kw_kv_type_auto(128, 128, o.block_tokens, 4);
     KW_CHECK_EQ_INT(p.o.kv_type, want);
     KW_CHECK_EQ_INT(p.kv_bytes_per_token, kw_plan_kv_bytes_per_token(&m, want));
     char line[1024];
@@ -77,6 +78,15 @@ static void test_auto_kv_type(void) {
     char flag[64];
     snprintf(flag, sizeof flag, "--kv-type %s ", kw_kv_type_name(want));
     KW_CHECK_MSG(strstr(line, flag) != NULL && !strstr(line, "auto"), "%s", line);
+    m.hp.n_head = 64;                          /* a group of 8 */
+    o.kv_type = KW_KV_TYPE_AUTO;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK_EQ_INT(p.o.kv_type, kw_kv_type_auto(128, 128, o.block_tokens, 8));
+    m.hp.n_head = 8 * 32;                      /* a group of 32: beyond the kernels' 16 queries: f16 */
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK_EQ_INT(p.o.kv_type, KW_TYPE_F16);
+    KW_CHECK_EQ_INT(kw_kv_type_auto(128, 128, 32, 32), KW_TYPE_F16);
+    m.hp.n_head = 32;
     m.hp.head_dim_k = m.hp.head_dim_v = 256;   /* beyond i16's int32 bound: f16 */
     KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
     KW_CHECK_EQ_INT(p.o.kv_type, KW_TYPE_F16);

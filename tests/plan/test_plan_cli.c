@@ -176,7 +176,8 @@ static void test_conformance_models(void) {
                         num_at(j, "model", "released_bytes"), cJSON_GetObjectItem(e, "bytes")->valuedouble);
         KW_CHECK(num_at(j, "model", "released_bytes") <= num_at(j, "model", "weight_bytes"));
         /* default kv type "auto": what kw_kv_type_auto picks here, i16 rows carry a 4-byte scale */
-        uint32_t kt = kw_kv_type_auto((int32_t)hd, (int32_t)hd, 32);
+        int32_t group = (int32_t)(num_at(j, "model", "n_head") / kvh);
+        uint32_t kt = kw_kv_type_auto((int32_t)hd, (int32_t)hd, 32, group);
         cJSON *kts = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "settings"), "kv_type");
         KW_CHECK_MSG(cJSON_IsString(kts) && !strcmp(kts->valuestring, kw_kv_type_name(kt)), "%s: kv_type %s, want %s", file,
                      cJSON_IsString(kts) ? kts->valuestring : "?", kw_kv_type_name(kt));
