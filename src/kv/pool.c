@@ -216,10 +216,9 @@ int kw_block_table_push(kw_block_table *t, int32_t id) {
 
 /* round half to even for |v| < 2^22 without a libm call (lrintf was 2-4%
  * of a long prefill): adding 1.5 * 2^23 leaves no fraction bits, and the
- * addition rounds in the default mode, which is to nearest even. v arrives
- * as a parameter, a rounded float: the product that made it cannot be
- * fused into the addition (ISO C11 mode keeps GCC's contraction off, and
- * clang contracts only within one expression). */
+ * addition rounds in the default mode, which is to nearest even. The
+ * product that made v must not be fused into the addition (one rounding
+ * instead of two): the build says -ffp-contract=off (CMakeLists.txt). */
 static inline int16_t round_small(float v) { return (int16_t)((v + 12582912.0f) - 12582912.0f); }
 
 float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out) {
