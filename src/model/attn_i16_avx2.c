@@ -25,7 +25,7 @@
  * The softmax is one pass per query over its scores: subtract the max,
  * exp8, store, and add to the 16 double partial sums (keys 0-7 of each 16
  * in one pair of accumulators, 8-15 in the other). */
-#include "model_internal.h"
+#include "attn_rows.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -40,12 +40,6 @@
 #define PV_Q 2         /* queries per V block */
 #define PV_V 4         /* ymm (8 dimensions each) per V block */
 #define CHUNK 32
-#define PF_KEYS 64     /* keys ahead that K and V are prefetched into L2 */
-
-static void prefetch_l2(const void *p, size_t bytes) {
-    const char *c = p;
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
-}
 
 /* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
  * of the 16 keys (uint32 pairs, stride bt per pair), qp[q * hp + p] is
@@ -265,13 +259,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     for (int32_t j = 0; j < n_max; j += 16) {
         int32_t s0 = j % bt;
         void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        if (j + PF_KEYS < n_max) {   /* the lines the group PF_KEYS keys ahead will read */
-            int32_t jf = j + PF_KEYS;
-            void *fr = kw_kv_k(kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
-            const uint32_t *fk = (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
-            _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
-            for (int p = 0; p < hp; p++) _mm_prefetch((const char *)(fk + (size_t)p * (size_t)bt), _MM_HINT_T1);
-        }
+        kw_attn_i16_prefetch_k(a, j, n_max);
         const uint32_t *kp = (const uint32_t *)kw_kv_i16_ints(kr, bt) + s0;
         const float *sk = kw_kv_i16_scales(kr) + s0;
         __m256 sk0 = _mm256_loadu_ps(sk), sk1 = _mm256_loadu_ps(sk + 8);
@@ -295,12 +283,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
         int32_t s0 = j0 % bt;
         void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);   /* bt % 32 == 0: one block */
-        if (j0 + PF_KEYS < n_max) {
-            int32_t j1 = j0 + PF_KEYS;
-            void *nr = kw_kv_v(kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
-            prefetch_l2(kw_kv_i16_scales(nr) + j1 % bt, CHUNK * sizeof(float));
-            prefetch_l2(kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)hv, (size_t)CHUNK * (size_t)hv * 2);
-        }
+        kw_attn_i16_prefetch_v(a, j0, CHUNK, n_max);
         const float *sv = kw_kv_i16_scales(vr) + s0;
         for (int q = 0; q < nq; q++)
             sp[q] = quant_chunk(S + (size_t)q * C + j0, nl[q] - j0, sv, pp + (size_t)q * 16);

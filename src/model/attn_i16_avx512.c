@@ -17,7 +17,7 @@
  * with vpdpwssd for 4 queries x 64 dimensions from registers, each chunk's
  * int32 sums scaled into F32 with one FMA. The next block's K region and
  * the next chunk's V are prefetched into L2 (see attn_rows.h for why). */
-#include "model_internal.h"
+#include "attn_rows.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -26,17 +26,11 @@
 #define KW_UNROLL _Pragma("GCC unroll 16")
 #define NQ_MAX 16
 #define CHUNK 32
-#define PF_KEYS 64     /* keys ahead that K and V are prefetched into L2 (one block left DRAM stalls in decode) */
 
 __m512 kw_exp16_avx512(__m512 x);   /* act_avx512.c */
 
 bool kw_attn_i16_supported(int nq, int hk, int hv) {
     return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
-}
-
-static void prefetch_l2(const void *p, size_t bytes) {
-    const char *c = p;
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
 }
 
 /* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
@@ -133,13 +127,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     for (int32_t j = 0; j < n_max; j += 16) {
         int32_t s0 = j % bt;
         void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        if (j + PF_KEYS < n_max) {   /* the lines the group PF_KEYS keys ahead will read */
-            int32_t jf = j + PF_KEYS;
-            void *fr = kw_kv_k(kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
-            const uint32_t *fk = (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
-            _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
-            for (int p = 0; p < hp; p++) _mm_prefetch((const char *)(fk + (size_t)p * (size_t)bt), _MM_HINT_T1);
-        }
+        kw_attn_i16_prefetch_k(a, j, n_max);
         __m512i d[NQ_MAX];
         dots16_n((const uint32_t *)kw_kv_i16_ints(kr, bt) + s0, bt, qp, hp, nq, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
@@ -175,12 +163,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
         int32_t s0 = j0 % bt;
         void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);
-        if (j0 + PF_KEYS < n_max) {
-            int32_t j1 = j0 + PF_KEYS;
-            void *nr = kw_kv_v(kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
-            prefetch_l2(kw_kv_i16_scales(nr) + j1 % bt, CHUNK * sizeof(float));
-            prefetch_l2(kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)hv, (size_t)CHUNK * (size_t)hv * 2);
-        }
+        kw_attn_i16_prefetch_v(a, j0, CHUNK, n_max);
         const float *sv = kw_kv_i16_scales(vr) + s0;
         __m512 sv0 = _mm512_loadu_ps(sv), sv1 = _mm512_loadu_ps(sv + 16);
         for (int q = 0; q < nq; q++) {

@@ -1,6 +1,8 @@
-/* attn_rows.h - K/V row access shared by the AVX-512 attention kernels
- * (attn_avx512.c prefill tiles, attn_decode_avx512.c decode): the row of
- * key j of one head in its paged block, and the prefetch of rows ahead.
+/* attn_rows.h - K/V row access shared by the attention kernels: for
+ * F32/F16 caches (attn_avx512.c prefill tiles, attn_decode_avx512.c decode)
+ * the row of key j of one head in its paged block and the prefetch of rows
+ * ahead; for the i16 cache (attn_i16_avx512.c, attn_i16_avx2.c) the
+ * prefetch of the K group and the V chunk ahead in its layout (kv.h).
  *
  * A block's rows of one head are a few KiB on their own page and the next
  * block of the sequence is elsewhere, so the hardware prefetcher stops at
@@ -31,6 +33,34 @@ static inline void kw_attn_prefetch_rows(const kw_attn_tile_args *a, int32_t j, 
     size_t rb = v ? a->kv->v_row_bytes : a->kv->k_row_bytes;
     const char *p = kw_attn_row(a, j, v), *e = p + (size_t)(end - j) * rb;
     for (; p < e; p += 64) _mm_prefetch(p, _MM_HINT_T1);
+}
+
+/* i16: keys ahead that K and V are prefetched into L2 (one block left DRAM
+ * stalls in decode). */
+#define KW_ATTN_I16_PF_KEYS 64
+
+/* i16: asks into L2 the K lines (one 64-byte line per dimension pair, and
+ * the scales) of the 16-key group KW_ATTN_I16_PF_KEYS keys after j, if it
+ * is below n. */
+static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j, int32_t n) {
+    int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
+    if (jf >= n) return;
+    void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
+    const uint32_t *fk = (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
+    _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
+    for (int p = 0; p < a->hk / 2; p++) _mm_prefetch((const char *)(fk + (size_t)p * (size_t)bt), _MM_HINT_T1);
+}
+
+/* i16: asks into L2 the V scales and integers of the chunk of `chunk` keys
+ * KW_ATTN_I16_PF_KEYS keys after j0, if it is below n. */
+static inline void kw_attn_i16_prefetch_v(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
+    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
+    if (j1 >= n) return;
+    void *nr = kw_kv_v(a->kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
+    const char *sc = (const char *)(kw_kv_i16_scales(nr) + j1 % bt);
+    const char *vi = (const char *)(kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)a->hv);
+    for (size_t o = 0; o < (size_t)chunk * sizeof(float); o += 64) _mm_prefetch(sc + o, _MM_HINT_T1);
+    for (size_t o = 0; o < (size_t)chunk * (size_t)a->hv * 2; o += 64) _mm_prefetch(vi + o, _MM_HINT_T1);
 }
 
 #endif
