@@ -58,6 +58,10 @@ int kw_kv_type_from_name(const char *name);
  * portable path), else f16. i16 is closer to an F32 cache than f16 and its
  * attention is about twice as fast (docs/MODEL.md). */
 uint32_t kw_kv_type_auto(int32_t head_dim_k, int32_t head_dim_v, int32_t block_tokens, int32_t group);
+/* Whether this CPU runs one of the i16 attention kernels (AVX-512 F/BW +
+ * VNNI, or AVX2 + FMA); without, i16 attention takes the slow portable path.
+ * auto and forward.c's dispatch both ask this. */
+bool kw_kv_i16_kernels(void);
 
 /* Bytes of KV per token for a layout (all layers, K and V). */
 size_t kw_kv_bytes_per_token(const kw_kv_layout *lay);

@@ -53,10 +53,13 @@ static bool i16_shapes_ok(int32_t hk, int32_t hv, int32_t bt) {
     return hk > 0 && hv > 0 && hk % 16 == 0 && hv % 16 == 0 && hk <= 128 && hv <= 1024 && bt > 0 && bt % 32 == 0;
 }
 
-uint32_t kw_kv_type_auto(int32_t hk, int32_t hv, int32_t bt, int32_t group) {
+bool kw_kv_i16_kernels(void) {
     const kw_cpu_info *ci = kw_cpu_info_get();
-    bool kernels = ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma));
-    return kernels && i16_shapes_ok(hk, hv, bt) && group >= 1 && group <= 16 ? KW_TYPE_KV_I16 : KW_TYPE_F16;
+    return ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma));
+}
+
+uint32_t kw_kv_type_auto(int32_t hk, int32_t hv, int32_t bt, int32_t group) {
+    return kw_kv_i16_kernels() && i16_shapes_ok(hk, hv, bt) && group >= 1 && group <= 16 ? KW_TYPE_KV_I16 : KW_TYPE_F16;
 }
 
 static int layout_check(const kw_kv_layout *lay, kw_err *err) {

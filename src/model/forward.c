@@ -416,9 +416,7 @@ static void softmax(float *s, int n) {
 
 /* An i16 kernel (AVX-512 VNNI, else AVX2 + FMA) applies to nq queries. */
 static bool i16_kernel_ok(int nq, int hk, int hv) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    return ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma)) &&
-           kw_attn_i16_supported(nq, hk, hv);
+    return kw_kv_i16_kernels() && kw_attn_i16_supported(nq, hk, hv);
 }
 
 /* attn_i16.c: the kernels and the portable path give the same bits. */
