@@ -440,15 +440,13 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
     int32_t n = b->pos[i] + 1, C = c->max_ctx;
     float *scores = scr, *qs = scores + (size_t)G * C, *acc = qs + (size_t)G * hk;
     const kw_cpu_info *ci = kw_cpu_info_get();
+    kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
+                           .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
     if (type == KW_TYPE_KV_I16) {
-        kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
-                               .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
         attend_i16(&a, scr, C);
         return;
     }
     if (ci && ci->avx512f && kw_attn_decode_supported(type, G, hk, hv)) {   /* same results, attn_decode_avx512.c */
-        kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
-                               .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
         kw_attn_decode_avx512(&a, scr, C);
         return;
     }
