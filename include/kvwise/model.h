@@ -64,6 +64,9 @@ const char *kw_model_tokenizer_error(const kw_model *m);
 const kw_gguf *kw_model_gguf(const kw_model *m);
 /* The KV layout this model needs for a given element type and block size. */
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens);
+/* kv_type, or for KW_KV_TYPE_AUTO what it resolves to for this shape
+ * (kw_kv_type_auto with the head dims and query heads per KV head). */
+uint32_t kw_hparams_kv_type(const kw_hparams *hp, uint32_t kv_type, int32_t block_tokens);
 
 typedef struct kw_batch {
     int32_t n_tokens;

@@ -349,6 +349,11 @@ const kw_tokenizer *kw_model_tokenizer(const kw_model *m) { return m ? m->tok : 
 const char *kw_model_tokenizer_error(const kw_model *m) { return m && !m->tok ? m->tok_error : ""; }
 const kw_gguf *kw_model_gguf(const kw_model *m) { return m ? m->gguf : NULL; }
 
+uint32_t kw_hparams_kv_type(const kw_hparams *hp, uint32_t kv_type, int32_t block_tokens) {
+    if (kv_type != KW_KV_TYPE_AUTO) return kv_type;
+    return kw_kv_type_auto(hp->head_dim_k, hp->head_dim_v, block_tokens, hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 0);
+}
+
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens) {
     kw_kv_layout lay;
     memset(&lay, 0, sizeof lay);
@@ -357,9 +362,7 @@ kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t blo
     lay.n_head_kv = m->hp.n_head_kv;
     lay.head_dim_k = m->hp.head_dim_k;
     lay.head_dim_v = m->hp.head_dim_v;
-    lay.type = kv_type == KW_KV_TYPE_AUTO ? kw_kv_type_auto(lay.head_dim_k, lay.head_dim_v, block_tokens,
-                                                                   m->hp.n_head_kv > 0 ? m->hp.n_head / m->hp.n_head_kv : 0)
-                                       : kv_type;
+    lay.type = kw_hparams_kv_type(&m->hp, kv_type, block_tokens);
     lay.block_tokens = block_tokens;
     return lay;
 }

@@ -169,9 +169,7 @@ static int check_opts(const kw_plan_model *m, kw_plan_opts *o, kw_err *err) {
     if (o->n_threads < 1 || o->n_threads > 1024) return kw_err_set(err, "plan: threads must be 1..1024");
     if (kw_kv_type_from_name(kw_kv_type_name(o->kv_type)) < 0)
         return kw_err_set(err, "plan: --kv-type must be " KW_KV_TYPE_NAMES);
-    if (o->kv_type == KW_KV_TYPE_AUTO)
-        o->kv_type = kw_kv_type_auto(m->hp.head_dim_k, m->hp.head_dim_v, o->block_tokens,
-                                     m->hp.n_head_kv > 0 ? m->hp.n_head / m->hp.n_head_kv : 0);
+    o->kv_type = kw_hparams_kv_type(&m->hp, o->kv_type, o->block_tokens);   /* auto -> what it resolves to */
     if (o->cache_seqs < 0) return kw_err_set(err, "plan: --prompt-cache-size must be >= 0");
     if (!(o->bandwidth >= 0) || o->bandwidth > 1e15) return kw_err_set(err, "plan: bandwidth out of range");
     if (m->hp.n_kv_layers > 0 && kw_plan_kv_bytes_per_token(m, o->kv_type) == 0)
