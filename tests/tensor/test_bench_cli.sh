@@ -24,7 +24,11 @@ out=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 4 -d 40 --batch 3 -t 2 -r 2 --json 2
 check "depth+batch exit 0" '[ $rc -eq 0 ]'
 check "depth+batch fields" '[ "$(j "[j.n_depth,j.batch].join()" <<<"$out")" = "40,3" ]'
 check "default kv type resolved (auto -> i16 or f16)" '[ "$(j "j.kv_type" <<<"$out")" = i16 ] || [ "$(j "j.kv_type" <<<"$out")" = f16 ]'
-check "depth: tg at d0 in the same repetitions, and the ratio" '[ "$(j "j.tg_depth0_tok_s.median>0 && j.tg_depth_ratio>0 && j.tg_depth_ratio<10" <<<"$out")" = true ]'
+# the ratio is the median of per-repetition ratios tg_i / tg0_i, so it lies
+# between min(tg) / max(tg0) and max(tg) / min(tg0) whatever the timings
+# (a fixed upper bound such as 10 was a timing bound: a millisecond stall in
+# one 4-token depth-0 repetition of this tiny model broke it in CI)
+check "depth: tg at d0 in the same repetitions, and the ratio" '[ "$(j "j.tg_depth0_tok_s.median>0 && j.tg_depth_ratio>0 && j.tg_depth_ratio >= j.tg_tok_s.min/j.tg_depth0_tok_s.max*(1-1e-9) && j.tg_depth_ratio <= j.tg_tok_s.max/j.tg_depth0_tok_s.min*(1+1e-9)" <<<"$out")" = true ]'
 check "batch rate and ratio" '[ "$(j "j.batch_tok_s.median>0 && j.batch_tok_s.min<=j.batch_tok_s.median && j.batch_ratio_to_tg>0" <<<"$out")" = true ]'
 kv40=$(j "j.kv_bytes_per_token" <<<"$out")
 out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 4 -d 80 -t 1 -r 1 --json 2>/dev/null)
