@@ -71,13 +71,27 @@ typedef struct kw_matrix {
 
 /* Load-time repacking. kw_matrix_pack() makes W->packed, a copy of the
  * weights laid out for the active kernel family (e.g. 16 rows interleaved
- * for AVX-512 VNNI), allocated as KW_MEM_WEIGHTS; W->data stays valid and
- * is still read for rows the packed form does not cover. Returns 0 when
- * packed, 1 when this type/family has no packed form (W unchanged), -1 on
- * allocation failure (err set). kw_matmul uses a packed copy only if it was
- * made for the family running now. kw_matrix_unpack() frees it. */
+ * for AVX-512 VNNI), allocated as KW_MEM_WEIGHTS on huge pages; W->data
+ * stays valid and is still read for rows the packed form does not cover.
+ * Returns 0 when packed, 1 when this type/family has no packed form (W
+ * unchanged), -1 on allocation failure (err set). kw_matmul uses a packed
+ * copy only if it was made for the family running now. kw_matrix_unpack()
+ * frees it. */
 int kw_matrix_pack(kw_matrix *W, kw_err *err);
 void kw_matrix_unpack(kw_matrix *W);
+/* Bytes kw_matrix_pack() allocates for W (0: no packed form for this type,
+ * shape and family). Reads W's shape only, never its data. */
+size_t kw_matrix_pack_bytes(const kw_matrix *W);
+/* Packs the n matrices (NULL entries and already packed ones skipped) into
+ * one block, in order, each copy exactly as kw_matrix_pack makes it, so a
+ * group read one after the other (a layer's matrices) is one run of huge
+ * pages: no small-page head and tail per matrix. The block is the sum of
+ * the kw_matrix_pack_bytes of the matrices that have a packed form. Sets
+ * *block (NULL when none has one); returns 0, 1 (none has one) or -1 (err
+ * set; nothing stays packed). kw_matrix_unpack() on a member only forgets
+ * its copy; kw_matrices_unpack() forgets all members' and frees the block. */
+int kw_matrices_pack(kw_matrix *const *Ws, int n, void **block, kw_err *err);
+void kw_matrices_unpack(kw_matrix *const *Ws, int n, void *block);
 /* Rows [0, n) of W served by its packed copy (0 when W is not packed). */
 int64_t kw_matrix_packed_rows(const kw_matrix *W);
 /* The whole pages inside [addr, addr + bytes): what can be dropped from a

@@ -109,8 +109,7 @@ kw_kv_pool *kw_kv_pool_create(const kw_kv_layout *lay, int32_t n_blocks, kw_err 
         kw_err_set(err, "kv pool: %d blocks of %zu bytes is too large", n_blocks, kw_kv_block_bytes(lay));
         return NULL;
     }
-    p->data = kw_mem_alloc(KW_MEM_KV, p->block_bytes * (size_t)n_blocks);
-    kw_advise_hugepages(p->data, p->block_bytes * (size_t)n_blocks);
+    p->data = kw_mem_alloc_huge(KW_MEM_KV, p->block_bytes * (size_t)n_blocks);
     p->refs = calloc((size_t)n_blocks, sizeof *p->refs);
     p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
     if (!p->data || !p->refs || !p->free_ids) {

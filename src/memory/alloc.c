@@ -2,7 +2,9 @@
  *
  * Each block carries a 64-byte header in front of the user pointer with its
  * size, kind and how it was obtained. Big blocks come from mmap so that
- * kw_mem_free() gives the pages back to the kernel immediately. Two test
+ * kw_mem_free() gives the pages back to the kernel immediately; huge blocks
+ * (kw_mem_alloc_huge) come from a mapping trimmed so that the user pointer
+ * is 2 MiB aligned, advised for transparent huge pages. Two test
  * hooks make an allocation fail on purpose: kw_mem_fail_nth (unit tests) and
  * the alloc rules of a fault spec (fault.h, `serve --test-fail-alloc`). */
 #include "kvwise/memory.h"
@@ -15,6 +17,7 @@
 #define KW_MEM_HDR 64
 #define KW_MEM_MMAP_MIN (256u * 1024u)
 #define KW_MEM_MAGIC 0x6b776d656d6d656dULL
+#define KW_MEM_HUGE ((size_t)2 << 20)
 
 typedef struct {
     uint64_t magic;
@@ -22,6 +25,7 @@ typedef struct {
     uint64_t total;     /* bytes obtained from the system (header included) */
     uint32_t kind;
     uint32_t mmapped;
+    uint64_t map_off;   /* bytes from the start of the mapping to the header (huge blocks) */
 } kw_mem_hdr;
 
 static _Atomic uint64_t g_cur[KW_MEM_KIND_COUNT];
@@ -48,9 +52,27 @@ static int injected_failure(void) {
     return 0;
 }
 
+/* The header of a new block at base (map_off bytes into its mapping); returns the user pointer. */
+static void *start_block(void *base, uint64_t map_off, size_t bytes, size_t total, kw_mem_kind kind, int mm) {
+    kw_mem_hdr *h = base;
+    h->magic = KW_MEM_MAGIC;
+    h->size = bytes;
+    h->total = total;
+    h->kind = (uint32_t)kind;
+    h->mmapped = (uint32_t)mm;
+    h->map_off = map_off;
+    account(kind, (int64_t)bytes);
+    return (char *)base + KW_MEM_HDR;
+}
+
+/* The checks every allocation passes first: a valid kind (else OTHER), a sane size, the test hooks. */
+static bool may_allocate(kw_mem_kind *kind, size_t bytes) {
+    if ((unsigned)*kind >= KW_MEM_KIND_COUNT) *kind = KW_MEM_OTHER;
+    return bytes <= ((size_t)1 << 46) && !injected_failure() && !kw_fault_hit(KW_FAULT_ALLOC, (int)*kind);
+}
+
 void *kw_mem_alloc(kw_mem_kind kind, size_t bytes) {
-    if ((unsigned)kind >= KW_MEM_KIND_COUNT) kind = KW_MEM_OTHER;
-    if (bytes > ((size_t)1 << 46) || injected_failure() || kw_fault_hit(KW_FAULT_ALLOC, (int)kind)) return NULL;
+    if (!may_allocate(&kind, bytes)) return NULL;
     size_t total = bytes + KW_MEM_HDR;
     void *base;
     int mm = 0;
@@ -62,14 +84,30 @@ void *kw_mem_alloc(kw_mem_kind kind, size_t bytes) {
     } else {
         if (posix_memalign(&base, 64, total) != 0) return NULL;
     }
-    kw_mem_hdr *h = base;
-    h->magic = KW_MEM_MAGIC;
-    h->size = bytes;
-    h->total = total;
-    h->kind = (uint32_t)kind;
-    h->mmapped = (uint32_t)mm;
-    account(kind, (int64_t)bytes);
-    return (char *)base + KW_MEM_HDR;
+    return start_block(base, 0, bytes, total, kind, mm);
+}
+
+/* Maps bytes + 2 MiB, then unmaps the head and tail around [user - header
+ * page, user + bytes rounded to a page) where user is the first 2 MiB
+ * boundary with room for the header before it. Only whole 2 MiB ranges can
+ * be huge pages, so the interior [user, user + bytes rounded down to 2 MiB)
+ * is advised; the last partial 2 MiB stays in small pages (no physical
+ * memory beyond the request). */
+void *kw_mem_alloc_huge(kw_mem_kind kind, size_t bytes) {
+    if (bytes < KW_MEM_HUGE) return kw_mem_calloc(kind, bytes);
+    if (!may_allocate(&kind, bytes)) return NULL;
+    const uintptr_t page = 4096;
+    size_t span = bytes + KW_MEM_HUGE + page;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uintptr_t user = ((uintptr_t)raw + KW_MEM_HDR + KW_MEM_HUGE - 1) & ~(uintptr_t)(KW_MEM_HUGE - 1);
+    uintptr_t head = (user - KW_MEM_HDR) & ~(page - 1), end = (user + bytes + page - 1) & ~(page - 1);
+    if (head > (uintptr_t)raw) munmap(raw, head - (uintptr_t)raw);
+    if ((uintptr_t)raw + span > end) munmap((void *)end, (uintptr_t)raw + span - end);
+#ifdef MADV_HUGEPAGE
+    (void)madvise((void *)user, bytes & ~(KW_MEM_HUGE - 1), MADV_HUGEPAGE);   /* advice: "never" mode ignores it */
+#endif
+    return start_block((void *)(user - KW_MEM_HDR), user - KW_MEM_HDR - head, bytes, end - head, kind, 1);
 }
 
 void *kw_mem_calloc(kw_mem_kind kind, size_t bytes) {
@@ -87,7 +125,7 @@ void kw_mem_free(void *p) {
     if (h->magic != KW_MEM_MAGIC) abort(); /* not ours, or a double free */
     h->magic = 0;
     account((kw_mem_kind)h->kind, -(int64_t)h->size);
-    if (h->mmapped) munmap(h, h->total);
+    if (h->mmapped) munmap((char *)h - h->map_off, h->total);
     else free(h);
 }
 

@@ -280,32 +280,42 @@ static void release_packed_source(kw_model *m, const kw_matrix *W) {
 }
 
 /* Repacks every matrix for the active kernel family (accounted as
- * KW_MEM_WEIGHTS); types without a packed form stay as mapped. Each
- * matrix's mapped pages are dropped right after its copy is made (unless
- * they must stay: --mlock), so the load peak is the file plus one matrix,
- * not twice the weights. */
-static int pack_one(kw_model *m, kw_matrix *W, bool release, kw_err *err) {
-    if (kw_matrix_pack(W, err) < 0) return -1;
-    if (release) release_packed_source(m, W);
-    return 0;
+ * KW_MEM_WEIGHTS); types without a packed form stay as mapped. A layer's
+ * matrices share one block in the order decode reads them, so the layer is
+ * one run of huge pages (a block per matrix left each one's small-page
+ * head and tail, the K/V matrices wholly: 82% -> 96% of the copies on huge
+ * pages, Q8_0 1B decode +3% alternating with the old layout in one
+ * process). The LM head has a block of its own. Each layer's mapped pages are dropped right after its copies
+ * are made (unless they must stay: --mlock), so the load peak is the file
+ * plus one layer, not twice the weights. */
+#define KW_LAYER_MATRICES 7
+static void layer_matrices(kw_layer *L, kw_matrix *ws[KW_LAYER_MATRICES]) {
+    kw_matrix *order[KW_LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    memcpy(ws, order, sizeof order);
 }
 
 static int pack_weights(kw_model *m, bool release, kw_err *err) {
     for (int il = 0; il < m->hp.n_layer; il++) {
         kw_layer *L = &m->layers[il];
-        kw_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (pack_one(m, ws[i], release, err)) return -1;
+        kw_matrix *ws[KW_LAYER_MATRICES];
+        layer_matrices(L, ws);
+        if (kw_matrices_pack(ws, KW_LAYER_MATRICES, &L->pack_block, err) < 0) return -1;
+        if (release)
+            for (int i = 0; i < KW_LAYER_MATRICES; i++) release_packed_source(m, ws[i]);
     }
-    return pack_one(m, &m->output, release && !m->hp.tied_output, err);
+    if (kw_matrix_pack(&m->output, err) < 0) return -1;
+    if (release && !m->hp.tied_output) release_packed_source(m, &m->output);
+    return 0;
 }
 
 static void unpack_weights(kw_model *m) {
     if (m->layers)
         for (int il = 0; il < m->hp.n_layer; il++) {
             kw_layer *L = &m->layers[il];
-            kw_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) kw_matrix_unpack(ws[i]);
+            kw_matrix *ws[KW_LAYER_MATRICES];
+            layer_matrices(L, ws);
+            kw_matrices_unpack(ws, KW_LAYER_MATRICES, L->pack_block);
+            L->pack_block = NULL;
         }
     kw_matrix_unpack(&m->output);
 }

@@ -16,6 +16,7 @@ typedef struct kw_layer {
     kw_vec q_norm, k_norm;      /* qwen3: per-head RMSNorm gains [head_dim_k] */
     kw_vec ffn_norm;
     kw_matrix w_gate, w_up, w_down;
+    void *pack_block;           /* the repacked copies of the layer's matrices, one block (model.c pack_weights) */
 } kw_layer;
 
 struct kw_model {

@@ -41,25 +41,17 @@ static uint64_t measure_tokenizer(const kw_gguf *g, bool *measured) {
 }
 
 /* ---- load-time repacking ----
- * kw_model_load() gives every layer matrix and the LM head a repacked heap
- * copy for the active kernel family (model.c pack_weights; tensor.h
- * kw_matrix_pack), accounted as weights beside the mapped file. Its size is
- * measured, not assumed: two zero matrices of the same type and row length
- * (64 and 128 rows) are packed by the real code, and the size of an R-row
- * matrix is taken as affine in R/64 (packing works on groups of rows that
- * divide 64). A family that does not pack gives 0. */
-#define KW_PLAN_PACK_ROWS 64
-
+ * kw_model_load() gives every layer matrix and the LM head a repacked copy
+ * for the active kernel family (model.c pack_weights; tensor.h
+ * kw_matrix_pack, kw_matrices_pack), accounted as weights beside the
+ * mapped file. Its size is what the packing code itself says it allocates
+ * (kw_matrix_pack_bytes, which reads only the shape), so the line is exact.
+ * A family that does not pack gives 0. */
 uint64_t plan_pack_probe(uint32_t type, int64_t cols, int64_t rows) {
     size_t rb = kw_row_bytes(type, cols);
     if (rb == 0 || rows < 1) return 0;
-    void *buf = kw_mem_calloc(KW_MEM_OTHER, rb * (size_t)rows);
-    if (!buf) return 0;
-    kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = buf};
-    uint64_t bytes = kw_matrix_pack(&W, NULL) == 0 ? kw_mem_size(W.packed) : 0;
-    kw_matrix_unpack(&W);
-    kw_mem_free(buf);
-    return bytes;
+    kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = NULL};
+    return kw_matrix_pack_bytes(&W);
 }
 
 static bool is_packed_matrix(const kw_gguf_tensor *t, bool tied) {
@@ -77,29 +69,12 @@ static bool is_packed_matrix(const kw_gguf_tensor *t, bool tied) {
     return false;
 }
 
-typedef struct { uint32_t type; int64_t cols; uint64_t a, b; } pack_fit;
-
 static uint64_t repack_bytes(const kw_gguf *g) {
-    pack_fit fits[16];
-    int n_fits = 0;
     bool tied = kw_gguf_find_tensor(g, "output.weight") == NULL;
     uint64_t total = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
-        if (!is_packed_matrix(t, tied)) continue;
-        int64_t rows = t->ne[1];
-        if (rows < KW_PLAN_PACK_ROWS) { total += plan_pack_probe(t->type, t->ne[0], rows); continue; }
-        pack_fit *f = NULL;
-        for (int k = 0; k < n_fits; k++)
-            if (fits[k].type == t->type && fits[k].cols == t->ne[0]) f = &fits[k];
-        if (!f && n_fits < 16) {
-            uint64_t p1 = plan_pack_probe(t->type, t->ne[0], KW_PLAN_PACK_ROWS);
-            uint64_t p2 = plan_pack_probe(t->type, t->ne[0], 2 * KW_PLAN_PACK_ROWS);
-            f = &fits[n_fits++];
-            *f = (pack_fit){t->type, t->ne[0], p2 >= p1 ? 2 * p1 - p2 : 0, p2 >= p1 ? p2 - p1 : 0};
-            if (p1 == 0 || p2 == 0) f->a = f->b = 0;
-        }
-        if (f) total += f->a + f->b * (uint64_t)(rows / KW_PLAN_PACK_ROWS);
+        if (is_packed_matrix(t, tied)) total += plan_pack_probe(t->type, t->ne[0], t->ne[1]);
     }
     return total;
 }

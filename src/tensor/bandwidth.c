@@ -5,8 +5,8 @@
  * `seconds`, and returns the best pass in bytes/s: the decode ceiling the
  * planner and `kvwise bench` divide weight bytes by. The buffer comes from
  * the accounted allocator (KW_MEM_SCRATCH) and is freed before returning.
- * It is advised onto transparent huge pages like the repacked weights that
- * decode streams (hugepage.c): with 4 KiB pages the probe paid TLB misses
+ * It is on transparent huge pages like the repacked weights that
+ * decode streams (memory.h kw_mem_alloc_huge): with 4 KiB pages the probe paid TLB misses
  * the weights no longer pay, and so under-stated the ceiling. */
 #include "kvwise/tensor.h"
 #include "kvwise/memory.h"
@@ -51,12 +51,11 @@ static void read_task(void *v, int ith, int nth) {
 double kw_measure_read_bandwidth(kw_pool *pool, double seconds) {
     kw_pool *own = NULL;
     if (!pool) pool = own = kw_pool_create(2);
-    char *buf = kw_mem_alloc(KW_MEM_SCRATCH, KW_BW_BYTES);
+    char *buf = kw_mem_alloc_huge(KW_MEM_SCRATCH, KW_BW_BYTES);
     if (!buf) {
         kw_pool_destroy(own);
         return 0;
     }
-    kw_advise_hugepages(buf, KW_BW_BYTES);
     memset(buf, 1, KW_BW_BYTES);                 /* fault every page in */
     bw_task t;
     memset(&t, 0, sizeof t);

@@ -207,12 +207,12 @@ void kw_act_f16_i16(const float *x, void *dst, int64_t n) {
     for (int64_t b = 0; b < n / KW_I16_QK; b++) i16_act_block(x + KW_I16_QK * b, q + KW_I16_QK * b, d + b);
 }
 
-int kw_pack_f16_i16(kw_matrix *W, kw_err *err) {
+int kw_pack_f16_i16(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (W->type != KW_TYPE_F16 || W->cols % KW_I16_QK) return 1;
     int64_t groups = (W->rows + 15) / 16, nb = W->cols / KW_I16_QK;
     /* all rows packed, so every output has the same contract; padding rows stay zero */
-    uint8_t *p = kw_pack_alloc(W, KW_FMT_F16_I16, W->rows, nb, (size_t)groups * (size_t)nb * KW_I16_BLK, true, err);
-    if (!p) return -1;
+    uint8_t *p = kw_pack_alloc(W, a, KW_FMT_F16_I16, W->rows, nb, (size_t)groups * (size_t)nb * KW_I16_BLK, err);
+    if (!p) return kw_pack_missing(a);
     float vals[KW_I16_QK];
     int16_t q[KW_I16_QK];
     for (int64_t g = 0; g < groups; g++)

@@ -21,8 +21,20 @@ typedef void (*kw_act_quant_fn)(const float *x, void *dst, int64_t n);
 typedef void (*kw_gemm_fn)(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
                            size_t x_stride, int64_t nx, float *Y, int64_t ldy);
 
-/* Makes W->packed for this family; returns 0, 1 (no packed form) or -1. */
-typedef int (*kw_pack_fn)(kw_matrix *W, kw_err *err);
+/* Where kw_pack_alloc puts a packed copy. A NULL arena: a block of its own.
+ * Otherwise the next slot of a block shared by several matrices (pack.c
+ * kw_matrices_pack): with base set, the copy goes at base + used; with base
+ * NULL the slot is only counted (used grows by its bytes, nothing is
+ * allocated or written), so a first pass sizes the block. */
+typedef struct kw_pack_arena {
+    uint8_t *base;
+    size_t cap, used;
+} kw_pack_arena;
+
+/* Makes W->packed for this family (in arena a, see above); returns 0, 1
+ * (no packed form) or -1. A sizing pass (a->base NULL) returns 0 or 1 and
+ * leaves W unchanged. */
+typedef int (*kw_pack_fn)(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 
 typedef struct kw_kernel_set {
     const char *name;
@@ -38,6 +50,7 @@ typedef struct kw_pack_hdr {
     uint32_t format;         /* family-specific id */
     int64_t packed_rows;     /* rows [0, packed_rows) are in the packed form */
     int64_t nb;              /* blocks per row */
+    uint32_t shared;         /* a slot of a shared block (kw_matrices_pack): not freed alone */
 } kw_pack_hdr;
 #define KW_PACK_MAGIC 0x6b77706bu
 #define KW_PACK_HDR_BYTES 64
@@ -48,11 +61,15 @@ static inline const kw_pack_hdr *kw_packed_hdr(const kw_matrix *W, uint32_t fmt)
     return h && h->magic == KW_PACK_MAGIC && h->format == fmt ? h : NULL;
 }
 
-/* pack.c: a packed copy of W with its header filled in (KW_MEM_WEIGHTS,
- * huge pages advised, zeroed if asked); its data starts KW_PACK_HDR_BYTES
- * in. NULL with err set when out of memory. */
-uint8_t *kw_pack_alloc(const kw_matrix *W, uint32_t format, int64_t packed_rows, int64_t nb, size_t data_bytes,
-                       bool zero, kw_err *err);
+/* pack.c: a packed copy of W with its header filled in, zero-filled, on
+ * huge pages (KW_MEM_WEIGHTS; a block of its own or a slot of arena a);
+ * its data starts KW_PACK_HDR_BYTES in. NULL with err set when out of
+ * memory, and NULL without error in a sizing pass: the family's pack
+ * function then returns kw_pack_missing(a). */
+uint8_t *kw_pack_alloc(const kw_matrix *W, kw_pack_arena *a, uint32_t format, int64_t packed_rows, int64_t nb,
+                       size_t data_bytes, kw_err *err);
+/* What a pack function returns when kw_pack_alloc gave NULL: 0 in a sizing pass, else -1. */
+static inline int kw_pack_missing(const kw_pack_arena *a) { return a && !a->base ? 0 : -1; }
 
 /* The activation type llama.cpp's CPU backend uses for a weight type. */
 uint32_t kw_dot_type(uint32_t wtype);
@@ -73,13 +90,10 @@ const kw_cpu_info *kw_cpu_info_raw(void);
 int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0, int64_t end,
                            const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy);
 
-/* hugepage.c: transparent huge pages for a large untouched buffer (advice only). */
-void kw_advise_hugepages(void *p, size_t bytes);
-
 /* gemm_avx512.c: F16 matrices as packed int16 blocks (format KW_FMT_F16_I16),
  * F16 activations as F32 values followed by int16 blocks. */
 #define KW_FMT_F16_I16 0x10u
-int kw_pack_f16_i16(kw_matrix *W, kw_err *err);
+int kw_pack_f16_i16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 void kw_act_f16_i16(const float *x, void *dst, int64_t n);
 size_t kw_act_f16_i16_bytes(int64_t n);
 int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
@@ -88,16 +102,16 @@ int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *
 /* kquant_avx512.c: Q4_K as 16-row interleaved groups with unpacked scales
  * (format KW_FMT_Q4_K_X16); the gemm returns the first row not done. */
 #define KW_FMT_Q4_K_X16 0x20u
-int kw_pack_q4k_x16(kw_matrix *W, kw_err *err);
+int kw_pack_q4k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy);
 /* ... and Q5_K / Q6_K the same way (formats KW_FMT_Q5_K_X16 / KW_FMT_Q6_K_X16). */
 #define KW_FMT_Q5_K_X16 0x22u
-int kw_pack_q5k_x16(kw_matrix *W, kw_err *err);
+int kw_pack_q5k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 int64_t kw_gemm_q5k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy);
 #define KW_FMT_Q6_K_X16 0x21u
-int kw_pack_q6k_x16(kw_matrix *W, kw_err *err);
+int kw_pack_q6k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 int64_t kw_gemm_q6k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy);
 

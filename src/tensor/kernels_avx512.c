@@ -281,18 +281,18 @@ static void pack_group_block(uint32_t type, const kw_matrix *W, int64_t g, int64
     }
 }
 
-static int pack_avx512(kw_matrix *W, kw_err *err) {
-    if (W->type == KW_TYPE_F16) return kw_pack_f16_i16(W, err);   /* gemm_avx512.c */
-    if (W->type == KW_TYPE_Q4_K) return kw_pack_q4k_x16(W, err);   /* kquant_avx512.c */
-    if (W->type == KW_TYPE_Q6_K) return kw_pack_q6k_x16(W, err);
-    if (W->type == KW_TYPE_Q5_K) return kw_pack_q5k_x16(W, err);
+static int pack_avx512(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
+    if (W->type == KW_TYPE_F16) return kw_pack_f16_i16(W, a, err);   /* gemm_avx512.c */
+    if (W->type == KW_TYPE_Q4_K) return kw_pack_q4k_x16(W, a, err);   /* kquant_avx512.c */
+    if (W->type == KW_TYPE_Q6_K) return kw_pack_q6k_x16(W, a, err);
+    if (W->type == KW_TYPE_Q5_K) return kw_pack_q5k_x16(W, a, err);
     if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
     size_t blkb = q4 ? 288 : 544;
-    uint8_t *p = kw_pack_alloc(W, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16, groups * 16, nb,
-                               (size_t)groups * (size_t)nb * blkb, false, err);
-    if (!p) return -1;
+    uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16, groups * 16, nb,
+                               (size_t)groups * (size_t)nb * blkb, err);
+    if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++)
             pack_group_block(W->type, W, g, b, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb);

@@ -86,11 +86,11 @@ static void pack_group_superblock(const kw_matrix *W, int q5, int64_t g, int64_t
     }
 }
 
-static int pack_k45(kw_matrix *W, int q5, kw_err *err) {
+static int pack_k45(kw_matrix *W, int q5, kw_pack_arena *a, kw_err *err) {
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK_K;
-    uint8_t *p = kw_pack_alloc(W, q5 ? KW_FMT_Q5_K_X16 : KW_FMT_Q4_K_X16, groups * 16, nb,
-                               (size_t)groups * (size_t)nb * K45_BLK(q5), false, err);
-    if (!p) return -1;
+    uint8_t *p = kw_pack_alloc(W, a, q5 ? KW_FMT_Q5_K_X16 : KW_FMT_Q4_K_X16, groups * 16, nb,
+                               (size_t)groups * (size_t)nb * K45_BLK(q5), err);
+    if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++)
         for (int64_t i = 0; i < nb; i++)
             pack_group_superblock(W, q5, g, i, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + i) * K45_BLK(q5));
@@ -98,8 +98,8 @@ static int pack_k45(kw_matrix *W, int q5, kw_err *err) {
     return 0;
 }
 
-int kw_pack_q4k_x16(kw_matrix *W, kw_err *err) { return pack_k45(W, 0, err); }
-int kw_pack_q5k_x16(kw_matrix *W, kw_err *err) { return pack_k45(W, 1, err); }
+int kw_pack_q4k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err) { return pack_k45(W, 0, a, err); }
+int kw_pack_q5k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err) { return pack_k45(W, 1, a, err); }
 
 /* The 8 per-32 sums of a Q8_K block as int16 word pairs (s32[t] = sums 2t, 2t+1). */
 KW_INLINE void q8k_sums32(const kw_block_q8_K *xb, int32_t s32[4]) {
@@ -194,10 +194,10 @@ static void pack_group_superblock_q6(const kw_matrix *W, int64_t g, int64_t i, u
     memset(dst + Q6K_OFF_D + 32, 0, Q6K_X16_BLK - Q6K_OFF_D - 32);
 }
 
-int kw_pack_q6k_x16(kw_matrix *W, kw_err *err) {
+int kw_pack_q6k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK_K;
-    uint8_t *p = kw_pack_alloc(W, KW_FMT_Q6_K_X16, groups * 16, nb, (size_t)groups * (size_t)nb * Q6K_X16_BLK, false, err);
-    if (!p) return -1;
+    uint8_t *p = kw_pack_alloc(W, a, KW_FMT_Q6_K_X16, groups * 16, nb, (size_t)groups * (size_t)nb * Q6K_X16_BLK, err);
+    if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++)
         for (int64_t i = 0; i < nb; i++)
             pack_group_superblock_q6(W, g, i, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + i) * Q6K_X16_BLK);

@@ -72,32 +72,6 @@ static void dot_task(void *v, int ith, int nth) {
     }
 }
 
-int kw_matrix_pack(kw_matrix *W, kw_err *err) {
-    if (!W || W->packed) return W ? 0 : 1;
-    const kw_kernel_set *ks = kw_kernels_active();
-    if (!ks->pack || W->rows < 16) return 1;
-    return ks->pack(W, err);
-}
-
-int64_t kw_matrix_packed_rows(const kw_matrix *W) {
-    if (!W || !W->packed) return 0;
-    const kw_pack_hdr *h = W->packed;
-    return h->magic == KW_PACK_MAGIC ? h->packed_rows : 0;
-}
-
-size_t kw_whole_pages(uint64_t addr, uint64_t bytes, uint64_t *start) {
-    const uint64_t page = 4096;
-    uint64_t s = (addr + page - 1) & ~(page - 1), e = (addr + bytes) & ~(page - 1);
-    *start = s;
-    return e > s ? (size_t)(e - s) : 0;
-}
-
-void kw_matrix_unpack(kw_matrix *W) {
-    if (!W || !W->packed) return;
-    kw_mem_free(W->packed);
-    W->packed = NULL;
-}
-
 /* Rows per chunk. Prefill (many activation rows, compute-bound): 8 chunks
  * per thread through the counter, for balance. Decode and small batches
  * (up to KW_MM_STREAM_ROWS activation rows, bound by reading the weights):

@@ -3,20 +3,12 @@
  * file + load-time repack) equals the growth of the accounted weights after
  * kw_model_load, the tokenizer line equals what the model's tokenizer holds,
  * and the workspace line equals what kw_ctx_create allocates. This is the
- * "plan within 5% of the server's ledger" check, made per line and exact
- * where the sizes are whole packing groups. */
+ * "plan within 5% of the server's ledger" check, made per line and exact. */
 #include "testutil.h"
 #include "kvwise/memory.h"
 #include "kvwise/model.h"
 #include "kvwise/plan.h"
 #include <string.h>
-
-/* The repack estimate floors a matrix's rows to a multiple of 64 (packing
- * works on groups that divide 64); a matrix whose rows are not a multiple
- * of 64 (gpt-2's 50257-token tied embedding) can differ by up to 63 rows of
- * packed data: 63 x 272 bytes for a 256-wide Q8_0 row. 0.1% of the weights
- * line covers that. */
-#define WEIGHTS_REL_TOL 0.001
 
 static const char *models[] = {"llama-q8_0", "llama-q4_0", "llama-f16", "llama-q4_k_m", "llama-q6_k",
                                "gpt2bpe-q8_0", "qwen2-q8_0", "qwen3-q8_0", "stories260K"};
@@ -42,7 +34,7 @@ int main(void) {
         printf("%-14s plan weights %llu (repack %llu), loaded %llu; tokenizer plan %llu, loaded %llu\n", models[i],
                (unsigned long long)pm.resident_bytes, (unsigned long long)pm.repack_bytes,
                (unsigned long long)weights, (unsigned long long)pm.tokenizer_bytes, (unsigned long long)tok);
-        KW_CHECK_NEAR((double)pm.resident_bytes, (double)weights, WEIGHTS_REL_TOL * (double)weights);
+        KW_CHECK_EQ_INT(pm.resident_bytes, weights);
         KW_CHECK_EQ_INT(pm.tokenizer_bytes, tok);
 
         kw_plan_opts o;
