@@ -71,6 +71,12 @@ uint8_t *kw_pack_alloc(const kw_matrix *W, kw_pack_arena *a, uint32_t format, in
 /* What a pack function returns when kw_pack_alloc gave NULL: 0 in a sizing pass, else -1. */
 static inline int kw_pack_missing(const kw_pack_arena *a) { return a && !a->base ? 0 : -1; }
 
+/* matmul.c, for tests: with on, every thread of a streaming (decode) split
+ * first takes pieces from the back of the other threads' parts and only
+ * then its own, so the helping path runs on every call (it otherwise runs
+ * only when a thread finishes early). Results must not change. */
+void kw_matmul_test_help_first(bool on);
+
 /* The activation type llama.cpp's CPU backend uses for a weight type. */
 uint32_t kw_dot_type(uint32_t wtype);
 

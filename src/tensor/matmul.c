@@ -33,10 +33,36 @@ size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n) {
 }
 
 #define KW_MM_MULTI_MAX 4                /* matrices one kw_matmul_multi run takes */
+#define KW_MM_STREAM_THREADS 64          /* most threads the streaming split serves (more: chunks) */
+#define KW_MM_PIECES 8                   /* pieces per part: the grain at which idle threads help */
 
-/* One pool run over the row chunks of n_mats matrices of one type and width
- * (kw_matmul: n_mats = 1) against the same activations: chunks
- * [first[m], first[m+1]) belong to matrix m. */
+/* Streaming split (decode and small batches: up to KW_MM_STREAM_ROWS
+ * activation rows, bound by reading the weights). Thread p's part of a
+ * matrix is the p-th contiguous run of its 16-row groups, so each core
+ * streams one run of memory per matrix: small chunks taken alternately
+ * cost a sixth of the bandwidth (two threads reading packed Q8_0 in 278 KB
+ * chunks alternating between them got 29-31 GB/s where each reading its
+ * own half got 34-37; bench_kernels GEMV at a 56.6 GB/s probe: the Q8_0
+ * layer matrices 41 -> 46-50 GB/s, Q4_0 86% -> 99% of the probe). The
+ * owner takes its part a piece (1/KW_MM_PIECES) at a time from the front;
+ * a thread done with its own parts helps from the back of the others', so
+ * the owner keeps streaming forward and nobody idles while a part is
+ * left: with fixed halves one thread waited for the other in 8-12% of the
+ * decode matmul time (a trace of pool runs, Q8_0 1B), now 2-10 us per run
+ * (+1% tok/s, alternating in one process). [front, back) is what is left
+ * (group indexes from g0), one atomic word (front low, back high) so owner
+ * and helpers never take the same piece. Which thread computes a row never
+ * changes its result. */
+typedef struct {
+    _Atomic uint64_t left;
+    int64_t g0;
+    uint32_t piece;
+} mm_part;
+
+/* One pool run over the rows of n_mats matrices of one type and width
+ * (kw_matmul: n_mats = 1) against the same activations. Either chunks
+ * through one counter ([first[m], first[m+1]) belong to matrix m), or,
+ * when parts is set, the streaming split above (parts[m * nth + p]). */
 typedef struct {
     const kw_kernel_set *ks;
     const float *X;
@@ -49,6 +75,7 @@ typedef struct {
     const kw_matrix *Ws[KW_MM_MULTI_MAX];
     float *Ys[KW_MM_MULTI_MAX];
     int64_t rows_per_chunk[KW_MM_MULTI_MAX], first[KW_MM_MULTI_MAX + 1];
+    mm_part *parts;
 } mm_task;
 
 static void quantize_task(void *v, int ith, int nth) {
@@ -72,18 +99,10 @@ static void dot_task(void *v, int ith, int nth) {
     }
 }
 
-/* Rows per chunk. Prefill (many activation rows, compute-bound): 8 chunks
- * per thread through the counter, for balance. Decode and small batches
- * (up to KW_MM_STREAM_ROWS activation rows, bound by reading the weights):
- * one contiguous part per thread, so each core streams one run of memory
- * per matrix. Small chunks taken alternately cost a sixth of the bandwidth:
- * two threads reading 544-byte blocks (packed Q8_0) in 278 KB chunks
- * alternating between them got 29-31 GB/s where each reading its own half
- * got 34-37 (2.2 MB chunks: 34). In the GEMV benchmark (bench_kernels -t 2
- * --types q8_0,q4_0 --no-gemm, probe at 56.6 GB/s) the 16-layer Q8_0
- * matrices went from 41 to 46-50 GB/s, Q4_0 from 86% to 99% of the probe;
- * kvwise bench Q8_0 tg128 at ~56 GB/s 29.4 -> 32.7 tok/s, at ~38 GB/s no
- * change. Chunking never changes results. */
+/* Rows per chunk of the counter split. Prefill (many activation rows,
+ * compute-bound): 8 chunks per thread, for balance. Small batches on more
+ * threads than the streaming split serves: one contiguous part per thread.
+ * Chunking never changes results. */
 #define KW_MM_STREAM_ROWS 16
 static int64_t choose_chunk_rows(int64_t rows, int nth, int64_t n) {
     if (nth <= 1) return rows;
@@ -95,6 +114,77 @@ static int64_t choose_chunk_rows(int64_t rows, int nth, int64_t n) {
     c = (c + KW_MM_ROW_ALIGN - 1) / KW_MM_ROW_ALIGN * KW_MM_ROW_ALIGN;
     if (c < 4 * KW_MM_ROW_ALIGN) c = 4 * KW_MM_ROW_ALIGN;
     return c;
+}
+
+/* Takes a piece of what is left of part *pt: from the front (its owner)
+ * or the back (a helper, so the owner keeps streaming forward). Returns
+ * false when nothing is left; else [*a, *b) in groups from the part's g0. */
+static bool take_piece(mm_part *pt, bool front, uint32_t *a, uint32_t *b) {
+    uint64_t v = atomic_load_explicit(&pt->left, memory_order_relaxed);
+    for (;;) {
+        uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
+        if (f >= e) return false;
+        uint32_t n = e - f < pt->piece ? e - f : pt->piece;
+        uint64_t nv = front ? ((uint64_t)e << 32) | (f + n) : ((uint64_t)(e - n) << 32) | f;
+        if (atomic_compare_exchange_weak_explicit(&pt->left, &v, nv, memory_order_relaxed, memory_order_relaxed)) {
+            *a = front ? f : e - n;
+            *b = front ? f + n : e;
+            return true;
+        }
+    }
+}
+
+static void stream_piece(const mm_task *t, int m, const mm_part *pt, uint32_t a, uint32_t b) {
+    const kw_matrix *W = t->Ws[m];
+    int64_t r0 = (pt->g0 + a) * KW_MM_ROW_ALIGN, r1 = (pt->g0 + b) * KW_MM_ROW_ALIGN;
+    if (r1 > W->rows) r1 = W->rows;
+    t->ks->gemm[W->type](W, r0, r1, t->xq, t->xq_stride, t->n, t->Ys[m], W->rows);
+}
+
+static _Atomic bool g_help_first;   /* kw_matmul_test_help_first */
+
+void kw_matmul_test_help_first(bool on) { atomic_store(&g_help_first, on); }
+
+static void own_parts(mm_task *t, int ith, int nth) {
+    uint32_t a, b;
+    for (int m = 0; m < t->n_mats; m++) {
+        mm_part *pt = &t->parts[m * nth + ith];
+        while (take_piece(pt, true, &a, &b)) stream_piece(t, m, pt, a, b);
+    }
+}
+
+static void help_others(mm_task *t, int ith, int nth) {
+    uint32_t a, b;
+    for (int m = 0; m < t->n_mats; m++)
+        for (int k = 1; k < nth; k++) {
+            mm_part *pt = &t->parts[m * nth + (ith + k) % nth];
+            while (take_piece(pt, false, &a, &b)) stream_piece(t, m, pt, a, b);
+        }
+}
+
+/* Thread ith streams its own part of every matrix front to back, then
+ * helps with what the others have left, from the back of their parts. */
+static void stream_task(void *v, int ith, int nth) {
+    mm_task *t = v;
+    if (atomic_load_explicit(&g_help_first, memory_order_relaxed)) help_others(t, ith, nth);
+    own_parts(t, ith, nth);
+    help_others(t, ith, nth);
+}
+
+/* Sets up the streaming split of t's matrices over nth threads. */
+static void stream_parts(mm_task *t, mm_part *parts, int nth) {
+    t->parts = parts;
+    for (int m = 0; m < t->n_mats; m++) {
+        int64_t groups = (t->Ws[m]->rows + KW_MM_ROW_ALIGN - 1) / KW_MM_ROW_ALIGN;
+        int64_t per = (groups + nth - 1) / nth;
+        for (int p = 0; p < nth; p++) {
+            mm_part *pt = &parts[m * nth + p];
+            int64_t g0 = per * p < groups ? per * p : groups, g1 = g0 + per < groups ? g0 + per : groups;
+            pt->g0 = g0;
+            pt->piece = (uint32_t)((per + KW_MM_PIECES - 1) / KW_MM_PIECES);
+            atomic_store_explicit(&pt->left, (uint64_t)(g1 - g0) << 32, memory_order_relaxed);
+        }
+    }
 }
 
 /* Runs n_mats matrices (same type and width, each with a kernel and a dot
@@ -129,7 +219,11 @@ static void run_mats(kw_pool *pool, const kw_kernel_set *ks, const kw_matrix *co
         t.first[m + 1] = t.first[m] + (W[m]->rows + t.rows_per_chunk[m] - 1) / t.rows_per_chunk[m];
     }
     atomic_store(&t.next_chunk, 0);
-    if (nth > 1 && t.first[n_mats] > 1) kw_pool_run(pool, dot_task, &t);
+    if (nth > 1 && n <= KW_MM_STREAM_ROWS && nth <= KW_MM_STREAM_THREADS) {
+        mm_part parts[KW_MM_MULTI_MAX * KW_MM_STREAM_THREADS];
+        stream_parts(&t, parts, nth);
+        kw_pool_run(pool, stream_task, &t);
+    } else if (nth > 1 && t.first[n_mats] > 1) kw_pool_run(pool, dot_task, &t);
     else dot_task(&t, 0, 1);
 }
 

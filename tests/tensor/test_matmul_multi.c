@@ -1,10 +1,20 @@
 /* test_matmul_multi.c - kw_matmul_multi (several matrices, one pool run)
  * gives exactly what separate kw_matmul calls give: same type (packed and
- * not), mixed types (falls back), F32 (no quantized activations), 1 and 2
- * threads, decode / small-batch / prefill row counts. */
+ * not), mixed types (falls back), F32 (no quantized activations), 1, 2, 3
+ * and 5 threads, decode / small-batch / prefill row counts. Up to 16
+ * activation rows each thread streams its own part and then helps with
+ * the others' (matmul.c take_piece), a piece of 1-4 row groups at a time:
+ * the 1001-row matrix's 63 groups (the last one partial) split unevenly
+ * over 2, 3 and 5 threads, so parts and pieces end mid-matrix and on the
+ * partial group, and the 33-row one has fewer groups than 5 threads have
+ * parts (empty parts); the outputs must still be
+ * those of kw_matmul on one thread. Each case runs again with every thread
+ * helping first (kw_matmul_test_help_first), so pieces taken from the back
+ * of a part are checked on every call, not only when timing allows. */
 #include "testutil.h"
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
+#include "tensor/kernels.h"
 #include <string.h>
 
 static uint32_t g_seed = 4242u;
@@ -29,8 +39,8 @@ static int make(kw_matrix *W, uint32_t type, int64_t rows, int64_t cols) {
     return 0;
 }
 
-static void check(const char *what, const uint32_t types[3], bool pack, int64_t n, kw_pool *pool) {
-    const int64_t rows[3] = {197, 64, 33}, cols = 256;
+static void check(const char *what, const uint32_t types[3], bool pack, int64_t n, kw_pool *pool, kw_pool *ref) {
+    const int64_t rows[3] = {1001, 64, 33}, cols = 256;
     kw_matrix W[3];
     for (int m = 0; m < 3; m++) {
         KW_CHECK(make(&W[m], types[m], rows[m], cols) == 0);
@@ -49,7 +59,7 @@ static void check(const char *what, const uint32_t types[3], bool pack, int64_t 
         want[m] = calloc((size_t)(n * rows[m]), sizeof(float));
         got[m] = malloc(sizeof(float) * (size_t)(n * rows[m]));
         memset(got[m], 0xff, sizeof(float) * (size_t)(n * rows[m]));   /* NaN: every output must be written */
-        kw_matmul(pool, &W[m], X, n, want[m], scratch);
+        kw_matmul(ref, &W[m], X, n, want[m], scratch);
     }
     const kw_matrix *Wp[3] = {&W[0], &W[1], &W[2]};
     kw_matmul_multi(pool, Wp, 3, X, n, got, scratch);
@@ -67,22 +77,23 @@ static void check(const char *what, const uint32_t types[3], bool pack, int64_t 
 }
 
 int main(void) {
-    kw_pool *p1 = kw_pool_create(1), *p2 = kw_pool_create(2);
-    const int64_t ns[] = {1, 4, 11};
+    kw_pool *pools[] = {kw_pool_create(1), kw_pool_create(2), kw_pool_create(3), kw_pool_create(5)};
+    const int64_t ns[] = {1, 4, 11, 16, 17};
     const uint32_t same[][3] = {{KW_TYPE_Q4_0, KW_TYPE_Q4_0, KW_TYPE_Q4_0}, {KW_TYPE_Q8_0, KW_TYPE_Q8_0, KW_TYPE_Q8_0},
                                 {KW_TYPE_Q4_K, KW_TYPE_Q4_K, KW_TYPE_Q4_K}, {KW_TYPE_F16, KW_TYPE_F16, KW_TYPE_F16},
                                 {KW_TYPE_F32, KW_TYPE_F32, KW_TYPE_F32}};
     const uint32_t mixed[3] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0, KW_TYPE_Q6_K};
+    for (int help_first = 0; help_first < 2; help_first++)
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
-        for (int pi = 0; pi < 2; pi++) {
-            kw_pool *p = pi ? p2 : p1;
+        for (size_t pi = 0; pi < sizeof pools / sizeof pools[0]; pi++) {
+            kw_matmul_test_help_first(help_first);
+            kw_pool *p = pools[pi];
             for (size_t t = 0; t < sizeof same / sizeof same[0]; t++) {
-                check("same", same[t], false, ns[k], p);
-                check("same packed", same[t], true, ns[k], p);
+                check("same", same[t], false, ns[k], p, pools[0]);
+                check("same packed", same[t], true, ns[k], p, pools[0]);
             }
-            check("mixed", mixed, true, ns[k], p);
+            check("mixed", mixed, true, ns[k], p, pools[0]);
         }
-    kw_pool_destroy(p1);
-    kw_pool_destroy(p2);
+    for (size_t pi = 0; pi < sizeof pools / sizeof pools[0]; pi++) kw_pool_destroy(pools[pi]);
     return kw_test_finish();
 }
