@@ -8,7 +8,9 @@
 #                         [-p 512] [-n 128] [-t 2] [-k ROUNDS] [--no-probe]
 #
 # Prints per round pp/tg of each and, at the end, the median of each and the
-# ratio kvwise/peer, plus the load average before and after. Without --peer
+# ratio kvwise/peer, the median of the per-round tg ratios (each engine's
+# run beside the other's, so mostly in the same host state), plus the load
+# average before and after. Without --peer
 # (or if it is not executable) it still runs kvwise and says that no peer
 # was compared.
 #
@@ -104,6 +106,10 @@ for (const pe of peers) {
   console.log(`${n} (${pe.path}) median: pp ${f(pe.pp.length ? med(pe.pp) : undefined)} tok/s, tg ${f(pe.tg.length ? med(pe.tg) : undefined)} tok/s`);
   const ratio = (a, b) => (a.length && b.length ? (med(a) / med(b)).toFixed(2) + 'x' : '-');
   console.log(`ratio kvwise/${n}: pp ${ratio(kw.pp, pe.pp)}, tg ${ratio(kw.tg, pe.tg)}`);
+  if (pe.tg.length === kw.tg.length && pe.tg.length > 1) {
+    const rr = kw.tg.map((x, i) => x / pe.tg[i]);
+    console.log(`tg per round (kvwise / ${n}, same round): median ${med(rr).toFixed(2)}x (rounds: ${rr.map(x => x.toFixed(2)).join(' ')})`);
+  }
   if (pe.rel.length)
     console.log(`bandwidth-normalized tg: kvwise ${med(kw.pct).toFixed(0)}% vs ${n} ${med(pe.pct).toFixed(0)}% of the ceiling of the probe before it ` +
                 `(the host can change state within a run: above 100% shows it); ` +
