@@ -1,6 +1,7 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
 #include "kvwise/tensor.h"
+#include "kvwise/memory.h"
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -68,4 +69,31 @@ void kw_test_need_avx512_vnni(void) {
         printf("SKIPPED: no AVX-512 VNNI\n");
         exit(77);
     }
+}
+
+float kw_test_frand(uint32_t *seed) {
+    *seed = *seed * 1664525u + 1013904223u;
+    return (float)((*seed >> 8) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+int kw_test_random_matrix(kw_matrix *W, uint32_t type, int64_t rows, int64_t cols, uint32_t *seed) {
+    memset(W, 0, sizeof *W);
+    W->type = type;
+    W->rows = rows;
+    W->cols = cols;
+    W->row_bytes = kw_row_bytes(type, cols);
+    uint8_t *d = kw_mem_alloc(KW_MEM_OTHER, W->row_bytes * (size_t)rows);
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    if (!d || !tmp) {
+        free(tmp);
+        kw_mem_free(d);
+        return -1;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t j = 0; j < cols; j++) tmp[j] = kw_test_frand(seed);
+        kw_quantize_row(type, tmp, d + (size_t)r * W->row_bytes, cols);
+    }
+    free(tmp);
+    W->data = d;
+    return 0;
 }

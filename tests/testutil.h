@@ -37,6 +37,13 @@ const char *kw_test_tmpdir(void);
 /* For tests of the AVX-512 VNNI kernels: selects that kernel family, or
  * prints "SKIPPED: no AVX-512 VNNI" and exits 77 when the CPU lacks it. */
 void kw_test_need_avx512_vnni(void);
+/* Uniform in [-1, 1) from a 32-bit LCG state. */
+float kw_test_frand(uint32_t *seed);
+/* W = a rows x cols matrix of kw_test_frand values quantized to type, its
+ * data an accounted KW_MEM_OTHER block (free it with kw_mem_free((void *)W->data)).
+ * Returns 0, or -1 when out of memory (W's data NULL). */
+struct kw_matrix;
+int kw_test_random_matrix(struct kw_matrix *W, uint32_t type, int64_t rows, int64_t cols, uint32_t *seed);
 /* Prints the summary line and returns the exit code. */
 int kw_test_finish(void);
 

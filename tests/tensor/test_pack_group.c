@@ -14,25 +14,9 @@
 #include <string.h>
 
 static uint32_t g_seed = 777u;
-static float frand(void) {
-    g_seed = g_seed * 1664525u + 1013904223u;
-    return (float)((g_seed >> 8) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
+static float frand(void) { return kw_test_frand(&g_seed); }
 static int make(kw_matrix *W, uint32_t type, int64_t rows, int64_t cols) {
-    memset(W, 0, sizeof *W);
-    W->type = type; W->rows = rows; W->cols = cols;
-    W->row_bytes = kw_row_bytes(type, cols);
-    uint8_t *d = kw_mem_alloc(KW_MEM_OTHER, W->row_bytes * (size_t)rows);
-    float *tmp = malloc(sizeof(float) * (size_t)cols);
-    if (!d || !tmp) { free(tmp); kw_mem_free(d); return -1; }
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t j = 0; j < cols; j++) tmp[j] = frand();
-        kw_quantize_row(type, tmp, d + (size_t)r * W->row_bytes, cols);
-    }
-    free(tmp);
-    W->data = d;
-    return 0;
+    return kw_test_random_matrix(W, type, rows, cols, &g_seed);
 }
 
 #define N 6
