@@ -215,15 +215,19 @@ static void run_mats(kw_pool *pool, const kw_kernel_set *ks, const kw_matrix *co
     for (int m = 0; m < n_mats; m++) {
         t.Ws[m] = W[m];
         t.Ys[m] = Y[m];
-        t.rows_per_chunk[m] = choose_chunk_rows(W[m]->rows, nth, n);
-        t.first[m + 1] = t.first[m] + (W[m]->rows + t.rows_per_chunk[m] - 1) / t.rows_per_chunk[m];
     }
-    atomic_store(&t.next_chunk, 0);
     if (nth > 1 && n <= KW_MM_STREAM_ROWS && nth <= KW_MM_STREAM_THREADS) {
         mm_part parts[KW_MM_MULTI_MAX * KW_MM_STREAM_THREADS];
         stream_parts(&t, parts, nth);
         kw_pool_run(pool, stream_task, &t);
-    } else if (nth > 1 && t.first[n_mats] > 1) kw_pool_run(pool, dot_task, &t);
+        return;
+    }
+    for (int m = 0; m < n_mats; m++) {   /* the counter split */
+        t.rows_per_chunk[m] = choose_chunk_rows(W[m]->rows, nth, n);
+        t.first[m + 1] = t.first[m] + (W[m]->rows + t.rows_per_chunk[m] - 1) / t.rows_per_chunk[m];
+    }
+    atomic_store(&t.next_chunk, 0);
+    if (nth > 1 && t.first[n_mats] > 1) kw_pool_run(pool, dot_task, &t);
     else dot_task(&t, 0, 1);
 }
 
