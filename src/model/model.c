@@ -285,9 +285,10 @@ static void release_packed_source(kw_model *m, const kw_matrix *W) {
  * one run of huge pages (a block per matrix left each one's small-page
  * head and tail, the K/V matrices wholly: 82% -> 96% of the copies on huge
  * pages, Q8_0 1B decode +3% alternating with the old layout in one
- * process). The LM head has a block of its own. Each layer's mapped pages are dropped right after its copies
- * are made (unless they must stay: --mlock), so the load peak is the file
- * plus one layer, not twice the weights. */
+ * process). The LM head has a block of its own. Each layer's mapped pages
+ * are dropped right after its copies are made (unless they must stay:
+ * --mlock), so the load peak is the file plus one layer, not twice the
+ * weights. */
 #define KW_LAYER_MATRICES 7
 static void layer_matrices(kw_layer *L, kw_matrix *ws[KW_LAYER_MATRICES]) {
     kw_matrix *order[KW_LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
