@@ -9,9 +9,10 @@
  * read bandwidth is probed first, so GEMV can be read as % of it.
  *
  * usage: bench_kernels [-t THREADS] [-p PREFILL_ROWS] [-r REPS] [-k scalar|avx2|avx512]
- *                      [--types q4_0,q8_0,f16] [--no-gemm] [--no-gemv] [--no-pack] [--cputime]
+ *                      [--types q4_0,q8_0,f16] [--no-gemm] [--no-gemv] [--no-pack] [--cputime] [--shapes]
  * --cputime times with process CPU seconds: with -t 1 this measures the
- * kernel's own speed even when other processes share the cores. */
+ * kernel's own speed even when other processes share the cores. --shapes
+ * also prints the GEMM's GMAC/s per layer matrix (q k v o gate up down). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #define N_VOCAB 128256
 #define N_LAYER 16
 #define BENCH_LAYERS 4
+static int g_shapes;   /* --shapes */
 
 
 
@@ -80,7 +82,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-gemv")) do_gemv = 0;
         else if (!strcmp(argv[i], "--no-pack")) do_pack = 0;
         else if (!strcmp(argv[i], "--cputime")) g_cputime = 1;
-        else { fprintf(stderr, "usage: %s [-t N] [-p N] [-r N] [-k KERNEL] [--types a,b] [--no-gemm] [--no-gemv]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--shapes")) g_shapes = 1;
+        else { fprintf(stderr, "usage: %s [-t N] [-p N] [-r N] [-k KERNEL] [--types a,b] [--no-gemm] [--no-gemv] [--no-pack] [--cputime] [--shapes]\n", argv[0]); return 2; }
     }
     if (kernel && kw_kernel_force(kernel) != 0) { fprintf(stderr, "kernel %s not available here\n", kernel); return 2; }
     if (reps < 1) reps = 1;
@@ -136,14 +139,27 @@ int main(int argc, char **argv) {
             printf("%-6s %-5s %10.1f %9.0f%% %12.1f %10.2f\n", tok, "gemv", gbs, 100 * gbs * 1e9 / bw, 1.0 / t[n / 2], t[n / 2] * 1e3);
         }
         if (do_gemm && prefill > 1) {
-            double t[64];
+            double t[64], ts[7][64];
             int n = reps < 64 ? reps : 64;
             for (int r = 0; r < n; r++) {
                 double t0 = now_sec();
-                for (int i = 0; i < 7; i++) kw_matmul(pool, &L[0].m[i], x, prefill, y, scratch);
+                for (int i = 0; i < 7; i++) {
+                    double a = now_sec();
+                    kw_matmul(pool, &L[0].m[i], x, prefill, y, scratch);
+                    ts[i][r] = now_sec() - a;
+                }
                 t[r] = now_sec() - t0;
             }
             qsort(t, (size_t)n, sizeof(double), cmp_double);
+            if (g_shapes) {
+                static const char *name[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+                printf("%-6s gemm by matrix, GMAC/s:", tok);
+                for (int i = 0; i < 7; i++) {
+                    qsort(ts[i], (size_t)n, sizeof(double), cmp_double);
+                    printf(" %s %.0f", name[i], (double)L[0].m[i].rows * (double)L[0].m[i].cols * prefill / ts[i][n / 2] / 1e9);
+                }
+                printf("\n");
+            }
             double per_tok = t[n / 2] * N_LAYER / prefill;
             double gmac = 60.8e6 * prefill / t[n / 2] / 1e9;
             printf("%-6s %-5s %10s %10s %12.1f %10.2f   (%.0f GMAC/s, p=%d)\n", tok, "gemm", "-", "-", 1.0 / per_tok, t[n / 2] * 1e3, gmac, prefill);

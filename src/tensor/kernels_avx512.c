@@ -184,14 +184,18 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  * keeps enough outstanding to hide the latency. Measured on 65536 x 2048,
  * one thread, CPU time, 4 rows: Q4_0 4.31 -> 3.33 ms (compute alone ~3.25),
  * Q8_0 10.4 -> 5.2 ms; 2 rows: Q4_0 3.19 -> 2.18, Q8_0 7.38 -> 6.60 ms.
- * One row (decode, memory-bound): Q8_0 prefetches the same way, Q4_0 not.
- * Measured in one process that alternates 16-token decode bursts of the
- * variants (1B shape, two threads, weights on huge pages), so all see the
- * same host bandwidth: Q8_0 +8-13% (8-32 KiB alike; per line once instead
- * of 9 per block: +6%), Q4_0 -5% at ~38 GB/s and -16% at ~56 GB/s (it
- * already streams at ~45 GB/s there; Q8_0 without prefetch at ~37). On
- * 4 KiB pages (before kw_mem_alloc_huge) one row was slower with it. */
+ * One row (decode, memory-bound) is different: far prefetches cost there.
+ * Q8_0 prefetches KW_X16_PREFETCH_ROW1 blocks ahead (3.3 KiB), Q4_0 not at
+ * all. Measured in one process that alternates 16-token decode bursts of
+ * the variants (1B shape, two threads, weights on huge pages, so all see
+ * the same host bandwidth; medians of per-burst ratios to no prefetch),
+ * Q8_0: 2 blocks +0%, 4 +6%, 6 +7%, 8 +7%, 11 +3% and -6% in the fast
+ * state, 16 KiB (the previous setting, 30 blocks) -9% (median 0.90x: 26.5
+ * against 28.9 tok/s); Q4_0: 2 blocks +1%, 4-6 +0% but -3-4% in the fast
+ * state, 8 -12% in the fast state, 4 KiB -14%. A Q4_0 model's tied Q8_0
+ * output matrix gains nothing measurable from either setting. */
 #define KW_X16_PREFETCH 16384
+#define KW_X16_PREFETCH_ROW1 6
 
 KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                         const int q4, const int C) {
@@ -201,9 +205,11 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (size_t)b * blkb;
-        if (C > 1 || !q4)   /* fetch ahead so DRAM streams meanwhile (see KW_X16_PREFETCH) */
+        if (C > 1 || !q4) {   /* fetch ahead so DRAM streams meanwhile (see KW_X16_PREFETCH) */
+            const size_t ahead = C > 1 ? KW_X16_PREFETCH : KW_X16_PREFETCH_ROW1 * blkb;
             _Pragma("GCC unroll 9") for (size_t o = 0; o < blkb; o += 64)
-                _mm_prefetch((const char *)blk + KW_X16_PREFETCH + o, _MM_HINT_T1);
+                _mm_prefetch((const char *)blk + ahead + o, _MM_HINT_T1);
+        }
         __m512i w[8];
         kw_x16_unpack(blk, q4, w);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + qsb)));
