@@ -178,10 +178,19 @@ void kw_ctx_free(kw_ctx *c) {
 
 /* ---- elementwise ops ---- */
 
-/* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL); sum of squares in double. */
+/* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL). The sum of squares
+ * is in double, as 16 partial sums (value i into sum i % 16, in order)
+ * added in order 0..15: the same bits on every CPU and thread count, and
+ * 16 independent chains where one chain of dependent adds took ~4 cycles
+ * per value (0.8% of a 1B F16 prefill, 2 norms per layer and row). */
 static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double part[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) part[l] += (double)(x[i + l] * x[i + l]);
+    for (; i < n; i++) part[i % 16] += (double)(x[i] * x[i]);
     double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    for (int l = 0; l < 16; l++) ss += part[l];
     float mean = (float)(ss / n);
     float scale = 1.0f / sqrtf(mean + eps);
     if (w) for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
