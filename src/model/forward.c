@@ -263,8 +263,8 @@ static void rope_head(float *h, const float *tab, int rope_dim, bool neox) {
     }
 }
 
-static void rope_rows(const kw_hparams *hp, float *x, const float *tab, int32_t n, int n_heads, int hd) {
-    for (int32_t i = 0; i < n; i++)
+static void rope_rows(const kw_hparams *hp, float *x, const float *tab, int32_t i0, int32_t i1, int n_heads, int hd) {
+    for (int32_t i = i0; i < i1; i++)
         for (int h = 0; h < n_heads; h++)
             rope_head(x + ((int64_t)i * n_heads + h) * hd, tab + (int64_t)i * hp->rope_dim, hp->rope_dim, hp->rope_neox);
 }
@@ -284,10 +284,12 @@ static void store_row(uint32_t type, const float *src, void *dst, int n) {
     } else kw_quantize_row(type, src, dst, n);
 }
 
-static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
+/* K/V rows of batch tokens [i0, i1) into their blocks (tokens write
+ * disjoint slots, so ranges can run on different threads). */
+static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32_t i0, int32_t i1) {
     const kw_hparams *hp = &c->m->hp;
     int bt = kv->lay.block_tokens, nkv = hp->n_head_kv, hk = hp->head_dim_k, hv = hp->head_dim_v;
-    for (int32_t i = 0; i < b->n_tokens; i++) {
+    for (int32_t i = i0; i < i1; i++) {
         const kw_block_table *t = b->tables[b->seq[i]];
         int32_t id = t->ids[b->pos[i] / bt], slot = b->pos[i] % bt;
         for (int h = 0; h < nkv; h++) {
@@ -594,24 +596,57 @@ static void rmsnorm_rows_par(kw_ctx *c, float *y, const float *x, const float *w
     run_rows(c, rmsnorm_task, &t);
 }
 
+/* What follows the Q/K/V matmuls for batch tokens [i0, i1): biases, the
+ * per-head norms (qwen3), RoPE, and the K/V rows into the cache. Every
+ * step is per token, so a split of the tokens over threads gives the same
+ * bits. */
+static void qkv_post_rows(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32_t i0, int32_t i1) {
+    const kw_hparams *hp = &c->m->hp;
+    const kw_layer *L = &c->m->layers[il];
+    int q_dim = hp->n_head * hp->head_dim_k, k_dim = hp->n_head_kv * hp->head_dim_k;
+    int v_dim = hp->n_head_kv * hp->head_dim_v;
+    int32_t n = i1 - i0;
+    float *q = c->q + (int64_t)i0 * q_dim, *k = c->k + (int64_t)i0 * k_dim;
+    add_bias_rows(q, L->bq, n, q_dim);
+    add_bias_rows(k, L->bk, n, k_dim);
+    add_bias_rows(c->v + (int64_t)i0 * v_dim, L->bv, n, v_dim);
+    if (L->q_norm) head_norm_rows(q, L->q_norm, (int64_t)n * hp->n_head, hp->head_dim_k, hp->rms_eps);
+    if (L->k_norm) head_norm_rows(k, L->k_norm, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
+    rope_rows(hp, c->q, c->rope, i0, i1, hp->n_head, hp->head_dim_k);
+    rope_rows(hp, c->k, c->rope, i0, i1, hp->n_head_kv, hp->head_dim_k);
+    store_kv(c, kv, b, il, i0, i1);
+}
+
+typedef struct qkv_post_task {
+    kw_ctx *c;
+    kw_kv_pool *kv;
+    const kw_batch *b;
+    int il;
+} qkv_post_task;
+
+static void qkv_post_run(void *arg, int ith, int nth) {
+    qkv_post_task *t = arg;
+    int32_t n = t->b->n_tokens;
+    qkv_post_rows(t->c, t->kv, t->b, t->il, (int32_t)((int64_t)n * ith / nth), (int32_t)((int64_t)n * (ith + 1) / nth));
+}
+
+#define KW_QKV_POST_PARALLEL_MIN 16   /* tokens; below this one thread does it (on one thread it was 1.25% of a 2-thread F16 prefill) */
+
+static void qkv_post(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
+    qkv_post_task t = {.c = c, .kv = kv, .b = b, .il = il};
+    if (c->pool && kw_pool_size(c->pool) > 1 && b->n_tokens >= KW_QKV_POST_PARALLEL_MIN) kw_pool_run(c->pool, qkv_post_run, &t);
+    else qkv_post_rows(c, kv, b, il, 0, b->n_tokens);
+}
+
 static void attention_block(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     const kw_hparams *hp = &c->m->hp;
     const kw_layer *L = &c->m->layers[il];
     int32_t n = b->n_tokens;
-    int q_dim = hp->n_head * hp->head_dim_k, k_dim = hp->n_head_kv * hp->head_dim_k;
-    int v_dim = hp->n_head_kv * hp->head_dim_v;
     rmsnorm_rows_par(c, c->xn, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
     const kw_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};   /* one pool run when the types match */
     float *qkv_out[3] = {c->q, c->k, c->v};
     kw_matmul_multi(c->pool, qkv, 3, c->xn, n, qkv_out, c->mm_scratch);
-    add_bias_rows(c->q, L->bq, n, q_dim);
-    add_bias_rows(c->k, L->bk, n, k_dim);
-    add_bias_rows(c->v, L->bv, n, v_dim);
-    if (L->q_norm) head_norm_rows(c->q, L->q_norm, (int64_t)n * hp->n_head, hp->head_dim_k, hp->rms_eps);
-    if (L->k_norm) head_norm_rows(c->k, L->k_norm, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
-    rope_rows(hp, c->q, c->rope, n, hp->n_head, hp->head_dim_k);
-    rope_rows(hp, c->k, c->rope, n, hp->n_head_kv, hp->head_dim_k);
-    store_kv(c, kv, b, il);
+    qkv_post(c, kv, b, il);
     attention(c, kv, b, il);
     matmul(c, &L->wo, c->att, n, c->tmp);
     add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
