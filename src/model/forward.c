@@ -284,8 +284,12 @@ static void store_row(uint32_t type, const float *src, void *dst, int n) {
     } else kw_quantize_row(type, src, dst, n);
 }
 
-/* K/V rows of batch tokens [i0, i1) into their blocks (tokens write
- * disjoint slots, so ranges can run on different threads). */
+/* K/V rows of batch tokens [i0, i1) into their blocks. Distinct (sequence,
+ * position) pairs write disjoint slots (check_token refuses writes into
+ * shared blocks), so token ranges can run on different threads; the
+ * scheduler and kw_session never put one position of a sequence twice in a
+ * batch (a batch that did would have had its later row win before, and is
+ * a race now). */
 static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32_t i0, int32_t i1) {
     const kw_hparams *hp = &c->m->hp;
     int bt = kv->lay.block_tokens, nkv = hp->n_head_kv, hk = hp->head_dim_k, hv = hp->head_dim_v;
