@@ -30,10 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include "kvwise/model.h"
 #include "kvwise/tensor.h"
+#include "bench_util.h"   /* now_sec (wall clock: no --cputime here), cmp_double */
 
 #define AB_MAX 6
 #define AB_ROUNDS 4096
@@ -57,17 +57,6 @@ typedef struct {
     kw_session *sess;
     double t[AB_ROUNDS], total;
 } variant;
-
-static double now_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
