@@ -13,17 +13,17 @@
  * path or tile a token falls in:
  *   - q . k: 8 partial sums (element d goes to sum d % 8, FMA in order of d),
  *     combined as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)), times the scale;
- *   - softmax: max, exp(s - max) (act_avx512.c), sum in double, times (float)(1/sum);
+ *   - softmax: max, exp(s - max) (exp_avx512.h), sum in double, times (float)(1/sum);
  *     an F16 cache rounds q and the probabilities to F16 (as llama.cpp);
  *   - out = sum over keys in order of p * v, one FMA per element.
  * Compiled with AVX-512F flags; forward.c calls it only when the CPU has
  * AVX-512F (which implies the AVX2/FMA/F16C of the per-token path). */
 #include "attn_rows.h"
+#include "exp_avx512.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-__m512 kw_exp16_avx512(__m512 x);   /* act_avx512.c */
 
 #define KW_ATT_LANES 16
 #define KW_ATT_VCHUNK 32     /* V rows converted to F32 at a time */
@@ -106,7 +106,7 @@ static void softmax_lanes(float *s, const int32_t *n, int32_t n_max, int f16) {
     for (int32_t j = 0; j < n_max; j++) {
         float *row = s + (size_t)j * KW_ATT_LANES;
         __mmask16 m = _mm512_cmpgt_epi32_mask(nv, _mm512_set1_epi32(j));
-        __m512 e = kw_exp16_avx512(_mm512_sub_ps(_mm512_loadu_ps(row), mx));
+        __m512 e = kw_exp16(_mm512_sub_ps(_mm512_loadu_ps(row), mx));
         _mm512_mask_storeu_ps(row, m, e);
         sum_lo = _mm512_mask_add_pd(sum_lo, (__mmask8)m, sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         sum_hi = _mm512_mask_add_pd(sum_hi, (__mmask8)(m >> 8), sum_hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));

@@ -20,7 +20,7 @@
  * 2^31; V and P within 8191 over 32 keys are below 32 * 8191^2 < 2^31.
  * Only the float steps above have an order, and every path keeps it.
  *
- * exp is the one of act_avx512.c (exp16, kw_exp_avx512) computed the same
+ * exp is the one of exp_avx512.h (kw_exp16, kw_exp_avx512) computed the same
  * way on every CPU: x clamped to [-110, 100] (min then max, a NaN becomes
  * 100), n = x * log2e rounded to nearest even, r = x - n ln2_hi - n ln2_lo
  * (two fused multiply-adds), p = its degree-7 Taylor polynomial by Horner

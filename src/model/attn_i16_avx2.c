@@ -7,7 +7,7 @@
  * tiles and decode when the VNNI kernel does not apply. It computes exactly
  * what attn_i16.c defines, so results are bit-identical to kw_attn_i16_ref
  * (and to the VNNI kernel) on every machine: the exp is the definition's
- * (exp16 of act_avx512.c) in 8 lanes, exp8 below, every float step keeps
+ * (kw_exp16 of exp_avx512.h) in 8 lanes, exp8 below, every float step keeps
  * the definition's order, and the int16 pair products go through vpmaddwd
  * + vpaddd, which give the same exact int32 sums as any other order.
  *
@@ -143,7 +143,7 @@ static inline __m256 pow2_normal8(__m256i k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
 }
 
-/* exp16 of act_avx512.c in 8 lanes, the same operations in the same order.
+/* kw_exp16 of exp_avx512.h in 8 lanes, the same operations in the same order.
  * vmin/vmaxps keep their operand rule (the second when one is NaN) and
  * vroundps with nearest-even rounds as vroundscaleps does. AVX2 has no
  * vscalefps: p * 2^n (-159 <= n <= 144) is taken as two products by powers

@@ -81,7 +81,7 @@ float kw_attn_i16_sum16(const double *part);                       /* (float)(1 
 void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 bool kw_attn_i16_supported(int nq, int hk, int hv);
 void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
-/* exp as the definition takes it: exp16 of act_avx512.c (~1 ulp) in portable
+/* exp as the definition takes it: kw_exp16 of exp_avx512.h (~1 ulp) in portable
  * C, the same bits on every CPU; kw_attn_i16_exp: x[0..n) = kw_exp_i16(x) */
 float kw_exp_i16(float x);
 void kw_attn_i16_exp(float *x, int32_t n);
