@@ -18,6 +18,7 @@
  * int32 sums scaled into F32 with one FMA. The next block's K region and
  * the next chunk's V are prefetched into L2 (see attn_rows.h for why). */
 #include "attn_rows.h"
+#include "exp_avx512.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -27,7 +28,6 @@
 #define NQ_MAX 16
 #define CHUNK 32
 
-__m512 kw_exp16_avx512(__m512 x);   /* act_avx512.c */
 
 bool kw_attn_i16_supported(int nq, int hk, int hv) {
     return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
@@ -112,6 +112,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     int32_t nl[NQ_MAX], n_max = 0;
     __m512 mx[NQ_MAX];
 
+    for (int32_t j = -KW_ATTN_I16_PF_KEYS; j < 0; j += 16) kw_attn_i16_prefetch_k(a, j, a->pos[a->i0 + a->n_tok - 1] + 1);
     for (int q = 0; q < nq; q++) {
         int t = q / G, h = a->kvh * G + q % G;
         nl[q] = a->pos[a->i0 + t] + 1;
@@ -139,26 +140,19 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         }
     }
 
-    /* exp and the 16 double partial sums per query */
+    /* weighted sum of V, chunk by chunk; each chunk's exp (and its share of
+     * the 16 double partial sums per query) is computed just before its V
+     * pass, so the V lines prefetched meanwhile keep DRAM busy (a separate
+     * exp pass left it idle) */
+    __m512 mb[NQ_MAX];
+    double part[NQ_MAX][16];
     for (int q = 0; q < nq; q++) {
-        __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx[q]));
-        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-        float *s = S + (size_t)q * C;
-        for (int32_t j = 0; j < nl[q]; j += 16) {
-            __mmask16 k = lanes_below(j, nl[q]);
-            __m512 e = kw_exp16_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m));
-            _mm512_mask_storeu_ps(s + j, k, e);
-            lo = _mm512_mask_add_pd(lo, (__mmask8)k, lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-            hi = _mm512_mask_add_pd(hi, (__mmask8)(k >> 8), hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
-        }
-        double part[16];
-        _mm512_storeu_pd(part, lo);
-        _mm512_storeu_pd(part + 8, hi);
-        inv[q] = kw_attn_i16_sum16(part);
+        mb[q] = _mm512_set1_ps(_mm512_reduce_max_ps(mx[q]));
+        memset(part[q], 0, sizeof part[q]);
     }
-
-    /* weighted sum of V, chunk by chunk */
     memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hv);
+    kw_attn_i16_prefetch_v(a, -KW_ATTN_I16_PF_KEYS, CHUNK, n_max);   /* the chunks before the first prefetch reaches */
+    kw_attn_i16_prefetch_v(a, CHUNK - KW_ATTN_I16_PF_KEYS, CHUNK, n_max);
     const __m512 vmax = _mm512_set1_ps((float)KW_KV_I16_VMAX);
     for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
         int32_t s0 = j0 % bt;
@@ -167,10 +161,24 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         const float *sv = kw_kv_i16_scales(vr) + s0;
         __m512 sv0 = _mm512_loadu_ps(sv), sv1 = _mm512_loadu_ps(sv + 16);
         for (int q = 0; q < nq; q++) {
-            const float *e = S + (size_t)q * C + j0;
+            const float *s = S + (size_t)q * C + j0;
             __mmask16 m0 = lanes_below(j0, nl[q]), m1 = lanes_below(j0 + 16, nl[q]);
-            __m512 p0 = _mm512_maskz_mul_ps(m0, _mm512_maskz_loadu_ps(m0, e), sv0);
-            __m512 p1 = _mm512_maskz_mul_ps(m1, _mm512_maskz_loadu_ps(m1, e + 16), sv1);
+            if (!m0) {
+                sp[q] = 0.0f;
+                memset(pp + (size_t)q * 16, 0, 16 * sizeof(uint32_t));
+                continue;
+            }
+            __m512 e0 = kw_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, s), mb[q]));
+            __m512 e1 = kw_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, s + 16), mb[q]));
+            __m512d lo = _mm512_loadu_pd(part[q]), hi = _mm512_loadu_pd(part[q] + 8);
+            lo = _mm512_mask_add_pd(lo, (__mmask8)m0, lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e0)));
+            hi = _mm512_mask_add_pd(hi, (__mmask8)(m0 >> 8), hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e0, 1)));
+            lo = _mm512_mask_add_pd(lo, (__mmask8)m1, lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e1)));
+            hi = _mm512_mask_add_pd(hi, (__mmask8)(m1 >> 8), hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e1, 1)));
+            _mm512_storeu_pd(part[q], lo);
+            _mm512_storeu_pd(part[q] + 8, hi);
+            __m512 p0 = _mm512_maskz_mul_ps(m0, e0, sv0);
+            __m512 p1 = _mm512_maskz_mul_ps(m1, e1, sv1);
             float pm = _mm512_reduce_max_ps(_mm512_max_ps(p0, p1));
             if (!(pm > 0.0f)) {
                 sp[q] = 0.0f;
@@ -197,6 +205,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
 
     for (int q = 0; q < nq; q++) {
         int t = q / G, h = a->kvh * G + q % G;
+        inv[q] = kw_attn_i16_sum16(part[q]);
         float *o = a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hv;
         const float *r = acc + (size_t)q * (size_t)hv;
         __m512 iv = _mm512_set1_ps(inv[q]);
