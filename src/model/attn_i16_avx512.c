@@ -36,19 +36,22 @@ bool kw_attn_i16_supported(int nq, int hk, int hv) {
 /* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
  * of the 16 keys (uint32 pairs, stride bt per pair), qp[p * NQ_MAX + q] is
  * query q's pair p (pair-major: one pointer serves every query). */
-KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const int nq, __m512i *out) {
+KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const uint32_t *pf, const int nq,
+                      __m512i *out) {
     __m512i A[NQ_MAX];
     KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_setzero_si512();
     for (int p = 0; p < hp; p++, qp += NQ_MAX) {
+        if (pf) _mm_prefetch((const char *)(pf + (size_t)p * (size_t)bt), _MM_HINT_T1);
         __m512i kz = _mm512_loadu_si512(kp + (size_t)p * (size_t)bt);
         KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[q]));
     }
     KW_UNROLL for (int q = 0; q < nq; q++) out[q] = A[q];
 }
 
-static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, int nq, __m512i *out) {
+static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const uint32_t *pf, int nq,
+                     __m512i *out) {
     switch (nq) {
-#define KW_DOTS_CASE(N) case N: dots16(kp, bt, qp, hp, N, out); break;
+#define KW_DOTS_CASE(N) case N: dots16(kp, bt, qp, hp, pf, N, out); break;
         KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
         KW_DOTS_CASE(7) KW_DOTS_CASE(8) KW_DOTS_CASE(9) KW_DOTS_CASE(10) KW_DOTS_CASE(11) KW_DOTS_CASE(12)
         KW_DOTS_CASE(13) KW_DOTS_CASE(14) KW_DOTS_CASE(15) KW_DOTS_CASE(16)
@@ -61,11 +64,13 @@ static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, int
  * slot pairs for gq queries: vp points at the chunk's pair 0 (uint32 pairs,
  * hv per slot pair), pp[q * 16 + k] is query q's probability pair k. */
 KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
-                        const int gq, const int nv) {
+                        const uint32_t *pf, const int gq, const int nv) {
     __m512i B[4][4];
     KW_UNROLL for (int q = 0; q < gq; q++)
         KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm512_setzero_si512();
     for (int k = 0; k < npair; k++) {
+        if (pf)
+            for (int o = 0; o < hv; o += 16) _mm_prefetch((const char *)(pf + (size_t)k * (size_t)hv + o), _MM_HINT_T1);
         const uint32_t *row = vp + (size_t)k * (size_t)hv + d0;
         __m512i vz[4];
         KW_UNROLL for (int v = 0; v < nv; v++) vz[v] = _mm512_loadu_si512(row + 16 * v);
@@ -83,9 +88,9 @@ KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uin
 }
 
 static void pv_block_n(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
-                       int gq, int nv) {
+                       const uint32_t *pf, int gq, int nv) {
     switch (gq * 4 + nv) {
-#define KW_PV_CASE(G, V) case G * 4 + V: pv_block(vp, hv, d0, npair, pp, sp, acc, G, V); break;
+#define KW_PV_CASE(G, V) case G * 4 + V: pv_block(vp, hv, d0, npair, pp, sp, acc, pf, G, V); break;
         KW_PV_CASE(1, 1) KW_PV_CASE(1, 2) KW_PV_CASE(1, 3) KW_PV_CASE(1, 4)
         KW_PV_CASE(2, 1) KW_PV_CASE(2, 2) KW_PV_CASE(2, 3) KW_PV_CASE(2, 4)
         KW_PV_CASE(3, 1) KW_PV_CASE(3, 2) KW_PV_CASE(3, 3) KW_PV_CASE(3, 4)
@@ -128,9 +133,9 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     for (int32_t j = 0; j < n_max; j += 16) {
         int32_t s0 = j % bt;
         void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        kw_attn_i16_prefetch_k(a, j, n_max);
+        const uint32_t *pf = kw_attn_i16_k_ahead(a, j, n_max);
         __m512i d[NQ_MAX];
-        dots16_n((const uint32_t *)kw_kv_i16_ints(kr, bt) + s0, bt, qp, hp, nq, d);
+        dots16_n((const uint32_t *)kw_kv_i16_ints(kr, bt) + s0, bt, qp, hp, pf, nq, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
         for (int q = 0; q < nq; q++) {
             __mmask16 m = lanes_below(j, nl[q]);
@@ -157,7 +162,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
         int32_t s0 = j0 % bt;
         void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);
-        kw_attn_i16_prefetch_v(a, j0, CHUNK, n_max);
+        const uint32_t *pfv = kw_attn_i16_v_ahead(a, j0, CHUNK, n_max);
         const float *sv = kw_kv_i16_scales(vr) + s0;
         __m512 sv0 = _mm512_loadu_ps(sv), sv1 = _mm512_loadu_ps(sv + 16);
         for (int q = 0; q < nq; q++) {
@@ -198,7 +203,8 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
             int gq = nq - q0 < 4 ? nq - q0 : 4;
             for (int d0 = 0; d0 < hv; d0 += 64) {
                 int nv = (hv - d0) / 16 < 4 ? (hv - d0) / 16 : 4;
-                pv_block_n(vp, hv, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv, gq, nv);
+                pv_block_n(vp, hv, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv,
+                           q0 == 0 && d0 == 0 ? pfv : NULL, gq, nv);
             }
         }
     }

@@ -63,4 +63,28 @@ static inline void kw_attn_i16_prefetch_v(const kw_attn_tile_args *a, int32_t j0
     for (size_t o = 0; o < (size_t)chunk * (size_t)a->hv * 2; o += 64) _mm_prefetch(vi + o, _MM_HINT_T1);
 }
 
+/* i16, spread: the address of the K group KW_ATTN_I16_PF_KEYS keys after j
+ * (pair 0 of its 16 keys; pair p is p * block_tokens uint32 further), or
+ * NULL if it is not below n; its scales line is prefetched here. The
+ * caller prefetches one pair line per step of its dot loop: the same lines
+ * as kw_attn_i16_prefetch_k, spread instead of in one burst. */
+static inline const uint32_t *kw_attn_i16_k_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
+    int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
+    if (jf >= n) return NULL;
+    void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
+    _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
+    return (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
+}
+/* i16, spread: the address of the V chunk (integers, slot pair 0)
+ * KW_ATTN_I16_PF_KEYS keys after j0, or NULL if it is not below n; its
+ * scales are prefetched here, the caller prefetches one slot pair's row
+ * (hv uint32) per step of its V loop. */
+static inline const uint32_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
+    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
+    if (j1 >= n) return NULL;
+    void *nr = kw_kv_v(a->kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
+    const char *sc = (const char *)(kw_kv_i16_scales(nr) + j1 % bt);
+    for (size_t o = 0; o < (size_t)chunk * sizeof(float); o += 64) _mm_prefetch(sc + o, _MM_HINT_T1);
+    return (const uint32_t *)kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt / 2) * (size_t)a->hv;
+}
 #endif
