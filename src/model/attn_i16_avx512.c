@@ -130,10 +130,12 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     }
 
     /* scores and their running maxima */
-    for (int32_t j = 0; j < n_max; j += 16) {
+    void *kr = NULL;
+    const uint32_t *pf = NULL;
+    for (int32_t j = 0; j < n_max; j += 16) {   /* bt % 32 == 0: the block's region is looked up at its first key */
         int32_t s0 = j % bt;
-        void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        const uint32_t *pf = kw_attn_i16_k_ahead(a, j, n_max);
+        if (s0 == 0) kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
+        pf = (j + KW_ATTN_I16_PF_KEYS) % bt == 0 || !pf ? kw_attn_i16_k_ahead(a, j, n_max) : pf + 16;
         __m512i d[NQ_MAX];
         dots16_n((const uint32_t *)kw_kv_i16_ints(kr, bt) + s0, bt, qp, hp, pf, nq, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);

@@ -65,14 +65,17 @@ static inline void kw_attn_i16_prefetch_v(const kw_attn_tile_args *a, int32_t j0
 
 /* i16, spread: the address of the K group KW_ATTN_I16_PF_KEYS keys after j
  * (pair 0 of its 16 keys; pair p is p * block_tokens uint32 further), or
- * NULL if it is not below n; its scales line is prefetched here. The
- * caller prefetches one pair line per step of its dot loop: the same lines
- * as kw_attn_i16_prefetch_k, spread instead of in one burst. */
+ * NULL if it is not below n; the scales of it and the next 16 keys of its
+ * block are prefetched here (a caller may step the address by 16 slots
+ * within the block instead of calling again). The caller prefetches one
+ * pair line per step of its dot loop: the same lines as
+ * kw_attn_i16_prefetch_k, spread instead of in one burst. */
 static inline const uint32_t *kw_attn_i16_k_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (jf >= n) return NULL;
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
     _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
+    if (jf % bt + 16 < bt) _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt + 16), _MM_HINT_T1);
     return (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
 }
 /* i16, spread: the address of the V chunk (integers, slot pair 0)
