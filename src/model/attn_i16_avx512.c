@@ -41,7 +41,8 @@ KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, co
     __m512i A[NQ_MAX];
     KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_setzero_si512();
     for (int p = 0; p < hp; p++, qp += NQ_MAX) {
-        if (pf) _mm_prefetch((const char *)(pf + (size_t)p * (size_t)bt), _MM_HINT_T1);
+        if (pf)   /* pair p's row of the block ahead, all its lines */
+            for (int s = 0; s < bt; s += 16) _mm_prefetch((const char *)(pf + (size_t)p * (size_t)bt + s), _MM_HINT_T1);
         __m512i kz = _mm512_loadu_si512(kp + (size_t)p * (size_t)bt);
         KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[q]));
     }
@@ -131,11 +132,10 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
 
     /* scores and their running maxima */
     void *kr = NULL;
-    const uint32_t *pf = NULL;
     for (int32_t j = 0; j < n_max; j += 16) {   /* bt % 32 == 0: the block's region is looked up at its first key */
         int32_t s0 = j % bt;
         if (s0 == 0) kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        pf = (j + KW_ATTN_I16_PF_KEYS) % bt == 0 || !pf ? kw_attn_i16_k_ahead(a, j, n_max) : pf + 16;
+        const uint32_t *pf = kw_attn_i16_k_block_ahead(a, j, n_max);
         __m512i d[NQ_MAX];
         dots16_n((const uint32_t *)kw_kv_i16_ints(kr, bt) + s0, bt, qp, hp, pf, nq, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
