@@ -8,9 +8,10 @@
  * forward.c runs them) over -L layers, reported as the attention-only
  * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
  *
- * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16]
+ * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8]
  *                   [--kernel avx512|avx2|ref] [--cputime] [--no-decode]
  * --kv i16: the i16 cache type (kv.h) and its VNNI kernel (attn_i16_avx512.c);
+ * --kv i8 the same with the i8 type;
  * with --kernel avx2 its AVX2 kernel (attn_i16_avx2.c, needs only AVX2 + FMA),
  * with --kernel ref the portable kw_attn_i16_ref (slow: use small -d/-p).
  * --cputime times with the process's CPU seconds (immune to other load;
@@ -28,7 +29,8 @@
 #define HD 64
 #define BT 32
 
-static int g_i16;   /* --kv i16 */
+static int g_i16;   /* --kv i16 or i8 */
+static int g_i8;    /* --kv i8 */
 enum { KERNEL_AVX512, KERNEL_AVX2, KERNEL_REF };
 static int g_kernel = KERNEL_AVX512;   /* --kernel, for --kv i16 */
 
@@ -42,7 +44,8 @@ static void attend_i16(const kw_attn_tile_args *a, float *scr, int32_t n_ctx) {
 static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {
     kw_err err = {{0}};
     kw_kv_layout lay = {.n_layer = N_LAYER, .n_head_kv = N_KV, .head_dim_k = HD, .head_dim_v = HD,
-                        .type = g_i16 ? KW_TYPE_KV_I16 : KW_TYPE_F16, .block_tokens = BT};
+                        .type = g_i8 ? KW_TYPE_KV_I8 : g_i16 ? KW_TYPE_KV_I16 : KW_TYPE_F16,
+                        .block_tokens = BT};
     int32_t nb = (n + BT - 1) / BT;
     kw_kv_pool *kv = kw_kv_pool_create(&lay, nb, &err);
     if (!kv) { fprintf(stderr, "bench_attn: %s\n", err.msg); return NULL; }
@@ -56,9 +59,9 @@ static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {
             for (int h = 0; h < N_KV; h++) {
                 if (g_i16) {
                     for (int d = 0; d < HD; d++) rf[d] = frand();
-                    kw_kv_i16_put(kw_kv_k(kv, t->ids[j / BT], l, h, 0), BT, j % BT, rf, HD, 0);
+                    (g_i8 ? kw_kv_i8_put : kw_kv_i16_put)(kw_kv_k(kv, t->ids[j / BT], l, h, 0), BT, j % BT, rf, HD, 0);
                     for (int d = 0; d < HD; d++) rf[d] = frand();
-                    kw_kv_i16_put(kw_kv_v(kv, t->ids[j / BT], l, h, 0), BT, j % BT, rf, HD, 1);
+                    (g_i8 ? kw_kv_i8_put : kw_kv_i16_put)(kw_kv_v(kv, t->ids[j / BT], l, h, 0), BT, j % BT, rf, HD, 1);
                     continue;
                 }
                 for (int d = 0; d < HD; d++) row[d] = kw_f32_to_f16(frand());
@@ -78,14 +81,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-L") && i + 1 < argc) pre_layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cputime")) g_cputime = 1;
-        else if (!strcmp(argv[i], "--kv") && i + 1 < argc && (!strcmp(argv[i + 1], "i16") || !strcmp(argv[i + 1], "f16")))
-            g_i16 = !strcmp(argv[++i], "i16");
+        else if (!strcmp(argv[i], "--kv") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "i16") || !strcmp(argv[i + 1], "i8") || !strcmp(argv[i + 1], "f16"))) {
+            i++;
+            g_i8 = !strcmp(argv[i], "i8");
+            g_i16 = g_i8 || !strcmp(argv[i], "i16");
+        }
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "avx512")) g_kernel = KERNEL_AVX512, i++;
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "avx2")) g_kernel = KERNEL_AVX2, i++;
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "ref")) g_kernel = KERNEL_REF, i++;
         else if (!strcmp(argv[i], "--no-decode")) do_decode = 0;
         else {
-            fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16] "
+            fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8] "
                             "[--kernel avx512|avx2|ref] [--cputime] [--no-decode]\n", argv[0]);
             return 2;
         }
@@ -118,7 +125,7 @@ int main(int argc, char **argv) {
     if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int64_t i = 0; i < (int64_t)n_tok * N_HEAD * HD; i++) q[i] = frand();
     printf("shape        %d heads, %d KV heads, head dim %d, %s KV%s, %d-token blocks, 1 thread, %s time\n", N_HEAD, N_KV,
-           HD, g_i16 ? "i16" : "F16", !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
+           HD, g_i8 ? "i8" : g_i16 ? "i16" : "F16", !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
            : g_kernel == KERNEL_REF ? " (portable ref)" : " (VNNI kernel)", BT, g_cputime ? "CPU" : "wall");
 
     if (do_decode) {
@@ -135,7 +142,7 @@ int main(int argc, char **argv) {
             ts[r] = now_sec() - t0;
         }
         qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
-        double bytes = (double)N_LAYER * N_KV * (depth + 1) * (HD * 2 + (g_i16 ? 4 : 0)) * 2;
+        double bytes = (double)N_LAYER * N_KV * (depth + 1) * (HD * (g_i8 ? 1 : 2) + (g_i16 ? 4 : 0)) * 2;
         printf("decode @%-6d %.3f ms/token (min %.3f, max %.3f), %.1f GB/s of K/V (%.1f MiB per token)\n", depth,
                ts[reps / 2] * 1e3, ts[0] * 1e3, ts[reps - 1] * 1e3, bytes / ts[reps / 2] * 1e-9, bytes / 1048576.0);
     }

@@ -20,7 +20,7 @@ typedef struct kw_kv_layout {
     int32_t n_head_kv;
     int32_t head_dim_k;
     int32_t head_dim_v;
-    uint32_t type;          /* KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0 or KW_TYPE_KV_I16 */
+    uint32_t type;          /* KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0, KW_TYPE_KV_I16 or KW_TYPE_KV_I8 */
     int32_t block_tokens;   /* positions per block, e.g. 32 */
 } kw_kv_layout;
 
@@ -44,13 +44,13 @@ typedef struct kw_block_table {
 } kw_block_table;
 
 /* The KV element types a pool takes, by the names of --kv-type: "f32",
- * "f16", "q8_0", "i16", and "auto" (KW_KV_TYPE_AUTO, which is not a pool
+ * "f16", "q8_0", "i16", "i8", and "auto" (KW_KV_TYPE_AUTO, which is not a pool
  * type: model and plan layouts resolve it with kw_kv_type_auto). from_name
  * returns -1 for any other name. */
 #define KW_KV_TYPE_AUTO 100u
 const char *kw_kv_type_name(uint32_t type);       /* "?" for a type a pool does not take */
 int kw_kv_type_from_name(const char *name);
-#define KW_KV_TYPE_NAMES "auto, i16, f16, q8_0 or f32"
+#define KW_KV_TYPE_NAMES "auto, i16, i8, f16, q8_0 or f32"
 /* What "auto" (the default everywhere) is for these head dims, block size
  * and query heads per KV head (group) on this CPU: i16 where its kernels run
  * here (AVX-512 VNNI or AVX2 + FMA) and the shapes fit (kv.h above; the
@@ -113,6 +113,30 @@ float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out);
 void kw_kv_i16_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
 /* Reads it back as floats (scale * x_int); for tests and tools. */
 void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
+
+/* ---- the i8 KV type (KW_TYPE_KV_I8, "--kv-type i8") ----
+ * The i16 type's arithmetic with one byte per integer: K and V with QMAX
+ * 127 (rounded as kw_kv_i16_quantize), the same block_tokens scales first,
+ * then int8 integers: V at the i16 indexes (kw_kv_i16_v_index: pairs of
+ * slots across dimensions), K in quads of dimensions across slots
+ * (kw_kv_i8_k_index), so that 16 keys of one quad are 64 contiguous bytes,
+ * one vpdpbusd operand. Attention quantizes q to 127 as well (as llama.cpp
+ * quantizes q to q8_0 for a q8_0 K cache) and keeps the probabilities'
+ * 13 bits (src/model/attn_i16.c). Half the bytes of i16 (and of f16) per
+ * token: the memory-saving type, about as precise as q8_0 (one scale per
+ * row of a head instead of per 32 values) and faster than i16 at depth.
+ * Same shape limits as i16. */
+#define KW_KV_I8_MAX 127
+static inline size_t kw_kv_i8_k_index(int32_t bt, int32_t s, int32_t d) {
+    return ((size_t)(d / 4) * (size_t)bt + (size_t)s) * 4 + (size_t)(d & 3);
+}
+static inline int8_t *kw_kv_i8_ints(void *region, int32_t block_tokens) {
+    return (int8_t *)((uint8_t *)region + (size_t)block_tokens * sizeof(float));
+}
+void kw_kv_i8_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
+void kw_kv_i8_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
+/* True for the two integer types (i16, i8): the same layout and kernels. */
+static inline bool kw_kv_type_is_int(uint32_t type) { return type == KW_TYPE_KV_I16 || type == KW_TYPE_KV_I8; }
 
 /* Block tables. ensure() grows the table with fresh blocks so that it
  * covers n_positions; returns -1 (table unchanged beyond what fit) if the

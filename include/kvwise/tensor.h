@@ -17,8 +17,9 @@ typedef enum kw_type {
     KW_TYPE_Q5_0 = 6, KW_TYPE_Q5_1 = 7, KW_TYPE_Q8_0 = 8, KW_TYPE_Q8_1 = 9,
     KW_TYPE_Q2_K = 10, KW_TYPE_Q3_K = 11, KW_TYPE_Q4_K = 12, KW_TYPE_Q5_K = 13,
     KW_TYPE_Q6_K = 14, KW_TYPE_Q8_K = 15, KW_TYPE_BF16 = 30,
-    KW_TYPE_KV_I16 = 39,   /* kvwise's own KV-cache type (kv.h), never valid in a GGUF file */
-    KW_TYPE_COUNT = 40
+    KW_TYPE_KV_I16 = 39,   /* kvwise's own KV-cache types (kv.h), never valid in a GGUF file */
+    KW_TYPE_KV_I8 = 40,
+    KW_TYPE_COUNT = 41
 } kw_type;
 
 typedef struct kw_type_traits {

@@ -50,7 +50,7 @@ static void usage(FILE *f) {
                "  --batch N    also decode n tokens in each of N sequences together (2..%d):\n"
                "               aggregate tok/s and its ratio to tg\n"
                "  --kv-type T  KV cache type: auto (default, as the server: i16 where it runs fast, else f16),\n"
-               "               i16, f16, q8_0 or f32\n"
+               "               i16, i8 (half the bytes, q8_0-like precision), f16, q8_0 or f32\n"
                "  --json       one JSON object on stdout\n"
                "  --no-repack  keep weights as stored (no load-time repacking)\n", KW_BENCH_MAX_BATCH);
 }

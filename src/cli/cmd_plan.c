@@ -42,7 +42,7 @@ static void usage(FILE *f) {
         "  --prompt-concurrency N     prompts prefilling at once (1)\n"
         "  --prefill-step-size N      tokens per prefill chunk (512)\n"
         "  --kv-type T                KV element type: auto (default: i16 where its kernels run, else\n"
-        "                             f16), i16, f16, q8_0 or f32\n"
+        "                             f16), i16, i8, f16, q8_0 or f32\n"
         "  --prompt-cache-size N      conversations the prompt cache should hold (concurrency + 1)\n"
         "  -t, --threads N            threads (sizes per-thread scratch; default: physical cores, as serve)\n"
         "  --bandwidth GB/s           memory bandwidth for the decode ceiling (default: a short probe)\n"

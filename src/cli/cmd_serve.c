@@ -109,9 +109,11 @@ static void usage(FILE *f) {
         "  --kv-type T              KV element type: auto (default) is i16 where its kernels run (AVX-512\n"
         "                           VNNI or AVX2) and the head dims fit, else f16. i16 (int16 + a scale\n"
         "                           per row) is closer to F32 than f16 and its attention about twice as\n"
-        "                           fast, for 3%% more KV bytes; q8_0 about halves KV memory (live and\n"
-        "                           cached), not the prefill workspace; it is a memory option, not a\n"
-        "                           speed option (measured logit effects: docs/MODEL.md)\n"
+        "                           fast, for 3%% more KV bytes. i8 (int8 + a scale per row) about halves\n"
+        "                           KV memory (live and cached), not the prefill workspace, with\n"
+        "                           q8_0's precision and attention faster than i16 at long context\n"
+        "                           (same kernels); q8_0 halves it too, on any CPU, with slow attention\n"
+        "                           (measured logit effects: docs/MODEL.md)\n"
         "  --kv-blocks N            KV pool size in blocks (default: what --memory-limit leaves after the\n"
         "                           fixed lines, at most ctx-size x decode-concurrency positions)\n"
         "  --kv-block-size N        positions per KV block (default 32)\n");
@@ -154,7 +156,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--kv-type")) {
             TAKES_VALUE(); o->kv_type = v;
             if (kw_kv_type_from_name(v) < 0 || !strcmp(v, "f32")) {
-                fprintf(stderr, "kvwise serve: --kv-type must be auto, i16, f16 or q8_0\n");
+                fprintf(stderr, "kvwise serve: --kv-type must be auto, i16, i8, f16 or q8_0\n");
                 return -1;
             }
         }

@@ -88,7 +88,7 @@ const char *kw_run_common_help(void) {
            "  -t, --threads N     worker threads (default: physical cores)\n"
            "  -c, --ctx N         context size in tokens (default: min(training context, 4096))\n"
            "  -b, --batch N       tokens per forward pass during prefill (default 512)\n"
-           "      --kv-type T     KV cache element type: auto, i16, f16, q8_0 or f32 (default below)\n"
+           "      --kv-type T     KV cache element type: auto, i16, i8, f16, q8_0 or f32 (default below)\n"
            "      --no-bos        do not add the BOS token even if the vocab adds one\n";
 }
 

@@ -5,8 +5,8 @@
  * K/V rows inside a block, and per-sequence block tables (grow, push,
  * release). A block holds, for every layer, K[head][slot][head_dim_k] then
  * V[head][slot][head_dim_v], each row stored in the layout's element type
- * (F32, F16 or Q8_0 blocks of 32), or per head region for the i16 type
- * (scales, then integers; kv.h). Not thread-safe: one scheduler owns it.
+ * (F32, F16 or Q8_0 blocks of 32), or per head region for the i16 and i8
+ * types (scales, then integers; kv.h). Not thread-safe: one scheduler owns it.
  * The allocation asks for transparent huge pages: attention reads one
  * head's rows of a block (a few KiB) and then jumps a whole block ahead, so
  * with 4 KiB pages nearly every K/V row group costs a page walk. Pages are
@@ -22,11 +22,12 @@
 #include <string.h>
 
 /* Bytes of one head's row of n values (q8_0: blocks of 32 values, 2-byte
- * scale + 32 int8; i16: n int16 + one F32 scale). */
+ * scale + 32 int8; i16: n int16 + one F32 scale; i8: n int8 + one F32 scale). */
 static size_t kv_row_bytes(uint32_t type, int32_t n) {
     if (type == KW_TYPE_F32) return (size_t)n * 4;
     if (type == KW_TYPE_F16) return (size_t)n * 2;
     if (type == KW_TYPE_KV_I16) return (size_t)n * 2 + 4;
+    if (type == KW_TYPE_KV_I8) return (size_t)n + 4;
     return (size_t)(n / 32) * 34;
 }
 
@@ -36,19 +37,20 @@ const char *kw_kv_type_name(uint32_t type) {
     case KW_TYPE_F16: return "f16";
     case KW_TYPE_Q8_0: return "q8_0";
     case KW_TYPE_KV_I16: return "i16";
+    case KW_TYPE_KV_I8: return "i8";
     case KW_KV_TYPE_AUTO: return "auto";
     default: return "?";
     }
 }
 
 int kw_kv_type_from_name(const char *name) {
-    static const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0, KW_TYPE_KV_I16, KW_KV_TYPE_AUTO};
+    static const uint32_t types[] = {KW_TYPE_F32, KW_TYPE_F16, KW_TYPE_Q8_0, KW_TYPE_KV_I16, KW_TYPE_KV_I8, KW_KV_TYPE_AUTO};
     for (size_t i = 0; name && i < sizeof types / sizeof types[0]; i++)
         if (!strcmp(name, kw_kv_type_name(types[i]))) return (int)types[i];
     return -1;
 }
 
-/* The shapes the i16 type takes (kv.h: the int32 bound needs head_dim_k <= 128). */
+/* The shapes the i16 and i8 types take (kv.h: the int32 bound needs head_dim_k <= 128). */
 static bool i16_shapes_ok(int32_t hk, int32_t hv, int32_t bt) {
     return hk > 0 && hv > 0 && hk % 16 == 0 && hv % 16 == 0 && hk <= 128 && hv <= 1024 && bt > 0 && bt % 32 == 0;
 }
@@ -70,12 +72,12 @@ static int layout_check(const kw_kv_layout *lay, kw_err *err) {
     if (lay->block_tokens <= 0 || lay->block_tokens > 4096)
         return kw_err_set(err, "kv pool: block_tokens %d out of range (1..4096)", lay->block_tokens);
     if (lay->type != KW_TYPE_F32 && lay->type != KW_TYPE_F16 && lay->type != KW_TYPE_Q8_0 &&
-        lay->type != KW_TYPE_KV_I16)
+        !kw_kv_type_is_int(lay->type))
         return kw_err_set(err, "kv pool: unsupported KV type %u (use " KW_KV_TYPE_NAMES ")", lay->type);
-    if (lay->type == KW_TYPE_KV_I16 && !i16_shapes_ok(lay->head_dim_k, lay->head_dim_v, lay->block_tokens))
-        return kw_err_set(err, "kv pool: i16 KV needs head dims %% 16 == 0, head_dim_k <= 128, head_dim_v <= 1024 and "
+    if (kw_kv_type_is_int(lay->type) && !i16_shapes_ok(lay->head_dim_k, lay->head_dim_v, lay->block_tokens))
+        return kw_err_set(err, "kv pool: %s KV needs head dims %% 16 == 0, head_dim_k <= 128, head_dim_v <= 1024 and "
                           "blocks of a multiple of 32 tokens (head dims %d/%d, block %d); use f16",
-                          lay->head_dim_k, lay->head_dim_v, lay->block_tokens);
+                          kw_kv_type_name(lay->type), lay->head_dim_k, lay->head_dim_v, lay->block_tokens);
     if (lay->type == KW_TYPE_Q8_0 && (lay->head_dim_k % 32 || lay->head_dim_v % 32))
         return kw_err_set(err, "kv pool: q8_0 KV needs head_dim %% 32 == 0 (head_dim_k %d, head_dim_v %d); use f16",
                           lay->head_dim_k, lay->head_dim_v);
@@ -214,7 +216,7 @@ int kw_block_table_push(kw_block_table *t, int32_t id) {
     return 0;
 }
 
-/* ---- i16 rows (kv.h) ---- */
+/* ---- i16 and i8 rows (kv.h) ---- */
 
 /* round half to even for |v| < 2^22 without a libm call (lrintf was 2-4%
  * of a long prefill): adding 1.5 * 2^23 leaves no fraction bits, and the
@@ -249,4 +251,20 @@ void kw_kv_i16_get(const void *region, int32_t bt, int32_t slot, float *x, int32
     const int16_t *q = kw_kv_i16_ints(r, bt);
     float s = kw_kv_i16_scales(r)[slot];
     for (int32_t d = 0; d < n; d++) x[d] = s * (float)q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i16_k_index(bt, slot, d)];
+}
+
+void kw_kv_i8_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
+    int16_t row[1024];
+    int8_t *q = kw_kv_i8_ints(region, bt);
+    if (n > 1024) n = 1024;   /* layout_check: head dims <= 1024 */
+    kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, (float)KW_KV_I8_MAX, row);   /* NaN as i16 */
+    for (int32_t d = 0; d < n; d++)
+        q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i8_k_index(bt, slot, d)] = (int8_t)row[d];   /* |row| <= 127 */
+}
+
+void kw_kv_i8_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
+    void *r = (void *)(uintptr_t)region;
+    const int8_t *q = kw_kv_i8_ints(r, bt);
+    float s = kw_kv_i16_scales(r)[slot];
+    for (int32_t d = 0; d < n; d++) x[d] = s * (float)q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i8_k_index(bt, slot, d)];
 }

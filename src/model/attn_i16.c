@@ -1,5 +1,7 @@
-/* attn_i16.c - attention over an i16 KV cache: the arithmetic, and its
- * portable implementation.
+/* attn_i16.c - attention over an i16 or i8 KV cache: the arithmetic, and
+ * its portable implementation. The i8 type (kv.h) is the same arithmetic
+ * with q_int, K_int and V_int within 127 instead of 4095, 4095 and 8191
+ * (the probabilities keep 8191).
  *
  * Owns the definition every path computes bit for bit (this file, the
  * AVX-512 VNNI kernel of attn_i16_avx512.c for prefill tiles and decode,
@@ -27,13 +29,14 @@
  * in fused multiply-adds, result p * 2^n rounded once (overflow to inf,
  * underflow through the subnormals to 0). kw_exp_i16 is that in portable C
  * (the reference path's exp), attn_i16_avx2.c has it in 8 lanes and the
- * VNNI kernel calls exp16 itself; tests/model/test_exp_i16.c compares the
+ * VNNI kernel inlines kw_exp16; tests/model/test_exp_i16.c compares the
  * three bit for bit. So i16 attention gives the same bits on any x86-64,
  * with or without AVX-512 (and the portable path on any other CPU with a
  * correctly rounded fmaf).
  * Precision: 12 bits + sign of each row's largest value for K and q, 13
  * for V and the chunk's probabilities, about what F16 keeps of a typical
- * row (tests/model/test_attn_i16.c measures it against an F32 cache). */
+ * row; i8 keeps 7 bits + sign of K and V, as q8_0 with one scale per row
+ * (tests/model/test_attn_i16.c measures both against an F32 cache). */
 #include "model_internal.h"
 #include "tensor/kernels.h"
 #include <math.h>
@@ -46,8 +49,9 @@ size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx) {
     return (size_t)nq * ((size_t)max_ctx + (size_t)hv + 16) + (size_t)hk / 2 * 16 + 64;
 }
 
-float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi) {
-    return kw_kv_i16_quantize(q, hk, (float)KW_KV_I16_KMAX, qi) * (1.0f / sqrtf((float)hk));   /* NaN stays NaN */
+float kw_attn_i16_quant_q(const float *q, int hk, int w8, int16_t *qi) {
+    float qmax = w8 ? (float)KW_KV_I8_MAX : (float)KW_KV_I16_KMAX;
+    return kw_kv_i16_quantize(q, hk, qmax, qi) * (1.0f / sqrtf((float)hk));   /* NaN stays NaN */
 }
 
 /* The float with bits (k + 127) << 23: 2^k for -126 <= k <= 127. */
@@ -95,20 +99,27 @@ float kw_attn_i16_sum16(const double *part) {
     return (float)(1.0 / sum);
 }
 
+/* Integer e of a region's integers: int16 (i16) or int8 (i8). */
+static inline int32_t kv_int(const void *ints, bool w8, size_t e) {
+    return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];
+}
+
 /* One query (token i0 + t, head kvh * G + g) over keys [0, pos + 1). */
 static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_t *qi, float *acc) {
     kw_kv_pool *kv = a->kv;
     const int hk = a->hk, hv = a->hv, bt = kv->lay.block_tokens;
     const int32_t i = a->i0 + t, n = a->pos[i] + 1;
     const int h = a->kvh * a->G + g;
-    float c = kw_attn_i16_quant_q(a->q + ((size_t)i * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk, qi);
+    const bool w8 = kv->lay.type == KW_TYPE_KV_I8;
+    float c = kw_attn_i16_quant_q(a->q + ((size_t)i * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk, w8, qi);
 
     float mx = -INFINITY;
     for (int32_t j = 0; j < n; j++) {
         void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        const int16_t *ki = kw_kv_i16_ints(kr, bt);
+        const void *ki = kw_kv_i16_ints(kr, bt);   /* i8: the same place (kv.h) */
         int32_t isum = 0;
-        for (int d = 0; d < hk; d++) isum += (int32_t)qi[d] * (int32_t)ki[kw_kv_i16_k_index(bt, j % bt, d)];
+        for (int d = 0; d < hk; d++)
+            isum += (int32_t)qi[d] * kv_int(ki, w8, w8 ? kw_kv_i8_k_index(bt, j % bt, d) : kw_kv_i16_k_index(bt, j % bt, d));
         s[j] = ((float)isum * kw_kv_i16_scales(kr)[j % bt]) * c;
         if (s[j] > mx) mx = s[j];
     }
@@ -123,7 +134,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
         int32_t j1 = j0 + I16_CHUNK < n ? j0 + I16_CHUNK : n;
         void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);   /* bt % 32 == 0: one block */
         const float *sv = kw_kv_i16_scales(vr);
-        const int16_t *vi = kw_kv_i16_ints(vr, bt);
+        const void *vi = kw_kv_i16_ints(vr, bt);
         float p[I16_CHUNK], pm = 0.0f;
         for (int32_t j = j0; j < j1; j++) {
             p[j - j0] = s[j] * sv[j % bt];
@@ -135,7 +146,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
         for (int32_t j = j0; j < j1; j++) pi[j - j0] = (int32_t)lrintf(p[j - j0] * pinv);
         for (int d = 0; d < hv; d++) {
             int32_t isum = 0;
-            for (int32_t j = j0; j < j1; j++) isum += pi[j - j0] * (int32_t)vi[kw_kv_i16_v_index(hv, j % bt, d)];
+            for (int32_t j = j0; j < j1; j++) isum += pi[j - j0] * kv_int(vi, w8, kw_kv_i16_v_index(hv, j % bt, d));
             acc[d] = fmaf(sp, (float)isum, acc[d]);
         }
     }

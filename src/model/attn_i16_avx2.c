@@ -41,27 +41,60 @@
 #define PV_V 4         /* ymm (8 dimensions each) per V block */
 #define CHUNK 32
 
-/* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
- * of the 16 keys (uint32 pairs, stride bt per pair), qp[q * hp + p] is
- * query q's pair p; out[2q] keys 0-7, out[2q + 1] keys 8-15. */
-KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const int nq, __m256i *out) {
+/* 8 dword lanes of integer pairs from p: 32 bytes of int16 (i16), or 16
+ * bytes of int8 widened to int16 (i8). */
+KW_INLINE __m256i ld_pairs(const uint8_t *p, const int w8) {
+    return w8 ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* Raw int32 dots of nq queries with 16 keys; out[2q] keys 0-7, out[2q + 1]
+ * keys 8-15. Rows (dimension pairs for i16, quads for i8) are rowb bytes
+ * apart, starting at kp. qp + q * hp holds query q's integers as int16.
+ * i16: one vpmaddwd per pair of 8 keys with the query's pair broadcast.
+ * i8: 8 keys of one quad (32 bytes) widened to int16 in two halves of 4
+ * keys, each vpmaddwd against the query's quad (4 int16, broadcast) gives
+ * per key two dwords, which vphaddd adds (lanes come out as keys 0 1 4 5 |
+ * 2 3 6 7 and are put in order once at the end). */
+KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int hp, const int nq, const int w8,
+                      __m256i *out) {
     __m256i A[DQ_MAX][2];
     KW_UNROLL for (int q = 0; q < nq; q++) A[q][0] = A[q][1] = _mm256_setzero_si256();
-    for (int p = 0; p < hp; p++) {
-        const uint32_t *kr = kp + (size_t)p * (size_t)bt;
-        __m256i k0 = _mm256_loadu_si256((const __m256i *)kr), k1 = _mm256_loadu_si256((const __m256i *)(kr + 8));
+    const int nrow = w8 ? hp / 2 : hp;
+    for (int p = 0; p < nrow; p++) {
+        const uint8_t *kr = kp + (size_t)p * rowb;
+        if (w8) {
+            __m256i k[4];
+            KW_UNROLL for (int i = 0; i < 4; i++) k[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(kr + 16 * i)));
+            KW_UNROLL for (int q = 0; q < nq; q++) {
+                int64_t q4;
+                memcpy(&q4, (const int16_t *)(qp + (size_t)q * hp) + 4 * p, sizeof q4);
+                __m256i qb = _mm256_set1_epi64x(q4);
+                A[q][0] = _mm256_add_epi32(A[q][0], _mm256_hadd_epi32(_mm256_madd_epi16(k[0], qb), _mm256_madd_epi16(k[1], qb)));
+                A[q][1] = _mm256_add_epi32(A[q][1], _mm256_hadd_epi32(_mm256_madd_epi16(k[2], qb), _mm256_madd_epi16(k[3], qb)));
+            }
+            continue;
+        }
+        __m256i k0 = _mm256_loadu_si256((const __m256i *)kr), k1 = _mm256_loadu_si256((const __m256i *)(kr + 32));
         KW_UNROLL for (int q = 0; q < nq; q++) {
             __m256i qb = _mm256_set1_epi32((int)qp[(size_t)q * hp + p]);
             A[q][0] = _mm256_add_epi32(A[q][0], _mm256_madd_epi16(k0, qb));
             A[q][1] = _mm256_add_epi32(A[q][1], _mm256_madd_epi16(k1, qb));
         }
     }
+    if (w8) {   /* lanes 0 1 4 5 2 3 6 7 -> keys in order */
+        const __m256i ord = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+        KW_UNROLL for (int q = 0; q < nq; q++) {
+            A[q][0] = _mm256_permutevar8x32_epi32(A[q][0], ord);
+            A[q][1] = _mm256_permutevar8x32_epi32(A[q][1], ord);
+        }
+    }
     KW_UNROLL for (int q = 0; q < nq; q++) { out[2 * q] = A[q][0]; out[2 * q + 1] = A[q][1]; }
 }
 
-static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, int nq, __m256i *out) {
-    switch (nq) {
-#define KW_DOTS_CASE(N) case N: dots16(kp, bt, qp, hp, N, out); break;
+static void dots16_n(const uint8_t *kp, size_t rowb, const uint32_t *qp, int hp, int nq, int w8, __m256i *out) {
+    switch (nq * 2 + w8) {
+#define KW_DOTS_CASE(N) case N * 2: dots16(kp, rowb, qp, hp, N, 0, out); break; \
+                        case N * 2 + 1: dots16(kp, rowb, qp, hp, N, 1, out); break;
         KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
 #undef KW_DOTS_CASE
     default: break;
@@ -69,19 +102,21 @@ static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, int
 }
 
 /* acc[q][d0 .. d0 + 8 nv) += sp[q] * (P_int[q] . V) over the chunk's npair
- * slot pairs for gq queries: vp points at the chunk's pair 0 (uint32 pairs,
- * hv per slot pair), pp[q * 16 + k] is query q's probability pair k. */
-KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
-                        const int gq, const int nv) {
+ * slot pairs for gq queries: vp points at the chunk's pair 0 (rowb bytes
+ * per slot pair: hv pairs of integers), pp[q * 16 + k] is query q's
+ * probability pair k. */
+KW_INLINE void pv_block(const uint8_t *vp, size_t rowb, int hv, int d0, int npair, const uint32_t *pp, const float *sp,
+                        float *acc, const int gq, const int nv, const int w8) {
+    const size_t eb = w8 ? 2 : 4;   /* bytes of one dimension's slot pair */
     __m256i B[PV_Q][PV_V];
     KW_UNROLL for (int q = 0; q < gq; q++)
         KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm256_setzero_si256();
     for (int k = 0; k < npair; k++) {
-        const __m256i *row = (const __m256i *)(vp + (size_t)k * (size_t)hv + d0);
+        const uint8_t *row = vp + (size_t)k * rowb + (size_t)d0 * eb;
         __m256i pb[PV_Q];
         KW_UNROLL for (int q = 0; q < gq; q++) pb[q] = _mm256_set1_epi32((int)pp[q * 16 + k]);
         KW_UNROLL for (int v = 0; v < nv; v++) {
-            __m256i x = _mm256_loadu_si256(row + v);
+            __m256i x = ld_pairs(row + 8 * eb * (size_t)v, w8);
             KW_UNROLL for (int q = 0; q < gq; q++) {
                 B[q][v] = _mm256_add_epi32(B[q][v], _mm256_madd_epi16(x, pb[q]));
                 KW_IN_REG(B[q][v]);
@@ -96,10 +131,11 @@ KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uin
     }
 }
 
-static void pv_block_n(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
-                       int gq, int nv) {
-    switch (gq * 4 + nv) {
-#define KW_PV_CASE(G, V) case G * 4 + V: pv_block(vp, hv, d0, npair, pp, sp, acc, G, V); break;
+static void pv_block_n(const uint8_t *vp, size_t rowb, int hv, int d0, int npair, const uint32_t *pp, const float *sp,
+                       float *acc, int gq, int nv, int w8) {
+    switch ((gq * 4 + nv) * 2 + w8) {
+#define KW_PV_CASE(G, V) case (G * 4 + V) * 2: pv_block(vp, rowb, hv, d0, npair, pp, sp, acc, G, V, 0); break; \
+                         case (G * 4 + V) * 2 + 1: pv_block(vp, rowb, hv, d0, npair, pp, sp, acc, G, V, 1); break;
         KW_PV_CASE(1, 1) KW_PV_CASE(1, 2) KW_PV_CASE(1, 3) KW_PV_CASE(1, 4)
         KW_PV_CASE(2, 1) KW_PV_CASE(2, 2) KW_PV_CASE(2, 3) KW_PV_CASE(2, 4)
 #undef KW_PV_CASE
@@ -236,6 +272,10 @@ static float quant_chunk(const float *e, int32_t k, const float *sv, uint32_t *p
 void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     kw_kv_pool *kv = a->kv;
     const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
+    const int w8 = kv->lay.type == KW_TYPE_KV_I8;
+    const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
+    /* K rows: dimension pairs (i16) or quads (i8) of bt slots, 4 bytes per slot either way; V rows: slot pairs */
+    const size_t krowb = (size_t)bt * 4, vrowb = (size_t)hv * 2 * eb;
     const size_t C = (size_t)max_ctx;
     float *S = scr;                                          /* [nq][C] scores, then exp */
     uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nq][hp] query pairs */
@@ -249,7 +289,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
         int t = q / G, h = a->kvh * G + q % G;
         nl[q] = a->pos[a->i0 + t] + 1;
         if (nl[q] > n_max) n_max = nl[q];
-        c[q] = kw_attn_i16_quant_q(a->q + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk,
+        c[q] = kw_attn_i16_quant_q(a->q + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk, w8,
                                    (int16_t *)(qp + (size_t)q * (size_t)hp));
         mx[q] = _mm256_set1_ps(-INFINITY);
     }
@@ -260,13 +300,13 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
         int32_t s0 = j % bt;
         void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
         kw_attn_i16_prefetch_k(a, j, n_max);
-        const uint32_t *kp = (const uint32_t *)kw_kv_i16_ints(kr, bt) + s0;
+        const uint8_t *kp = (const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)s0 * 4;
         const float *sk = kw_kv_i16_scales(kr) + s0;
         __m256 sk0 = _mm256_loadu_ps(sk), sk1 = _mm256_loadu_ps(sk + 8);
         for (int b = 0; b < nb; b++) {
             int q0 = b * nq / nb, q1 = (b + 1) * nq / nb;
             __m256i d[2 * DQ_MAX];
-            dots16_n(kp, bt, qp + (size_t)q0 * (size_t)hp, hp, q1 - q0, d);
+            dots16_n(kp, krowb, qp + (size_t)q0 * (size_t)hp, hp, q1 - q0, w8, d);
             for (int q = q0; q < q1; q++) {
                 __m256 cq = _mm256_set1_ps(c[q]);
                 __m256 x0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d[2 * (q - q0)]), sk0), cq);
@@ -288,12 +328,13 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
         for (int q = 0; q < nq; q++)
             sp[q] = quant_chunk(S + (size_t)q * C + j0, nl[q] - j0, sv, pp + (size_t)q * 16);
         int32_t npair = (n_max - j0 + 1) / 2 < CHUNK / 2 ? (n_max - j0 + 1) / 2 : CHUNK / 2;
-        const uint32_t *vp = (const uint32_t *)kw_kv_i16_ints(vr, bt) + (size_t)(s0 / 2) * (size_t)hv;
+        const uint8_t *vp = (const uint8_t *)kw_kv_i16_ints(vr, bt) + (size_t)(s0 / 2) * vrowb;
         for (int q0 = 0; q0 < nq; q0 += PV_Q) {
             int gq = nq - q0 < PV_Q ? nq - q0 : PV_Q;
             for (int d0 = 0; d0 < hv; d0 += 8 * PV_V) {
                 int nv = (hv - d0) / 8 < PV_V ? (hv - d0) / 8 : PV_V;
-                pv_block_n(vp, hv, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv, gq, nv);
+                pv_block_n(vp, vrowb, hv, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv, gq, nv,
+                           w8);
             }
         }
     }

@@ -19,6 +19,7 @@
  * the next chunk's V are prefetched into L2 (see attn_rows.h for why). */
 #include "attn_rows.h"
 #include "exp_avx512.h"
+#include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -33,26 +34,54 @@ bool kw_attn_i16_supported(int nq, int hk, int hv) {
     return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
 }
 
-/* Raw int32 dots of nq queries with 16 keys: kp points at dimension pair 0
- * of the 16 keys (uint32 pairs, stride bt per pair), qp[p * NQ_MAX + q] is
- * query q's pair p (pair-major: one pointer serves every query). */
-KW_INLINE void dots16(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const uint32_t *pf, const int nq,
-                      __m512i *out) {
-    __m512i A[NQ_MAX];
-    KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_setzero_si512();
-    for (int p = 0; p < hp; p++, qp += NQ_MAX) {
-        if (pf)   /* pair p's row of the block ahead, all its lines */
-            for (int s = 0; s < bt; s += 16) _mm_prefetch((const char *)(pf + (size_t)p * (size_t)bt + s), _MM_HINT_T1);
-        __m512i kz = _mm512_loadu_si512(kp + (size_t)p * (size_t)bt);
-        KW_UNROLL for (int q = 0; q < nq; q++) A[q] = _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[q]));
-    }
-    KW_UNROLL for (int q = 0; q < nq; q++) out[q] = A[q];
+/* 16 dword lanes of V integer pairs from p: 64 bytes of int16 (i16), or 32
+ * bytes of int8 widened to int16 (i8), so both types meet vpdpwssd the same. */
+KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8) {
+    return w8 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)) : _mm512_loadu_si512(p);
 }
 
-static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, const uint32_t *pf, int nq,
-                     __m512i *out) {
-    switch (nq) {
-#define KW_DOTS_CASE(N) case N: dots16(kp, bt, qp, hp, pf, N, out); break;
+/* Raw int32 dots of nq queries with 16 keys.
+ * i16 (w8 = 0): kp points at dimension pair 0 of the 16 keys, qp[p * NQ_MAX
+ * + q] is query q's pair p (pair-major: one pointer serves every query),
+ * one vpdpwssd per pair and query.
+ * i8 (w8 = 1): kp points at dimension quad 0 (int8; flipped to k + 128 to
+ * be vpdpbusd's unsigned operand), qp[p * NQ_MAX + q] is query q's quad p
+ * (4 int8, broadcast from memory), qc[q] = -128 * sum(q_int) starts the sum
+ * and takes the offset back out: exact, as i16.
+ * Rows (pairs or quads) are rowb bytes apart; with pf, the rows of the
+ * block ahead are prefetched, one per step. */
+KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int nrow, const int32_t *qc,
+                      const uint8_t *pf, const int nq, const int w8, __m512i *out) {
+    /* up to 8 queries, two sums per query over alternate rows: 4 queries
+     * alone would be 4 dependent chains, bound by the instruction's latency */
+    const int two = nq <= 8;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i A[NQ_MAX], A2[8];
+    KW_UNROLL for (int q = 0; q < nq; q++) A[q] = w8 ? _mm512_set1_epi32(qc[q]) : _mm512_setzero_si512();
+    if (two) KW_UNROLL for (int q = 0; q < nq; q++) A2[q] = _mm512_setzero_si512();
+    for (int p = 0; p < nrow; p++, qp += NQ_MAX) {
+        if (pf)   /* row p of the block ahead, all its lines */
+            for (size_t o = 0; o < rowb; o += 64) _mm_prefetch((const char *)(pf + (size_t)p * rowb + o), _MM_HINT_T1);
+        __m512i kz = _mm512_loadu_si512(kp + (size_t)p * rowb);
+        if (w8) kz = _mm512_xor_si512(kz, flip);
+        if (two && (p & 1)) {
+            KW_UNROLL for (int q = 0; q < nq; q++)
+                A2[q] = w8 ? kw_dpbusd_bcst(A2[q], kz, (const int32_t *)(qp + q))
+                           : _mm512_dpwssd_epi32(A2[q], kz, _mm512_set1_epi32((int)qp[q]));
+        } else {
+            KW_UNROLL for (int q = 0; q < nq; q++)
+                A[q] = w8 ? kw_dpbusd_bcst(A[q], kz, (const int32_t *)(qp + q))
+                          : _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[q]));
+        }
+    }
+    KW_UNROLL for (int q = 0; q < nq; q++) out[q] = two ? _mm512_add_epi32(A[q], A2[q]) : A[q];
+}
+
+static void dots16_n(const uint8_t *kp, size_t rowb, const uint32_t *qp, int nrow, const int32_t *qc, const uint8_t *pf,
+                     int nq, int w8, __m512i *out) {
+    switch (nq * 2 + w8) {
+#define KW_DOTS_CASE(N) case N * 2: dots16(kp, rowb, qp, nrow, qc, pf, N, 0, out); break; \
+                        case N * 2 + 1: dots16(kp, rowb, qp, nrow, qc, pf, N, 1, out); break;
         KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
         KW_DOTS_CASE(7) KW_DOTS_CASE(8) KW_DOTS_CASE(9) KW_DOTS_CASE(10) KW_DOTS_CASE(11) KW_DOTS_CASE(12)
         KW_DOTS_CASE(13) KW_DOTS_CASE(14) KW_DOTS_CASE(15) KW_DOTS_CASE(16)
@@ -62,19 +91,22 @@ static void dots16_n(const uint32_t *kp, int bt, const uint32_t *qp, int hp, con
 }
 
 /* acc[q][d0 .. d0 + 16 nv) += sp[q] * (P_int[q] . V) over the chunk's npair
- * slot pairs for gq queries: vp points at the chunk's pair 0 (uint32 pairs,
- * hv per slot pair), pp[q * 16 + k] is query q's probability pair k. */
-KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
-                        const uint32_t *pf, const int gq, const int nv) {
+ * slot pairs for gq queries: vp points at the chunk's pair 0 (rowb bytes
+ * per slot pair: hv pairs of integers), pp[q * 16 + k] is query q's
+ * probability pair k. With pf, the chunk ahead's rows are prefetched, one
+ * per step. */
+KW_INLINE void pv_block(const uint8_t *vp, size_t rowb, int d0, int npair, const uint32_t *pp, const float *sp,
+                        float *acc, int hv, const uint8_t *pf, const int gq, const int nv, const int w8) {
+    const size_t eb = w8 ? 2 : 4;   /* bytes of one dimension's slot pair */
     __m512i B[4][4];
     KW_UNROLL for (int q = 0; q < gq; q++)
         KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm512_setzero_si512();
     for (int k = 0; k < npair; k++) {
         if (pf)
-            for (int o = 0; o < hv; o += 16) _mm_prefetch((const char *)(pf + (size_t)k * (size_t)hv + o), _MM_HINT_T1);
-        const uint32_t *row = vp + (size_t)k * (size_t)hv + d0;
+            for (size_t o = 0; o < rowb; o += 64) _mm_prefetch((const char *)(pf + (size_t)k * rowb + o), _MM_HINT_T1);
+        const uint8_t *row = vp + (size_t)k * rowb + (size_t)d0 * eb;
         __m512i vz[4];
-        KW_UNROLL for (int v = 0; v < nv; v++) vz[v] = _mm512_loadu_si512(row + 16 * v);
+        KW_UNROLL for (int v = 0; v < nv; v++) vz[v] = ld_pairs(row + 16 * eb * (size_t)v, w8);
         KW_UNROLL for (int q = 0; q < gq; q++) {
             __m512i pb = _mm512_set1_epi32((int)pp[q * 16 + k]);
             KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm512_dpwssd_epi32(B[q][v], vz[v], pb);
@@ -88,10 +120,11 @@ KW_INLINE void pv_block(const uint32_t *vp, int hv, int d0, int npair, const uin
     }
 }
 
-static void pv_block_n(const uint32_t *vp, int hv, int d0, int npair, const uint32_t *pp, const float *sp, float *acc,
-                       const uint32_t *pf, int gq, int nv) {
-    switch (gq * 4 + nv) {
-#define KW_PV_CASE(G, V) case G * 4 + V: pv_block(vp, hv, d0, npair, pp, sp, acc, pf, G, V); break;
+static void pv_block_n(const uint8_t *vp, size_t rowb, int d0, int npair, const uint32_t *pp, const float *sp,
+                       float *acc, int hv, const uint8_t *pf, int gq, int nv, int w8) {
+    switch ((gq * 4 + nv) * 2 + w8) {
+#define KW_PV_CASE(G, V) case (G * 4 + V) * 2: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 0); break; \
+                         case (G * 4 + V) * 2 + 1: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 1); break;
         KW_PV_CASE(1, 1) KW_PV_CASE(1, 2) KW_PV_CASE(1, 3) KW_PV_CASE(1, 4)
         KW_PV_CASE(2, 1) KW_PV_CASE(2, 2) KW_PV_CASE(2, 3) KW_PV_CASE(2, 4)
         KW_PV_CASE(3, 1) KW_PV_CASE(3, 2) KW_PV_CASE(3, 3) KW_PV_CASE(3, 4)
@@ -109,9 +142,15 @@ static inline __mmask16 lanes_below(int32_t j, int32_t n) {
 void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     kw_kv_pool *kv = a->kv;
     const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
+    const int w8 = kv->lay.type == KW_TYPE_KV_I8;
+    const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
+    /* K rows: dimension pairs (i16) or quads (i8) of bt slots, 4 bytes per slot either way; V rows: slot pairs */
+    const size_t krowb = (size_t)bt * 4, vrowb = (size_t)hv * 2 * eb;
+    const int nrow = w8 ? hk / 4 : hp;
+    int32_t qc[NQ_MAX];
     const size_t C = (size_t)max_ctx;
     float *S = scr;                                          /* [nq][C] scores, then exp */
-    uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [hp][16] query pairs, pair-major */
+    uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nrow][16] query pairs or quads, row-major */
     float *acc = (float *)(qp + (size_t)NQ_MAX * (size_t)hp);    /* [nq][hv] */
     uint32_t *pp = (uint32_t *)(acc + (size_t)nq * (size_t)hv);   /* [nq][16] probability pairs */
     float c[NQ_MAX], inv[NQ_MAX], sp[NQ_MAX];
@@ -123,10 +162,22 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         int t = q / G, h = a->kvh * G + q % G;
         nl[q] = a->pos[a->i0 + t] + 1;
         if (nl[q] > n_max) n_max = nl[q];
-        uint32_t qi[64];   /* hk <= 128: 64 pairs */
-        c[q] = kw_attn_i16_quant_q(a->q + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk,
-                                   (int16_t *)qi);
-        for (int p = 0; p < hp; p++) qp[(size_t)p * NQ_MAX + q] = qi[p];
+        int16_t qi[128];   /* hk <= 128 */
+        c[q] = kw_attn_i16_quant_q(a->q + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk, w8,
+                                   qi);
+        int32_t qsum = 0;
+        for (int p = 0; p < nrow; p++) {
+            uint32_t w = 0;
+            if (w8) {   /* 4 int8 of |q_int| <= 127 */
+                for (int t4 = 0; t4 < 4; t4++) {
+                    w |= (uint32_t)(uint8_t)(int8_t)qi[4 * p + t4] << (8 * t4);
+                    qsum += qi[4 * p + t4];
+                }
+            } else
+                w = (uint32_t)(uint16_t)qi[2 * p] | (uint32_t)(uint16_t)qi[2 * p + 1] << 16;
+            qp[(size_t)p * NQ_MAX + q] = w;
+        }
+        qc[q] = -128 * qsum;
         mx[q] = _mm512_set1_ps(-INFINITY);
     }
 
@@ -135,9 +186,9 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     for (int32_t j = 0; j < n_max; j += 16) {   /* bt % 32 == 0: the block's region is looked up at its first key */
         int32_t s0 = j % bt;
         if (s0 == 0) kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        const uint32_t *pf = kw_attn_i16_k_block_ahead(a, j, n_max);
+        const uint8_t *pf = kw_attn_i16_k_block_ahead(a, j, n_max);
         __m512i d[NQ_MAX];
-        dots16_n((const uint32_t *)kw_kv_i16_ints(kr, bt) + s0, bt, qp, hp, pf, nq, d);
+        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)s0 * 4, krowb, qp, nrow, qc, pf, nq, w8, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
         for (int q = 0; q < nq; q++) {
             __mmask16 m = lanes_below(j, nl[q]);
@@ -160,11 +211,10 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hv);
     kw_attn_i16_prefetch_v(a, -KW_ATTN_I16_PF_KEYS, CHUNK, n_max);   /* the chunks before the first prefetch reaches */
     kw_attn_i16_prefetch_v(a, CHUNK - KW_ATTN_I16_PF_KEYS, CHUNK, n_max);
-    const __m512 vmax = _mm512_set1_ps((float)KW_KV_I16_VMAX);
     for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
         int32_t s0 = j0 % bt;
         void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);
-        const uint32_t *pfv = kw_attn_i16_v_ahead(a, j0, CHUNK, n_max);
+        const uint8_t *pfv = kw_attn_i16_v_ahead(a, j0, CHUNK, n_max);
         const float *sv = kw_kv_i16_scales(vr) + s0;
         __m512 sv0 = _mm512_loadu_ps(sv), sv1 = _mm512_loadu_ps(sv + 16);
         for (int q = 0; q < nq; q++) {
@@ -192,7 +242,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
                 memset(pp + (size_t)q * 16, 0, 16 * sizeof(uint32_t));
                 continue;
             }
-            __m512 pinv = _mm512_div_ps(vmax, _mm512_set1_ps(pm));
+            __m512 pinv = _mm512_set1_ps((float)KW_KV_I16_VMAX / pm);   /* one scalar division, the same bits */
             __m256i i0 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(p0, pinv)));
             __m256i i1 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(p1, pinv)));
             _mm256_storeu_si256((__m256i *)(pp + (size_t)q * 16), i0);
@@ -200,13 +250,13 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
             sp[q] = pm / (float)KW_KV_I16_VMAX;
         }
         int32_t npair = (n_max - j0 + 1) / 2 < CHUNK / 2 ? (n_max - j0 + 1) / 2 : CHUNK / 2;
-        const uint32_t *vp = (const uint32_t *)kw_kv_i16_ints(vr, bt) + (size_t)(s0 / 2) * (size_t)hv;
+        const uint8_t *vp = (const uint8_t *)kw_kv_i16_ints(vr, bt) + (size_t)(s0 / 2) * vrowb;
         for (int q0 = 0; q0 < nq; q0 += 4) {
             int gq = nq - q0 < 4 ? nq - q0 : 4;
             for (int d0 = 0; d0 < hv; d0 += 64) {
                 int nv = (hv - d0) / 16 < 4 ? (hv - d0) / 16 : 4;
-                pv_block_n(vp, hv, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv,
-                           q0 == 0 && d0 == 0 ? pfv : NULL, gq, nv);
+                pv_block_n(vp, vrowb, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv, hv,
+                           q0 == 0 && d0 == 0 ? pfv : NULL, gq, nv, w8);
             }
         }
     }

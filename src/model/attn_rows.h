@@ -1,8 +1,8 @@
 /* attn_rows.h - K/V row access shared by the attention kernels: for
  * F32/F16 caches (attn_avx512.c prefill tiles, attn_decode_avx512.c decode)
  * the row of key j of one head in its paged block and the prefetch of rows
- * ahead; for the i16 cache (attn_i16_avx512.c, attn_i16_avx2.c) the
- * prefetch of the K group and the V chunk ahead in its layout (kv.h).
+ * ahead; for the i16 and i8 caches (attn_i16_avx512.c, attn_i16_avx2.c)
+ * the prefetch of the K group and the V chunk ahead in their layout (kv.h).
  *
  * A block's rows of one head are a few KiB on their own page and the next
  * block of the sequence is elsewhere, so the hardware prefetcher stops at
@@ -35,59 +35,67 @@ static inline void kw_attn_prefetch_rows(const kw_attn_tile_args *a, int32_t j, 
     for (; p < e; p += 64) _mm_prefetch(p, _MM_HINT_T1);
 }
 
-/* i16: keys ahead that K and V are prefetched into L2 (one block left DRAM
- * stalls in decode). */
+/* i16 and i8: keys ahead that K and V are prefetched into L2 (one block
+ * left DRAM stalls in decode). */
 #define KW_ATTN_I16_PF_KEYS 64
 
-/* i16: asks into L2 the K lines (one 64-byte line per dimension pair, and
- * the scales) of the 16-key group KW_ATTN_I16_PF_KEYS keys after j, if it
- * is below n. */
+/* Bytes per integer of an integer KV type: 2 (i16) or 1 (i8). */
+static inline size_t kw_attn_int_bytes(const kw_attn_tile_args *a) {
+    return a->kv->lay.type == KW_TYPE_KV_I8 ? 1 : 2;
+}
+
+/* i16 / i8: asks into L2 the K lines (one per dimension pair (i16) or
+ * quad (i8), 4 bytes per slot either way, and the scales) of the 16-key
+ * group KW_ATTN_I16_PF_KEYS keys after j, if it is below n. */
 static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (jf >= n) return;
+    int rows = a->hk / (a->kv->lay.type == KW_TYPE_KV_I8 ? 4 : 2);
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
-    const uint32_t *fk = (const uint32_t *)kw_kv_i16_ints(fr, bt) + jf % bt;
+    const char *fk = (const char *)kw_kv_i16_ints(fr, bt) + (size_t)(jf % bt) * 4;
     _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
-    for (int p = 0; p < a->hk / 2; p++) _mm_prefetch((const char *)(fk + (size_t)p * (size_t)bt), _MM_HINT_T1);
+    for (int p = 0; p < rows; p++) _mm_prefetch(fk + (size_t)p * (size_t)bt * 4, _MM_HINT_T1);
 }
 
-/* i16: asks into L2 the V scales and integers of the chunk of `chunk` keys
- * KW_ATTN_I16_PF_KEYS keys after j0, if it is below n. */
+/* i16 / i8: asks into L2 the V scales and integers of the chunk of `chunk`
+ * keys KW_ATTN_I16_PF_KEYS keys after j0, if it is below n. */
 static inline void kw_attn_i16_prefetch_v(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
     int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (j1 >= n) return;
+    size_t eb = kw_attn_int_bytes(a);
     void *nr = kw_kv_v(a->kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
     const char *sc = (const char *)(kw_kv_i16_scales(nr) + j1 % bt);
-    const char *vi = (const char *)(kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)a->hv);
+    const char *vi = (const char *)kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)a->hv * eb;
     for (size_t o = 0; o < (size_t)chunk * sizeof(float); o += 64) _mm_prefetch(sc + o, _MM_HINT_T1);
-    for (size_t o = 0; o < (size_t)chunk * (size_t)a->hv * 2; o += 64) _mm_prefetch(vi + o, _MM_HINT_T1);
+    for (size_t o = 0; o < (size_t)chunk * (size_t)a->hv * eb; o += 64) _mm_prefetch(vi + o, _MM_HINT_T1);
 }
 
-/* i16, spread: when key j + KW_ATTN_I16_PF_KEYS is below n and the first
- * of its block, the address of that block's K integers (pair 0, slot 0;
- * pair p is p * block_tokens uint32 further), else NULL; the block's scales
- * are prefetched here. The caller prefetches the block_tokens / 16 lines of
- * one pair row per step of its dot loop, so the whole region is asked for
- * in address order, spread over the loop. (Asked for as the 16-key groups
- * read it, even lines then odd lines of each region, DRAM delivered ~25%
- * less: 25 against 33 GB/s in a one-thread read test of 4 KiB regions.) */
-static inline const uint32_t *kw_attn_i16_k_block_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
+/* i16 / i8, spread: when key j + KW_ATTN_I16_PF_KEYS is below n and the
+ * first of its block, the address of that block's K integers (pair 0, slot
+ * 0; row p (a dimension pair or quad) is block_tokens * 4 bytes further), else
+ * NULL; the block's scales are prefetched here. The caller prefetches the
+ * lines of one pair row per step of its dot loop, so the whole region is
+ * asked for in address order, spread over the loop. (Asked for as the
+ * 16-key groups read it, even lines then odd lines of each region, DRAM
+ * delivered ~25% less: 25 against 33 GB/s in a one-thread read test of
+ * 4 KiB regions.) */
+static inline const uint8_t *kw_attn_i16_k_block_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (jf >= n || jf % bt != 0) return NULL;
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
     for (int32_t s = 0; s < bt; s += 16) _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + s), _MM_HINT_T1);
-    return (const uint32_t *)kw_kv_i16_ints(fr, bt);
+    return (const uint8_t *)kw_kv_i16_ints(fr, bt);
 }
-/* i16, spread: the address of the V chunk (integers, slot pair 0)
+/* i16 / i8, spread: the address of the V chunk (integers, slot pair 0)
  * KW_ATTN_I16_PF_KEYS keys after j0, or NULL if it is not below n; its
  * scales are prefetched here, the caller prefetches one slot pair's row
- * (hv uint32) per step of its V loop. */
-static inline const uint32_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
+ * (hv * 2 integers) per step of its V loop. */
+static inline const uint8_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
     int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (j1 >= n) return NULL;
     void *nr = kw_kv_v(a->kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
     const char *sc = (const char *)(kw_kv_i16_scales(nr) + j1 % bt);
     for (size_t o = 0; o < (size_t)chunk * sizeof(float); o += 64) _mm_prefetch(sc + o, _MM_HINT_T1);
-    return (const uint32_t *)kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt / 2) * (size_t)a->hv;
+    return (const uint8_t *)kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)a->hv * kw_attn_int_bytes(a);
 }
 #endif

@@ -303,6 +303,11 @@ static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32
                 kw_kv_i16_put(kw_kv_v(kv, id, il, h, 0), bt, slot, vx, hv, 1);
                 continue;
             }
+            if (kv->lay.type == KW_TYPE_KV_I8) {
+                kw_kv_i8_put(kw_kv_k(kv, id, il, h, 0), bt, slot, kx, hk, 0);
+                kw_kv_i8_put(kw_kv_v(kv, id, il, h, 0), bt, slot, vx, hv, 1);
+                continue;
+            }
             store_row(kv->lay.type, kx, kw_kv_k(kv, id, il, h, slot), hk);
             store_row(kv->lay.type, vx, kw_kv_v(kv, id, il, h, slot), hv);
         }
@@ -458,7 +463,7 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
     const kw_cpu_info *ci = kw_cpu_info_get();
     kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
                            .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
-    if (type == KW_TYPE_KV_I16) {
+    if (kw_kv_type_is_int(type)) {
         attend_i16(&a, scr, C);
         return;
     }
@@ -516,7 +521,7 @@ static void attention_tiles_task(void *arg, int ith, int nth) {
         kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = c->kv, .table = b->tables[b->seq[i0]], .pos = b->pos,
                                .i0 = i0, .n_tok = i1 - i0, .layer = c->layer, .kvh = kvh, .n_head = hp->n_head,
                                .G = G, .hk = hp->head_dim_k, .hv = hp->head_dim_v};
-        if (c->kv->lay.type == KW_TYPE_KV_I16) attend_i16(&a, scr, c->max_ctx);
+        if (kw_kv_type_is_int(c->kv->lay.type)) attend_i16(&a, scr, c->max_ctx);
         else kw_attn_tile_avx512(&a, scr);
     }
 }
@@ -527,7 +532,7 @@ static int32_t plan_tiles(kw_ctx *c, const kw_batch *b) {
     const kw_hparams *hp = &c->m->hp;
     const kw_cpu_info *ci = kw_cpu_info_get();
     int G = hp->n_head / hp->n_head_kv, per = kw_attn_tile_tokens(G);
-    bool ok = c->kv->lay.type == KW_TYPE_KV_I16
+    bool ok = kw_kv_type_is_int(c->kv->lay.type)
         ? per > 0 && i16_kernel_ok(per * G, hp->head_dim_k, hp->head_dim_v)
         : ci && ci->avx512f && kw_attn_tile_supported(c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v);
     if (b->n_tokens < 2 || c->max_tokens < 2 || !ok) return 0;

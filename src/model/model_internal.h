@@ -76,7 +76,7 @@ void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_c
  * ref and the AVX-512 VNNI kernel (at most 16 queries) give the same bits.
  * scr: kw_attn_i16_floats(n_tok * G, ...) floats. */
 size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx);
-float kw_attn_i16_quant_q(const float *q, int hk, int16_t *qi);   /* q_int; returns c */
+float kw_attn_i16_quant_q(const float *q, int hk, int w8, int16_t *qi);   /* q_int (127 for i8); returns c */
 float kw_attn_i16_sum16(const double *part);                       /* (float)(1 / sum of 16 parts) */
 void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 bool kw_attn_i16_supported(int nq, int hk, int hv);

@@ -241,10 +241,14 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
         if (p->max_ctx >= 1)
             warn(p, "  a smaller context: --ctx %d (the largest that fits with %d sequence%s)", p->max_ctx,
                  p->o.concurrency, p->o.concurrency == 1 ? "" : "s");
-        if (p->o.kv_type != KW_TYPE_Q8_0 && p->max_ctx_q8 >= p->o.ctx)
-            warn(p, "  8-bit KV: --kv-type q8_0 (KV %s -> %s per token; shrinks decode memory, not the prefill peak)",
+        /* i8 where the integer attention kernels run for this shape (about
+         * q8_0's bytes and precision, faster attention); q8_0 anywhere */
+        bool i8 = kw_hparams_kv_type(&m->hp, KW_KV_TYPE_AUTO, p->o.block_tokens) == KW_TYPE_KV_I16;
+        if (p->o.kv_type != KW_TYPE_Q8_0 && p->o.kv_type != KW_TYPE_KV_I8 && p->max_ctx_q8 >= p->o.ctx)
+            warn(p, "  8-bit KV: %s (KV %s -> %s per token; shrinks decode memory, not the prefill peak)",
+                 i8 ? "--kv-type i8 (or --kv-type q8_0)" : "--kv-type q8_0",
                  kw_format_bytes(p->kv_bytes_per_token, a, sizeof a),
-                 kw_format_bytes(kw_plan_kv_bytes_per_token(m, KW_TYPE_Q8_0), b, sizeof b));
+                 kw_format_bytes(kw_plan_kv_bytes_per_token(m, i8 ? KW_TYPE_KV_I8 : KW_TYPE_Q8_0), b, sizeof b));
         if (p->o.concurrency > 1 && p->max_concurrency >= 1)
             warn(p, "  fewer concurrent sequences: --concurrency %d", p->max_concurrency);
         for (int32_t s = p->o.prefill_step / 2; s >= 64; s /= 2) {

@@ -14,6 +14,7 @@ const char *kw_plan_type_name(uint32_t type) {
     case KW_TYPE_F16: return "f16";
     case KW_TYPE_Q8_0: return "q8_0";
     case KW_TYPE_KV_I16: return "i16";
+    case KW_TYPE_KV_I8: return "i8";
     case KW_TYPE_BF16: return "bf16";
     case KW_TYPE_Q4_0: return "q4_0";
     case KW_TYPE_Q4_1: return "q4_1";
@@ -55,6 +56,7 @@ static const char *elem_text(uint32_t kv_type) {
     case KW_TYPE_F32: return "4 bytes";
     case KW_TYPE_Q8_0: return "34/32 bytes (q8_0: 32 values + f16 scale)";
     case KW_TYPE_KV_I16: return "2 bytes + a 4-byte scale per row (i16)";
+    case KW_TYPE_KV_I8: return "1 byte + a 4-byte scale per row (i8)";
     default: return "2 bytes";
     }
 }
@@ -117,6 +119,10 @@ static void print_kv(const kw_plan_model *m, const kw_plan *p, FILE *out) {
     if (o->kv_type == KW_TYPE_F16) {
         uint64_t q8 = kw_plan_kv_bytes_per_token(m, KW_TYPE_Q8_0);
         if (q8) fprintf(out, "  with --kv-type q8_0: %s bytes per token (34/64 of f16)\n", commas(q8, a, sizeof a));
+    }
+    if (o->kv_type == KW_TYPE_KV_I16) {
+        uint64_t i8 = kw_plan_kv_bytes_per_token(m, KW_TYPE_KV_I8);
+        if (i8) fprintf(out, "  with --kv-type i8: %s bytes per token (about half; q8_0-like precision)\n", commas(i8, a, sizeof a));
     }
     if (m->n_linear_layers)
         fprintf(out, "  linear-attention state: %s per sequence (%d layers; %s)\n",

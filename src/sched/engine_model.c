@@ -119,7 +119,7 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     }
     int32_t n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     int32_t bt = o->kv_block_tokens > 0 ? o->kv_block_tokens : 32;
-    uint32_t kt = o->kv_type == KW_TYPE_Q8_0 || o->kv_type == KW_TYPE_KV_I16 || o->kv_type == KW_KV_TYPE_AUTO
+    uint32_t kt = o->kv_type == KW_TYPE_Q8_0 || kw_kv_type_is_int(o->kv_type) || o->kv_type == KW_KV_TYPE_AUTO
         ? o->kv_type : KW_TYPE_F16;
     kw_kv_layout lay = kw_model_kv_layout(me->m, kt, bt);   /* resolves auto */
     me->kv_type = lay.type;

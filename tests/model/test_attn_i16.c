@@ -1,5 +1,5 @@
-/* test_attn_i16.c - the i16 KV type (kv.h) and its attention (attn_i16.c,
- * attn_i16_avx512.c, attn_i16_avx2.c).
+/* test_attn_i16.c - the i16 and i8 KV types (kv.h) and their attention
+ * (attn_i16.c, attn_i16_avx512.c, attn_i16_avx2.c).
  *
  *  1. rows: kw_kv_i16_put/get round trip within half a step of the row's
  *     scale; a zero row stays zero; a row with a NaN or an infinity gets a
@@ -14,7 +14,13 @@
  *  3. accuracy: against a double-precision softmax attention over the
  *     original F32 rows, the i16 path is at least as close as the same
  *     attention over an f16 cache (K, V, q and the probabilities rounded to
- *     f16, as forward.c's f16 path does), within 1.25x.
+ *     f16, as forward.c's f16 path does), within 1.25x. i8: the same
+ *     cases with i8 rows (4) are bit-identical across the paths too, and
+ *     within 1.25x of an exact attention of q rounded to 8 bits over the
+ *     rows rounded to 8 bits (the type's own roundings, as llama.cpp's
+ *     q8_0 K cache with its q8_0 q).
+ *  4. i8 rows: put/get round trip within half a step of max / 127, NaN
+ *     and zero rows as i16.
  * Each kernel's part skips (prints so) without its ISA (AVX-512 VNNI, AVX2 +
  * FMA); 1 and 3 always run. */
 #include "attn_ref.h"
@@ -30,6 +36,41 @@ static float frand(void) { return attn_ref_frand(&g_seed); }
 /* i16 is compared with f16 (test 3); this much worse than f16 fails. The
  * measured ratio on these cases is printed (0.3-0.8 when written). */
 static const double I16_VS_F16 = 1.25;
+/* i8 is compared with an exact attention of the 8-bit q over its 8-bit rows. */
+static const double I8_VS_ROWS8 = 1.25;
+
+/* x rounded as the i8 type stores it: max|x| / 127 steps. */
+static void round_row8(const float *x, int n, float *out) {
+    float m = 0.0f;
+    for (int d = 0; d < n; d++) if (fabsf(x[d]) > m) m = fabsf(x[d]);
+    for (int d = 0; d < n; d++) out[d] = m > 0.0f ? nearbyintf(x[d] * (127.0f / m)) * (m / 127.0f) : 0.0f;
+}
+
+static void test_rows_i8(void) {
+    const int bt = 32, n = 64;
+    float region[32 + 32 * 64 / 4], x[64], y[64];
+    for (int v = 0; v < 2; v++) {
+        float worst = 0.0f, m = 0.0f;
+        for (int d = 0; d < n; d++) { x[d] = 3.0f * frand(); if (fabsf(x[d]) > m) m = fabsf(x[d]); }
+        kw_kv_i8_put(region, bt, 5, x, n, v);
+        kw_kv_i8_get(region, bt, 5, y, n, v);
+        for (int d = 0; d < n; d++) if (fabsf(x[d] - y[d]) > worst) worst = fabsf(x[d] - y[d]);
+        float step = m / (float)KW_KV_I8_MAX;
+        KW_CHECK_MSG(worst <= 0.5f * step * 1.001f, "i8 %s round trip error %g > half step %g", v ? "V" : "K", worst, 0.5f * step);
+        KW_CHECK(worst > 0.0f);   /* 8 bits do not hold these values exactly */
+        memset(x, 0, sizeof x);
+        kw_kv_i8_put(region, bt, 6, x, n, v);
+        kw_kv_i8_get(region, bt, 6, y, n, v);
+        KW_CHECK(memcmp(x, y, sizeof x) == 0);
+        x[7] = NAN;
+        kw_kv_i8_put(region, bt, 7, x, n, v);
+        KW_CHECK(isnan(kw_kv_i16_scales(region)[7]));
+        kw_kv_i8_get(region, bt, 5, y, n, v);   /* neighbours untouched */
+        float again = 0.0f;
+        for (int d = 0; d < n; d++) if (fabsf(y[d]) > again) again = fabsf(y[d]);
+        KW_CHECK(again > 0.0f);
+    }
+}
 
 static void test_rows(void) {
     const int bt = 32, n = 64;
@@ -82,15 +123,17 @@ static void exact(const float *q, const float *kf, const float *vf, int n, int h
     }
 }
 
-static double g_worst_ratio = 0.0;
+static double g_worst_ratio = 0.0, g_worst_ratio8 = 0.0;
 
 static bool g_avx2;   /* the CPU has AVX2 + FMA: kw_attn_i16_avx2 runs too */
 
-static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_tok, int32_t first_pos, bool kernel) {
+static void run_case_t(uint32_t type, int bt, int n_head, int n_head_kv, int hk, int hv, int n_tok, int32_t first_pos,
+                       bool kernel) {
     const int G = n_head / n_head_kv, n_pos = first_pos + 2 * n_tok + 1;
+    const bool i8 = type == KW_TYPE_KV_I8;
     kw_err err = {{0}};
     kw_kv_layout lay = {.n_layer = 1, .n_head_kv = n_head_kv, .head_dim_k = hk, .head_dim_v = hv,
-                        .type = KW_TYPE_KV_I16, .block_tokens = bt};
+                        .type = type, .block_tokens = bt};
     int32_t nb = (n_pos + bt - 1) / bt;
     kw_kv_pool *kv = kw_kv_pool_create(&lay, nb + 2, &err);
     KW_CHECK_MSG(kv != NULL, "%s", err.msg);
@@ -106,9 +149,15 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
             float kscale = 0.5f + 2.0f * (float)(j % 7) / 7.0f;   /* rows of different magnitudes */
             for (int d = 0; d < hk; d++) kr[d] = kscale * frand();
             for (int d = 0; d < hv; d++) vr[d] = frand();
-            kw_kv_i16_put(kw_kv_k(kv, ids[j / bt], 0, h, 0), bt, j % bt, kr, hk, 0);
-            kw_kv_i16_put(kw_kv_v(kv, ids[j / bt], 0, h, 0), bt, j % bt, vr, hv, 1);
+            (i8 ? kw_kv_i8_put : kw_kv_i16_put)(kw_kv_k(kv, ids[j / bt], 0, h, 0), bt, j % bt, kr, hk, 0);
+            (i8 ? kw_kv_i8_put : kw_kv_i16_put)(kw_kv_v(kv, ids[j / bt], 0, h, 0), bt, j % bt, vr, hv, 1);
         }
+    float *kf8 = malloc(sizeof(float) * (size_t)n_head_kv * n_pos * hk);   /* the rows as i8 stores them */
+    float *vf8 = malloc(sizeof(float) * (size_t)n_head_kv * n_pos * hv);
+    for (size_t r = 0; r < (size_t)n_head_kv * n_pos; r++) {
+        round_row8(kf + r * hk, hk, kf8 + r * hk);
+        round_row8(vf + r * hv, hv, vf8 + r * hv);
+    }
     int n_batch = n_tok + 2;
     int32_t pos[24];
     for (int i = 0; i < n_batch; i++) pos[i] = i < 2 ? 0 : first_pos + 2 * (i - 2) + (i % 2);
@@ -142,7 +191,13 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
                 double ex[HMAX], e16[HMAX];
                 const float *kh = kf + (size_t)kvh * n_pos * hk, *vh = vf + (size_t)kvh * n_pos * hv;
                 exact(qi, kh, vh, pos[i] + 1, hk, hv, 0, ex);
-                exact(qi, kh, vh, pos[i] + 1, hk, hv, 1, e16);
+                if (i8) {   /* the comparison: exact attention of the 8-bit q over the 8-bit rows */
+                    float q8[HMAX];
+                    round_row8(qi, hk, q8);
+                    exact(q8, kf8 + (size_t)kvh * n_pos * hk, vf8 + (size_t)kvh * n_pos * hv, pos[i] + 1, hk, hv, 0, e16);
+                }
+                else
+                    exact(qi, kh, vh, pos[i] + 1, hk, hv, 1, e16);
                 for (int d = 0; d < hv; d++) {
                     if (fabs(ri[d] - ex[d]) > e_i16) e_i16 = fabs(ri[d] - ex[d]);
                     if (fabs(e16[d] - ex[d]) > e_f16) e_f16 = fabs(e16[d] - ex[d]);
@@ -155,18 +210,32 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
     KW_CHECK(untouched);
     KW_CHECK_MSG(identical, "bt %d G %d hk %d hv %d tokens %d from %d: kernel != portable", bt, G, hk, hv, n_tok, first_pos);
     KW_CHECK_MSG(identical2, "bt %d G %d hk %d hv %d tokens %d from %d: avx2 != portable", bt, G, hk, hv, n_tok, first_pos);
-    KW_CHECK_MSG(e_i16 <= I16_VS_F16 * e_f16, "bt %d G %d hk %d hv %d: i16 error %.3g vs f16 %.3g", bt, G, hk, hv, e_i16, e_f16);
+    if (i8)
+        KW_CHECK_MSG(e_i16 <= I8_VS_ROWS8 * e_f16, "bt %d G %d hk %d hv %d: i8 error %.3g vs 8-bit q and rows %.3g", bt, G, hk, hv,
+                     e_i16, e_f16);
+    else
+        KW_CHECK_MSG(e_i16 <= I16_VS_F16 * e_f16, "bt %d G %d hk %d hv %d: i16 error %.3g vs f16 %.3g", bt, G, hk, hv, e_i16,
+                     e_f16);
     double ratio = e_f16 > 0 ? e_i16 / e_f16 : 0.0;
-    if (ratio > g_worst_ratio) g_worst_ratio = ratio;
-    printf("bt %2d G %d hk %3d hv %3d tokens %2d from %3d: kernel %s, avx2 %s, max |i16 - exact| %.3g, f16 %.3g\n", bt, G,
-           hk, hv, n_tok, first_pos, kernel ? (identical ? "identical" : "DIFFERS") : "skipped",
-           g_avx2 ? (identical2 ? "identical" : "DIFFERS") : "skipped", e_i16, e_f16);
-    free(kf); free(vf); free(q); free(o_ref); free(o_ker); free(o_avx2); free(scr);
+    double *worst = i8 ? &g_worst_ratio8 : &g_worst_ratio;
+    if (ratio > *worst) *worst = ratio;
+    printf("%s bt %2d G %d hk %3d hv %3d tokens %2d from %3d: kernel %s, avx2 %s, max |%s - exact| %.3g, %s %.3g\n",
+           kw_kv_type_name(type), bt, G, hk, hv, n_tok, first_pos,
+           kernel ? (identical ? "identical" : "DIFFERS") : "skipped", g_avx2 ? (identical2 ? "identical" : "DIFFERS") : "skipped",
+           kw_kv_type_name(type), e_i16, i8 ? "8-bit q and rows" : "f16", e_f16);
+    free(kf); free(vf); free(kf8); free(vf8); free(q); free(o_ref); free(o_ker); free(o_avx2); free(scr);
     kw_kv_pool_destroy(kv);
+}
+
+/* Every case for both integer types. */
+static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_tok, int32_t first_pos, bool kernel) {
+    run_case_t(KW_TYPE_KV_I16, bt, n_head, n_head_kv, hk, hv, n_tok, first_pos, kernel);
+    run_case_t(KW_TYPE_KV_I8, bt, n_head, n_head_kv, hk, hv, n_tok, first_pos, kernel);
 }
 
 int main(void) {
     test_rows();
+    test_rows_i8();
     const kw_cpu_info *ci = kw_cpu_info_get();
     bool kernel = ci && ci->avx512f && ci->avx512bw && ci->avx512vnni;
     if (!kernel) printf("no AVX-512 VNNI: kernel comparisons skipped\n");
@@ -194,6 +263,7 @@ int main(void) {
     run_case(32, 8, 1, 64, 64, 1, 116, kernel);    /* decode G 8: 4 + 4 queries */
     run_case(32, 8, 1, 128, 48, 2, 9, kernel);     /* hk 128, hv 48: 16 queries */
     run_case(64, 4, 2, 128, 128, 5, 90, kernel);   /* G 2, hk and hv 128, 10 queries */
-    printf("worst i16 / f16 error ratio %.2f\n", g_worst_ratio);
+    printf("worst i16 / f16 error ratio %.2f, worst i8 / 8-bit q and rows error ratio %.2f\n", g_worst_ratio, g_worst_ratio8);
+    KW_CHECK(g_worst_ratio8 > 0.0);
     return kw_test_finish();
 }

@@ -39,6 +39,8 @@ static const double TOL_KV_F16_ON_F16_WEIGHTS = 0.03;
  * 0.19 / 0.034: closer to F32 than f16 in RMS everywhere; it shares f16's
  * bounds and has its own on F16 weights (1.7x the measured figure). */
 static const double TOL_KV_I16_ON_F16_WEIGHTS = 0.015;
+/* i8 (int8 rows + scale, q to 8 bits as well: a q8_0-like cache) shares
+ * q8_0's bounds. */
 
 static const char *g_models;
 
@@ -220,18 +222,20 @@ static void test_kv_types(const char *name, kw_pool *pool) {
     kw_model *m = load(name);
     if (!m) return;
     enum { N = 64 };
-    runner rf, rh, rq, ri;
+    runner rf, rh, rq, ri, r8;
     if (runner_init(&rf, m, pool, KW_TYPE_F32, 32, N, 3) == 0 && runner_init(&rh, m, pool, KW_TYPE_F16, 32, N, 3) == 0 &&
-        runner_init(&rq, m, pool, KW_TYPE_Q8_0, 32, N, 3) == 0 && runner_init(&ri, m, pool, KW_TYPE_KV_I16, 32, N, 3) == 0) {
+        runner_init(&rq, m, pool, KW_TYPE_Q8_0, 32, N, 3) == 0 && runner_init(&ri, m, pool, KW_TYPE_KV_I16, 32, N, 3) == 0 &&
+        runner_init(&r8, m, pool, KW_TYPE_KV_I8, 32, N, 3) == 0) {
         int V = rf.n_vocab;
         int32_t T[N];
         make_tokens(T, N, V, 4);
         size_t nb = (size_t)N * V * 4;
-        float *f = malloc(nb), *h = malloc(nb), *q = malloc(nb), *i16 = malloc(nb);
+        float *f = malloc(nb), *h = malloc(nb), *q = malloc(nb), *i16 = malloc(nb), *i8 = malloc(nb);
         run_alone(&rf, T, N, N, f);
         run_alone(&rh, T, N, N, h);
         run_alone(&rq, T, N, N, q);
         run_alone(&ri, T, N, N, i16);
+        run_alone(&r8, T, N, N, i8);
         double dh = max_diff(f, h, (size_t)N * V), dq = max_diff(f, q, (size_t)N * V), di = max_diff(f, i16, (size_t)N * V);
         KW_CHECK_MSG(dh <= TOL_KV_F16, "%s kv f16 vs f32: %.3g", name, dh);
         KW_CHECK_MSG(di <= TOL_KV_F16, "%s kv i16 vs f32: %.3g", name, di);
@@ -240,19 +244,23 @@ static void test_kv_types(const char *name, kw_pool *pool) {
             KW_CHECK_MSG(di <= TOL_KV_I16_ON_F16_WEIGHTS, "%s kv i16 vs f32: %.3g", name, di);
         }
         KW_CHECK_MSG(dq <= TOL_KV_Q8, "%s kv q8_0 vs f32: %.3g", name, dq);
-        KW_CHECK_MSG(dh > 0 && dq > 0 && di > 0, "%s: KV types made no difference at all (suspicious)", name);
+        double d8 = max_diff(f, i8, (size_t)N * V), r8d = rms_diff(f, i8, (size_t)N * V);
+        KW_CHECK_MSG(d8 <= TOL_KV_Q8, "%s kv i8 vs f32: %.3g", name, d8);
+        KW_CHECK_MSG(r8d <= TOL_KV_Q8_RMS, "%s kv i8 vs f32: RMS %.3g", name, r8d);
+        KW_CHECK_MSG(dh > 0 && dq > 0 && di > 0 && d8 > 0, "%s: KV types made no difference at all (suspicious)", name);
         double rh = rms_diff(f, h, (size_t)N * V), rq = rms_diff(f, q, (size_t)N * V), ri16 = rms_diff(f, i16, (size_t)N * V);
         KW_CHECK_MSG(rh <= TOL_KV_F16_RMS, "%s kv f16 vs f32: RMS %.3g", name, rh);
         KW_CHECK_MSG(ri16 <= TOL_KV_F16_RMS, "%s kv i16 vs f32: RMS %.3g", name, ri16);
         KW_CHECK_MSG(rq <= TOL_KV_Q8_RMS, "%s kv q8_0 vs f32: RMS %.3g", name, rq);
-        printf("%s: KV vs f32 max |delta| / RMS: f16 %.4f / %.4f, i16 %.4f / %.4f, q8_0 %.4f / %.4f\n", name, dh, rh, di,
-               ri16, dq, rq);
-        free(f); free(h); free(q); free(i16);
+        printf("%s: KV vs f32 max |delta| / RMS: f16 %.4f / %.4f, i16 %.4f / %.4f, q8_0 %.4f / %.4f, i8 %.4f / %.4f\n",
+               name, dh, rh, di, ri16, dq, rq, d8, r8d);
+        free(f); free(h); free(q); free(i16); free(i8);
     }
     runner_free(&rf);
     runner_free(&rh);
     runner_free(&rq);
     runner_free(&ri);
+    runner_free(&r8);
     kw_model_free(m);
 }
 

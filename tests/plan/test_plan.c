@@ -340,6 +340,8 @@ static void test_does_not_fit(void) {
     KW_CHECK(!p.fits);
     KW_CHECK(p.max_ctx_q8 >= 6400);
     KW_CHECK(has_warning(&p, "--kv-type q8_0"));
+    /* where the integer kernels run for this shape, i8 is named first */
+    KW_CHECK(has_warning(&p, "--kv-type i8") == (kw_hparams_kv_type(&m.hp, KW_KV_TYPE_AUTO, 32) == KW_TYPE_KV_I16));
     KW_CHECK(has_warning(&p, "smaller quant"));
     o.kv_type = KW_TYPE_Q8_0;
     KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
