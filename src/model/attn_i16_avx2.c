@@ -1,4 +1,5 @@
-/* attn_i16_avx2.c - attention over an i16 KV cache with AVX2 + FMA (no AVX-512).
+/* attn_i16_avx2.c - attention over an i16 or i8 KV cache with AVX2 + FMA
+ * (no AVX-512).
  *
  * Owns kw_attn_i16_avx2(): the same work as kw_attn_i16_avx512() (the
  * queries of up to 16 consecutive batch tokens x G heads, at most 16
@@ -21,7 +22,9 @@
  * loaded once for both; 3 x 32 spilled), each chunk's int32 sums scaled
  * into F32 with one FMA. The loops over constant counts are instantiated
  * through switches (dots16_n, pv_block_n) so that the accumulators live in
- * registers.
+ * registers. i8 (kv.h): K quads of 8 keys widened to int16 four keys at a
+ * time, vpmaddwd against the query's quad and vphaddd (dots16); V widened
+ * to int16 at its load, the rest as i16.
  * The softmax is one pass per query over its scores: subtract the max,
  * exp8, store, and add to the 16 double partial sums (keys 0-7 of each 16
  * in one pair of accumulators, 8-15 in the other). */

@@ -1,4 +1,5 @@
-/* attn_i16_avx512.c - attention over an i16 KV cache with AVX-512 VNNI.
+/* attn_i16_avx512.c - attention over an i16 or i8 KV cache with AVX-512
+ * VNNI.
  *
  * Owns kw_attn_i16_avx512(): the queries of up to 16 consecutive batch
  * tokens x G heads (at most 16 queries) of one sequence that share KV head
@@ -7,16 +8,19 @@
  * defines (and kw_attn_i16_ref computes), so results are bit-identical to
  * the portable path whatever the tile.
  *
- * Lanes are 16 keys. K is stored as dimension pairs across slots (kv.h), so
- * one 64-byte load is one dimension pair of 16 keys and one vpdpwssd with
- * the query's pair broadcast adds 32 products of up to 16 queries' dots at
- * once (the queries stay in registers as accumulators, K is read once per
- * tile). Scores get the key scales, the per-query max and exp; then per
- * chunk of 32 keys the probabilities times the V scales are quantized to
- * 13 bits and V (stored as slot pairs across dimensions) is accumulated
- * with vpdpwssd for 4 queries x 64 dimensions from registers, each chunk's
- * int32 sums scaled into F32 with one FMA. The next block's K region and
- * the next chunk's V are prefetched into L2 (see attn_rows.h for why). */
+ * Lanes are 16 keys. i16 K is stored as dimension pairs across slots
+ * (kv.h), so one 64-byte load is one dimension pair of 16 keys and one
+ * vpdpwssd with the query's pair broadcast adds 32 products of up to 16
+ * queries' dots at once (the queries stay in registers as accumulators, K
+ * is read once per tile); i8 K is stored as dimension quads, one vpdpbusd
+ * per quad (dots16). Scores get the key scales and the per-query max; then
+ * per chunk of 32 keys their exp (and the softmax sums), the probabilities
+ * times the V scales quantized to 13 bits, and V (stored as slot pairs
+ * across dimensions; i8 widened to int16) accumulated with vpdpwssd for 4
+ * queries x 64 dimensions from registers, each chunk's int32 sums scaled
+ * into F32 with one FMA. The K region of the block ahead and the V chunk
+ * ahead are prefetched into L2 in address order, a row per loop step (see
+ * attn_rows.h for why). */
 #include "attn_rows.h"
 #include "exp_avx512.h"
 #include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst */
@@ -28,7 +32,6 @@
 #define KW_UNROLL _Pragma("GCC unroll 16")
 #define NQ_MAX 16
 #define CHUNK 32
-
 
 bool kw_attn_i16_supported(int nq, int hk, int hv) {
     return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
