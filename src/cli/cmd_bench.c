@@ -1,9 +1,10 @@
 /* cmd_bench.c - `kvwise bench -m MODEL [-p 512] [-n 128] [-t 2] [-r 5] [-d 0]
- *                [--batch B] [--kv-type auto] [--json]`.
+ *                [-ub 512] [--batch B] [--kv-type auto] [--json]`.
  *
  * Owns the end-to-end speed report: per repetition, a prefill of p random
- * tokens in one eval (pp tok/s), then n single-token decode steps (tg
- * tok/s), like llama-bench's pp/tg tests. With -d D both start on top of a
+ * tokens in forward passes of at most ub tokens (pp tok/s; ub 512 as
+ * llama-bench's default -ub and the server's default prefill step), then n
+ * single-token decode steps (tg tok/s), like llama-bench's pp/tg tests. With -d D both start on top of a
  * context of D tokens (prefilled once, untimed; each test rewinds to D),
  * like llama-bench -d. With --batch B, B sequences also decode n tokens
  * together, one kw_forward of B tokens per step over a paged KV pool (the
@@ -28,7 +29,7 @@
 
 typedef struct bench_opts {
     const char *model;
-    int p, n, t, r, d, batch;
+    int p, n, t, r, d, batch, ub;
     uint32_t kv_type;
     bool json, no_repack;
 } bench_opts;
@@ -38,9 +39,12 @@ typedef struct bench_opts {
 typedef struct stat3 { double med, lo, hi; } stat3;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvwise bench -m MODEL [-p N] [-n N] [-t N] [-r N] [-d N] [--batch N] [--kv-type T]\n"
-               "                    [--json] [--no-repack]\n"
+    fprintf(f, "usage: kvwise bench -m MODEL [-p N] [-n N] [-t N] [-r N] [-d N] [-ub N] [--batch N]\n"
+               "                    [--kv-type T] [--json] [--no-repack]\n"
                "  -p N         prompt tokens per prefill test (default 512; 0 skips it)\n"
+               "  -ub N        at most N tokens per forward pass of a prefill (default 512, as\n"
+               "               llama-bench's -ub and the server's --prefill-step-size; also the\n"
+               "               chunks of the -d prefill)\n"
                "  -n N         decoded tokens per generation test (default 128; 0 skips it)\n"
                "  -t N         threads (default: physical cores)\n"
                "  -r N         repetitions (default 5); median and min..max are reported\n"
@@ -86,14 +90,15 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
-    o->p = 512; o->n = 128; o->r = 5; o->t = kw_cpu_physical_cores();
+    o->p = 512; o->n = 128; o->r = 5; o->t = kw_cpu_physical_cores(); o->ub = 512;
     o->kv_type = KW_KV_TYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int *dst = !strcmp(a, "-p") ? &o->p : !strcmp(a, "-n") ? &o->n : !strcmp(a, "-t") ? &o->t
-                 : !strcmp(a, "-r") ? &o->r : !strcmp(a, "-d") ? &o->d : !strcmp(a, "--batch") ? &o->batch : NULL;
+                 : !strcmp(a, "-r") ? &o->r : !strcmp(a, "-d") ? &o->d : !strcmp(a, "--batch") ? &o->batch
+                 : !strcmp(a, "-ub") || !strcmp(a, "--ubatch") ? &o->ub : NULL;
         if (dst) {
-            int lo = dst == &o->t || dst == &o->r ? 1 : dst == &o->batch ? 2 : 0;
+            int lo = dst == &o->t || dst == &o->r || dst == &o->ub ? 1 : dst == &o->batch ? 2 : 0;
             int hi = dst == &o->batch ? KW_BENCH_MAX_BATCH : 1 << 20;
             if (i + 1 >= argc || parse_int(argv[++i], lo, hi, dst) != 0) {
                 fprintf(stderr, "kvwise bench: %s needs an integer in %d..%d\n", a, lo, hi);
@@ -306,6 +311,7 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
     cJSON_AddStringToObject(j, "kernel", kw_kernel_name());
     cJSON_AddNumberToObject(j, "threads", o->t);
     cJSON_AddNumberToObject(j, "n_prompt", o->p);
+    cJSON_AddNumberToObject(j, "n_ubatch", o->ub);
     cJSON_AddNumberToObject(j, "n_gen", o->n);
     cJSON_AddNumberToObject(j, "repetitions", o->r);
     cJSON_AddNumberToObject(j, "n_depth", o->d);
@@ -355,8 +361,10 @@ int cmd_bench(int argc, char **argv) {
     const kw_hparams *hp = kw_model_hparams(m);
     o.kv_type = kw_model_kv_layout(m, o.kv_type, 32).type;   /* auto -> what this model and CPU get */
     kw_pool *pool = kw_pool_create(o.t);
-    int max_batch = o.p > 0 ? o.p : 1;
-    if (o.d > max_batch) max_batch = o.d < 512 ? o.d : 512;          /* the depth prefill's chunks */
+    int max_batch = o.p < o.ub ? o.p : o.ub;                          /* the prefill's forward passes */
+    int dchunk = o.d < o.ub ? o.d : o.ub;                             /* the depth prefill's */
+    if (dchunk > max_batch) max_batch = dchunk;
+    if (max_batch < 1) max_batch = 1;
     kw_session_opts so = {.n_ctx = o.d + (o.p > o.n ? o.p : o.n) + 8, .max_batch = max_batch, .pool = pool,
                           .kv_type = o.kv_type};
     kw_session *s = pool ? kw_session_create(m, &so, &err) : NULL;
@@ -421,8 +429,8 @@ int cmd_bench(int argc, char **argv) {
             print_json(&o, m, wbytes, kvbytes, spp, stg, sbw, sbt, sra, stg0, sdr);
         } else {
             char b1[32], b2[32], b3[32];
-            printf("model        %s (%s, %s kernels, %d threads, KV %s)\n", o.model, hp->arch_name, kw_kernel_name(),
-                   o.t, kw_kv_type_name(o.kv_type));
+            printf("model        %s (%s, %s kernels, %d threads, KV %s, prefill passes of <= %d tokens)\n", o.model,
+                   hp->arch_name, kw_kernel_name(), o.t, kw_kv_type_name(o.kv_type), o.ub);
             printf("weights      %s; read per decoded token %s of weights + %s of KV\n",
                    kw_format_bytes(hp->weight_bytes, b1, sizeof b1), kw_format_bytes(wbytes, b2, sizeof b2),
                    kw_format_bytes(kvbytes, b3, sizeof b3));

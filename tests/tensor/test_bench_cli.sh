@@ -35,6 +35,12 @@ out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 4 -d 80 -t 1 -r 1 --json 2>/dev/null
 check "KV bytes grow with depth (avg positions 42.5 -> 82.5)" '[ "$(j "Math.abs(j.kv_bytes_per_token/$kv40 - 82.5/42.5) < 1e-3" <<<"$out")" = true ]'
 out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 2 -r 1 -t 1 --kv-type q8_0 --json 2>/dev/null); rc=$?
 check "kv-type q8_0" '[ $rc -eq 0 ] && [ "$(j "j.kv_type" <<<"$out")" = q8_0 ]'
+out=$("$BIN" bench -m "$tmp/t.gguf" -p 40 -n 0 -r 1 -t 1 -ub 16 --json 2>/dev/null); rc=$?
+check "-ub 16: prefill of 40 in passes of 16" '[ $rc -eq 0 ] && [ "$(j "j.n_ubatch + \",\" + (j.pp_tok_s.median > 0)" <<<"$out")" = "16,true" ]'
+out=$("$BIN" bench -m "$tmp/t.gguf" -p 40 -n 0 -r 1 -t 1 --json 2>/dev/null)
+check "-ub default 512" '[ "$(j "j.n_ubatch" <<<"$out")" = 512 ]'
+"$BIN" bench -m "$tmp/t.gguf" -ub 0 >/dev/null 2>"$tmp/err"; rc=$?
+check "bad -ub exits 2" '[ $rc -eq 2 ] && grep -q "\-ub needs an integer" "$tmp/err"'
 "$BIN" bench -m "$tmp/t.gguf" --batch 1 >/dev/null 2>"$tmp/err"; rc=$?
 check "bad --batch exits 2" '[ $rc -eq 2 ] && grep -q "\-\-batch needs an integer" "$tmp/err"'
 "$BIN" bench -m "$tmp/t.gguf" --kv-type q4_0 >/dev/null 2>"$tmp/err"; rc=$?
