@@ -238,33 +238,45 @@ float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out) {
     return finite ? m / qmax : NAN;
 }
 
-void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
-    int16_t row[1024], *q = kw_kv_i16_ints(region, bt);
-    if (n > 1024) n = 1024;   /* layout_check: head dims <= 1024 for i16 */
-    /* a row with a NaN or an infinity gets a NaN scale: attention's output turns NaN, as with f16 */
-    kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, v ? (float)KW_KV_I16_VMAX : (float)KW_KV_I16_KMAX, row);
-    for (int32_t d = 0; d < n; d++) q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i16_k_index(bt, slot, d)] = row[d];
+/* Index of element (slot, d) of a region's integers: K (v = 0) or V (v = 1)
+ * of n values, i16 or i8 (w8) layout (kv.h). */
+static size_t int_index(int32_t bt, int32_t slot, int32_t d, int32_t n, int v, bool w8) {
+    return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(bt, slot, d) : kw_kv_i16_k_index(bt, slot, d);
 }
 
-void kw_kv_i16_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
-    void *r = (void *)(uintptr_t)region;
-    const int16_t *q = kw_kv_i16_ints(r, bt);
-    float s = kw_kv_i16_scales(r)[slot];
-    for (int32_t d = 0; d < n; d++) x[d] = s * (float)q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i16_k_index(bt, slot, d)];
-}
-
-void kw_kv_i8_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
+static void int_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v, bool w8) {
     int16_t row[1024];
-    int8_t *q = kw_kv_i8_ints(region, bt);
+    void *q = kw_kv_i16_ints(region, bt);   /* i8: the same place */
     if (n > 1024) n = 1024;   /* layout_check: head dims <= 1024 */
-    kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, (float)KW_KV_I8_MAX, row);   /* NaN as i16 */
-    for (int32_t d = 0; d < n; d++)
-        q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i8_k_index(bt, slot, d)] = (int8_t)row[d];   /* |row| <= 127 */
+    float qmax = w8 ? (float)KW_KV_I8_MAX : v ? (float)KW_KV_I16_VMAX : (float)KW_KV_I16_KMAX;
+    /* a row with a NaN or an infinity gets a NaN scale: attention's output turns NaN, as with f16 */
+    kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, qmax, row);
+    for (int32_t d = 0; d < n; d++) {
+        size_t e = int_index(bt, slot, d, n, v, w8);
+        if (w8) ((int8_t *)q)[e] = (int8_t)row[d];   /* |row| <= 127 */
+        else ((int16_t *)q)[e] = row[d];
+    }
 }
 
-void kw_kv_i8_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
+static void int_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v, bool w8) {
     void *r = (void *)(uintptr_t)region;
-    const int8_t *q = kw_kv_i8_ints(r, bt);
+    const void *q = kw_kv_i16_ints(r, bt);
     float s = kw_kv_i16_scales(r)[slot];
-    for (int32_t d = 0; d < n; d++) x[d] = s * (float)q[v ? kw_kv_i16_v_index(n, slot, d) : kw_kv_i8_k_index(bt, slot, d)];
+    for (int32_t d = 0; d < n; d++) {
+        size_t e = int_index(bt, slot, d, n, v, w8);
+        x[d] = s * (float)(w8 ? ((const int8_t *)q)[e] : ((const int16_t *)q)[e]);
+    }
+}
+
+void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
+    int_put(region, bt, slot, x, n, v, false);
+}
+void kw_kv_i16_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
+    int_get(region, bt, slot, x, n, v, false);
+}
+void kw_kv_i8_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
+    int_put(region, bt, slot, x, n, v, true);
+}
+void kw_kv_i8_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
+    int_get(region, bt, slot, x, n, v, true);
 }
