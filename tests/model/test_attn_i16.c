@@ -46,54 +46,34 @@ static void round_row8(const float *x, int n, float *out) {
     for (int d = 0; d < n; d++) out[d] = m > 0.0f ? nearbyintf(x[d] * (127.0f / m)) * (m / 127.0f) : 0.0f;
 }
 
-static void test_rows_i8(void) {
-    const int bt = 32, n = 64;
-    float region[32 + 32 * 64 / 4], x[64], y[64];
-    for (int v = 0; v < 2; v++) {
-        float worst = 0.0f, m = 0.0f;
-        for (int d = 0; d < n; d++) { x[d] = 3.0f * frand(); if (fabsf(x[d]) > m) m = fabsf(x[d]); }
-        kw_kv_i8_put(region, bt, 5, x, n, v);
-        kw_kv_i8_get(region, bt, 5, y, n, v);
-        for (int d = 0; d < n; d++) if (fabsf(x[d] - y[d]) > worst) worst = fabsf(x[d] - y[d]);
-        float step = m / (float)KW_KV_I8_MAX;
-        KW_CHECK_MSG(worst <= 0.5f * step * 1.001f, "i8 %s round trip error %g > half step %g", v ? "V" : "K", worst, 0.5f * step);
-        KW_CHECK(worst > 0.0f);   /* 8 bits do not hold these values exactly */
-        memset(x, 0, sizeof x);
-        kw_kv_i8_put(region, bt, 6, x, n, v);
-        kw_kv_i8_get(region, bt, 6, y, n, v);
-        KW_CHECK(memcmp(x, y, sizeof x) == 0);
-        x[7] = NAN;
-        kw_kv_i8_put(region, bt, 7, x, n, v);
-        KW_CHECK(isnan(kw_kv_i16_scales(region)[7]));
-        kw_kv_i8_get(region, bt, 5, y, n, v);   /* neighbours untouched */
-        float again = 0.0f;
-        for (int d = 0; d < n; d++) if (fabsf(y[d]) > again) again = fabsf(y[d]);
-        KW_CHECK(again > 0.0f);
-    }
-}
-
-static void test_rows(void) {
+/* kw_kv_i16_put/get (i8 = false) or kw_kv_i8_put/get: the round trip of
+ * rows of one region. */
+static void test_rows(bool i8) {
     const int bt = 32, n = 64;
     float region[32 + 32 * 64 / 2], x[64], y[64];
+    void (*put)(void *, int32_t, int32_t, const float *, int32_t, int) = i8 ? kw_kv_i8_put : kw_kv_i16_put;
+    void (*get)(const void *, int32_t, int32_t, float *, int32_t, int) = i8 ? kw_kv_i8_get : kw_kv_i16_get;
     for (int v = 0; v < 2; v++) {
         float worst = 0.0f, m = 0.0f;
         for (int d = 0; d < n; d++) { x[d] = 3.0f * frand(); if (fabsf(x[d]) > m) m = fabsf(x[d]); }
-        kw_kv_i16_put(region, bt, 5, x, n, v);
-        kw_kv_i16_get(region, bt, 5, y, n, v);
+        put(region, bt, 5, x, n, v);
+        get(region, bt, 5, y, n, v);
         for (int d = 0; d < n; d++) if (fabsf(x[d] - y[d]) > worst) worst = fabsf(x[d] - y[d]);
-        float step = m / (float)(v ? KW_KV_I16_VMAX : KW_KV_I16_KMAX);
-        KW_CHECK_MSG(worst <= 0.5f * step * 1.001f, "%s round trip error %g > half step %g", v ? "V" : "K", worst, 0.5f * step);
+        float step = m / (float)(i8 ? KW_KV_I8_MAX : v ? KW_KV_I16_VMAX : KW_KV_I16_KMAX);
+        KW_CHECK_MSG(worst <= 0.5f * step * 1.001f, "%s %s round trip error %g > half step %g", i8 ? "i8" : "i16",
+                     v ? "V" : "K", worst, 0.5f * step);
+        if (i8) KW_CHECK(worst > 0.0f);   /* 8 bits do not hold these values exactly */
         memset(x, 0, sizeof x);
-        kw_kv_i16_put(region, bt, 6, x, n, v);
-        kw_kv_i16_get(region, bt, 6, y, n, v);
+        put(region, bt, 6, x, n, v);
+        get(region, bt, 6, y, n, v);
         KW_CHECK(memcmp(x, y, sizeof x) == 0);
         x[7] = NAN;
-        kw_kv_i16_put(region, bt, 7, x, n, v);
+        put(region, bt, 7, x, n, v);
         KW_CHECK(isnan(kw_kv_i16_scales(region)[7]));
         x[7] = INFINITY;
-        kw_kv_i16_put(region, bt, 8, x, n, v);
+        put(region, bt, 8, x, n, v);
         KW_CHECK(isnan(kw_kv_i16_scales(region)[8]));
-        kw_kv_i16_get(region, bt, 5, y, n, v);   /* neighbours untouched */
+        get(region, bt, 5, y, n, v);   /* neighbours untouched */
         float again = 0.0f;
         for (int d = 0; d < n; d++) if (fabsf(y[d]) > again) again = fabsf(y[d]);
         KW_CHECK(again > 0.0f);
@@ -234,8 +214,8 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
 }
 
 int main(void) {
-    test_rows();
-    test_rows_i8();
+    test_rows(false);
+    test_rows(true);
     const kw_cpu_info *ci = kw_cpu_info_get();
     bool kernel = ci && ci->avx512f && ci->avx512bw && ci->avx512vnni;
     if (!kernel) printf("no AVX-512 VNNI: kernel comparisons skipped\n");
