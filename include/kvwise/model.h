@@ -94,7 +94,7 @@ int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, 
 typedef struct kw_session_opts {
     int32_t n_ctx;              /* positions (default: min(n_ctx_train, 4096)) */
     int32_t max_batch;          /* tokens per forward call (default 512) */
-    uint32_t kv_type;           /* KW_TYPE_F32 (default 0 = F32), F16, Q8_0, KV_I16 or KW_KV_TYPE_AUTO */
+    uint32_t kv_type;           /* KW_TYPE_F32 (default 0 = F32), F16, Q8_0, KV_I16, KV_I8 or KW_KV_TYPE_AUTO */
     int32_t block_tokens;       /* default 32 */
     int n_threads;              /* default: physical cores */
     kw_pool *pool;              /* optional: use this thread pool (not owned) */

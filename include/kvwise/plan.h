@@ -60,7 +60,7 @@ typedef struct kw_plan_opts {
     int32_t concurrency;        /* sequences decoding at once at full ctx (default 1) */
     int32_t prompt_concurrency; /* prompts prefilling at once (default 1) */
     int32_t prefill_step;       /* tokens per prefill chunk (default 512) */
-    uint32_t kv_type;           /* KW_KV_TYPE_AUTO (default; the plan holds what it resolved to), F16, KV_I16, Q8_0, F32 */
+    uint32_t kv_type;           /* KW_KV_TYPE_AUTO (default; the plan holds what it resolved to), F16, KV_I16, KV_I8, Q8_0, F32 */
     int32_t block_tokens;       /* KV block size (default 32) */
     int32_t n_threads;          /* for the workspace's per-thread scratch (default 2) */
     int32_t cache_seqs;         /* wanted cached sequences; 0 = concurrency + 1 */

@@ -83,7 +83,7 @@ typedef struct kw_engine_model_opts {
     int32_t max_batch;
     int32_t kv_blocks;          /* 0 = derived: n_ctx x n_slots */
     int32_t kv_block_tokens;    /* 0 = 32 */
-    uint32_t kv_type;           /* KW_TYPE_F16, KW_TYPE_KV_I16, KW_TYPE_Q8_0 or KW_KV_TYPE_AUTO */
+    uint32_t kv_type;           /* KW_TYPE_F16, KW_TYPE_KV_I16, KW_TYPE_KV_I8, KW_TYPE_Q8_0 or KW_KV_TYPE_AUTO */
     bool mlock;
     int n_threads;              /* 0 = physical cores */
     int32_t cache_max_seqs;     /* prompt cache caps (kvmem.h); 0 = no prompt cache */

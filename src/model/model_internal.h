@@ -71,9 +71,10 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr);
 bool kw_attn_decode_supported(uint32_t kv_type, int G, int hk, int hv);
 void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 
-/* attn_i16.c / attn_i16_avx512.c: attention over an i16 KV cache
- * (KW_TYPE_KV_I16) for the n_tok tokens x G heads of a->kvh; the portable
- * ref and the AVX-512 VNNI kernel (at most 16 queries) give the same bits.
+/* attn_i16.c / attn_i16_avx512.c: attention over an i16 or i8 KV cache
+ * (KW_TYPE_KV_I16, KW_TYPE_KV_I8: the pool's type says which) for the n_tok
+ * tokens x G heads of a->kvh; the portable ref and the AVX-512 VNNI kernel
+ * (at most 16 queries) give the same bits.
  * scr: kw_attn_i16_floats(n_tok * G, ...) floats. */
 size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx);
 float kw_attn_i16_quant_q(const float *q, int hk, int w8, int16_t *qi);   /* q_int (127 for i8); returns c */
