@@ -298,14 +298,11 @@ static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32
         int32_t id = t->ids[b->pos[i] / bt], slot = b->pos[i] % bt;
         for (int h = 0; h < nkv; h++) {
             const float *kx = c->k + ((int64_t)i * nkv + h) * hk, *vx = c->v + ((int64_t)i * nkv + h) * hv;
-            if (kv->lay.type == KW_TYPE_KV_I16) {   /* per-head regions (kv.h) */
-                kw_kv_i16_put(kw_kv_k(kv, id, il, h, 0), bt, slot, kx, hk, 0);
-                kw_kv_i16_put(kw_kv_v(kv, id, il, h, 0), bt, slot, vx, hv, 1);
-                continue;
-            }
-            if (kv->lay.type == KW_TYPE_KV_I8) {
-                kw_kv_i8_put(kw_kv_k(kv, id, il, h, 0), bt, slot, kx, hk, 0);
-                kw_kv_i8_put(kw_kv_v(kv, id, il, h, 0), bt, slot, vx, hv, 1);
+            if (kw_kv_type_is_int(kv->lay.type)) {   /* per-head regions (kv.h) */
+                void (*put)(void *, int32_t, int32_t, const float *, int32_t, int) =
+                    kv->lay.type == KW_TYPE_KV_I8 ? kw_kv_i8_put : kw_kv_i16_put;
+                put(kw_kv_k(kv, id, il, h, 0), bt, slot, kx, hk, 0);
+                put(kw_kv_v(kv, id, il, h, 0), bt, slot, vx, hv, 1);
                 continue;
             }
             store_row(kv->lay.type, kx, kw_kv_k(kv, id, il, h, slot), hk);
