@@ -50,24 +50,11 @@ static inline size_t kw_attn_int_bytes(const kw_attn_tile_args *a) {
 static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (jf >= n) return;
-    int rows = a->hk / (a->kv->lay.type == KW_TYPE_KV_I8 ? 4 : 2);
+    int rows = a->hk / (4 / (int)kw_attn_int_bytes(a));   /* pairs (i16) or quads (i8) */
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
     const char *fk = (const char *)kw_kv_i16_ints(fr, bt) + (size_t)(jf % bt) * 4;
     _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
     for (int p = 0; p < rows; p++) _mm_prefetch(fk + (size_t)p * (size_t)bt * 4, _MM_HINT_T1);
-}
-
-/* i16 / i8: asks into L2 the V scales and integers of the chunk of `chunk`
- * keys KW_ATTN_I16_PF_KEYS keys after j0, if it is below n. */
-static inline void kw_attn_i16_prefetch_v(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
-    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (j1 >= n) return;
-    size_t eb = kw_attn_int_bytes(a);
-    void *nr = kw_kv_v(a->kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
-    const char *sc = (const char *)(kw_kv_i16_scales(nr) + j1 % bt);
-    const char *vi = (const char *)kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)a->hv * eb;
-    for (size_t o = 0; o < (size_t)chunk * sizeof(float); o += 64) _mm_prefetch(sc + o, _MM_HINT_T1);
-    for (size_t o = 0; o < (size_t)chunk * (size_t)a->hv * eb; o += 64) _mm_prefetch(vi + o, _MM_HINT_T1);
 }
 
 /* i16 / i8, spread: when key j + KW_ATTN_I16_PF_KEYS is below n and the
@@ -97,5 +84,15 @@ static inline const uint8_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int
     const char *sc = (const char *)(kw_kv_i16_scales(nr) + j1 % bt);
     for (size_t o = 0; o < (size_t)chunk * sizeof(float); o += 64) _mm_prefetch(sc + o, _MM_HINT_T1);
     return (const uint8_t *)kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)a->hv * kw_attn_int_bytes(a);
+}
+
+/* i16 / i8: asks into L2 the V scales and integers of the chunk of `chunk`
+ * keys KW_ATTN_I16_PF_KEYS keys after j0, if it is below n, all at once
+ * (kw_attn_i16_v_ahead's chunk). */
+static inline void kw_attn_i16_prefetch_v(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
+    const uint8_t *vi = kw_attn_i16_v_ahead(a, j0, chunk, n);
+    if (!vi) return;
+    for (size_t o = 0; o < (size_t)chunk * (size_t)a->hv * kw_attn_int_bytes(a); o += 64)
+        _mm_prefetch((const char *)vi + o, _MM_HINT_T1);
 }
 #endif
