@@ -29,6 +29,9 @@ check "default kv type resolved (auto -> i16 or f16)" '[ "$(j "j.kv_type" <<<"$o
 # (a fixed upper bound such as 10 was a timing bound: a millisecond stall in
 # one 4-token depth-0 repetition of this tiny model broke it in CI)
 check "depth: tg at d0 in the same repetitions, and the ratio" '[ "$(j "j.tg_depth0_tok_s.median>0 && j.tg_depth_ratio>0 && j.tg_depth_ratio >= j.tg_tok_s.min/j.tg_depth0_tok_s.max*(1-1e-9) && j.tg_depth_ratio <= j.tg_tok_s.max/j.tg_depth0_tok_s.min*(1+1e-9)" <<<"$out")" = true ]'
+# the bound: bytes read per token at d0 over those at d40, KV averaged over the
+# 4 steps (d + 2.5 positions against 2.5), from the JSON's own byte counts
+check "depth ratio bound = (W + KV0) / (W + KVd), below 1" '[ "$(j "Math.abs(j.tg_depth_ratio_bound - (j.weight_bytes_per_token + j.kv_bytes_per_token*2.5/42.5)/(j.weight_bytes_per_token + j.kv_bytes_per_token)) < 1e-6 && j.tg_depth_ratio_bound < 1" <<<"$out")" = true ]'
 check "batch rate and ratio" '[ "$(j "j.batch_tok_s.median>0 && j.batch_tok_s.min<=j.batch_tok_s.median && j.batch_ratio_to_tg>0" <<<"$out")" = true ]'
 kv40=$(j "j.kv_bytes_per_token" <<<"$out")
 out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 4 -d 80 -t 1 -r 1 --json 2>/dev/null)
