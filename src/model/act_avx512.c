@@ -1,6 +1,6 @@
 /* act_avx512.c - exp over an array and the SwiGLU of the FFN (gate =
  * silu(gate) * up) in 16 lanes for CPUs with AVX-512F; forward.c calls them
- * instead of its scalar loops. exp is exp_avx512.h's (the attention kernels
+ * instead of its scalar loops. exp is exp_avx512.h's (the F16 attention kernels
  * inline the same one, so the softmax of forward.c and theirs are
  * bit-identical); it matches glibc expf to about 1 ulp, so silu differs
  * from the scalar path only in the last bit now and then (llama.cpp's own

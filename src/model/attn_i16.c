@@ -5,13 +5,16 @@
  *
  * Owns the definition every path computes bit for bit (this file, the
  * AVX-512 VNNI kernel of attn_i16_avx512.c for prefill tiles and decode,
- * the AVX2 one of attn_i16_avx2.c) and the exp they share (kw_attn_i16_exp):
+ * the AVX2 one of attn_i16_avx2.c) and the exp2 they share (kw_attn_exp2):
  *
- *   q:      m = max|q|, q_int = lrintf(q * (4095 / m)), c = (m / 4095) * (1/sqrt(hk))
+ *   q:      m = max|q|, q_int = lrintf(q * (4095 / m)),
+ *           c = ((m / 4095) * (1/sqrt(hk))) * log2e       (scores in base 2)
  *   score:  s_j = ((float)(q_int . K_int[j]) * sk_j) * c       (exact int32 dot)
- *   softmax: mx = max_j s_j, e_j = exp(s_j - mx) with exp as defined below,
- *           sum = 16 double partial sums (key j into sum j % 16, in order
- *           of j), added in order 0..15; inv = (float)(1 / sum)
+ *   softmax: mx = max_j s_j, e_j = kw_attn_exp2(s_j - mx);
+ *           sum: e_j into float lane j % 16 in order of j, the lanes flushed
+ *           into 16 double parts after every 256th key and at the end, the
+ *           parts added in order 0..15; inv = (float)(1 / sum)
+ *           (model_internal.h, kw_attn_i16_sum_add / _end)
  *   out:    keys in chunks of 32 aligned at position 0; per chunk
  *           P_j = e_j * sv_j, pm = max P_j (chunk skipped when pm is not > 0),
  *           P_int = lrintf(P_j * (8191 / pm)), acc = fmaf(pm / 8191,
@@ -22,17 +25,17 @@
  * 2^31; V and P within 8191 over 32 keys are below 32 * 8191^2 < 2^31.
  * Only the float steps above have an order, and every path keeps it.
  *
- * exp is the one of exp_avx512.h (kw_exp16, kw_exp_avx512) computed the same
- * way on every CPU: x clamped to [-110, 100] (min then max, a NaN becomes
- * 100), n = x * log2e rounded to nearest even, r = x - n ln2_hi - n ln2_lo
- * (two fused multiply-adds), p = its degree-7 Taylor polynomial by Horner
- * in fused multiply-adds, result p * 2^n rounded once (overflow to inf,
- * underflow through the subnormals to 0). kw_exp_i16 is that in portable C
- * (the reference path's exp), attn_i16_avx2.c has it in 8 lanes and the
- * VNNI kernel inlines kw_exp16; tests/model/test_exp_i16.c compares the
- * three bit for bit. So i16 attention gives the same bits on any x86-64,
- * with or without AVX-512 (and the portable path on any other CPU with a
- * correctly rounded fmaf).
+ * exp2 (model_internal.h has its steps and constants): base 2 takes the
+ * exp's range reduction down to one rounding and one subtraction, and its
+ * degree-6 polynomial is within 1.7e-7 relative of 2^f, far below the 13
+ * bits the probabilities keep. The lanes of float sums replaced double sums
+ * per key (convert and add per 8 keys were ~9% of decode attention at depth
+ * 4096, bench_attn); a span of 256 keys keeps a lane's float sum within 16
+ * terms, the double parts carry the rest. kw_attn_exp2 is the portable C;
+ * attn_i16_avx2.c has it in 8 lanes and the VNNI kernel in 16;
+ * tests/model/test_exp_i16.c compares the three bit for bit. So i16
+ * attention gives the same bits on any x86-64, with or without AVX-512
+ * (and the portable path on any other CPU with a correctly rounded fmaf).
  * Precision: 12 bits + sign of each row's largest value for K and q, 13
  * for V and the chunk's probabilities, about what F16 keeps of a typical
  * row; i8 keeps 7 bits + sign of K and V, as q8_0 with one scale per row
@@ -51,7 +54,7 @@ size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx) {
 
 float kw_attn_i16_quant_q(const float *q, int hk, int w8, int16_t *qi) {
     float qmax = w8 ? (float)KW_KV_I8_MAX : (float)KW_KV_I16_KMAX;
-    return kw_kv_i16_quantize(q, hk, qmax, qi) * (1.0f / sqrtf((float)hk));   /* NaN stays NaN */
+    return (kw_kv_i16_quantize(q, hk, qmax, qi) * (1.0f / sqrtf((float)hk))) * KW_ATTN_LOG2E;   /* NaN stays NaN */
 }
 
 /* The float with bits (k + 127) << 23: 2^k for -126 <= k <= 127. */
@@ -62,39 +65,41 @@ static float pow2_normal(int32_t k) {
     return f;
 }
 
-float kw_exp_i16(float x) {
-    const float log2e = 1.44269504088896341f, ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
-    x = x < 100.0f ? x : 100.0f;     /* vminps(x, 100): 100 unless x < 100 (so NaN -> 100) */
-    x = x > -110.0f ? x : -110.0f;   /* vmaxps(x, -110) */
+float kw_attn_exp2(float x) {
+    x = x < 128.0f ? x : 128.0f;     /* vminps(x, 128): 128 unless x < 128 (so NaN -> 128) */
+    x = x > -127.0f ? x : -127.0f;   /* vmaxps(x, -127) */
     /* nearbyintf in the default rounding mode: to nearest, ties to even, as
-     * vroundscaleps (an addition of 1.5 * 2^23 would do the same, but a
-     * compiler allowed to contract, e.g. -ffp-contract=fast, fuses it with
-     * the product into one FMA and rounds differently) */
-    float t = x * log2e;
-    float n = nearbyintf(t);
-    float r = fmaf(-n, ln2_hi, x);
-    r = fmaf(-n, ln2_lo, r);
-    float p = 1.0f / 5040.0f;
-    p = fmaf(p, r, 1.0f / 720.0f);
-    p = fmaf(p, r, 1.0f / 120.0f);
-    p = fmaf(p, r, 1.0f / 24.0f);
-    p = fmaf(p, r, 1.0f / 6.0f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    /* p * 2^n (-159 <= n <= 144, p in about [0.7, 1.42]) as vscalefps: in
+     * vroundscaleps; f = x - n is exact (|x| <= 128, |x - n| <= 1/2) */
+    float n = nearbyintf(x), f = x - n;
+    float p = KW_ATTN_EXP2_C6;
+    p = fmaf(p, f, KW_ATTN_EXP2_C5);
+    p = fmaf(p, f, KW_ATTN_EXP2_C4);
+    p = fmaf(p, f, KW_ATTN_EXP2_C3);
+    p = fmaf(p, f, KW_ATTN_EXP2_C2);
+    p = fmaf(p, f, KW_ATTN_EXP2_C1);
+    p = fmaf(p, f, 1.0f);
+    /* p * 2^n (-127 <= n <= 128, p in about [0.7, 1.42]) as vscalefps: in
      * two halves, each 2^k a normal float; p * 2^n1 is normal, so exact,
-     * and only the second product rounds (to a subnormal, 0 or inf) */
+     * and only the second product rounds (to a subnormal or inf) */
     int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
     return (p * pow2_normal(n1)) * pow2_normal(n2);
 }
 
 void kw_attn_i16_exp(float *x, int32_t n) {
-    for (int32_t j = 0; j < n; j++) x[j] = kw_exp_i16(x[j]);
+    for (int32_t j = 0; j < n; j++) x[j] = kw_attn_exp2(x[j]);
 }
 
-float kw_attn_i16_sum16(const double *part) {
+void kw_attn_i16_sum_add(float *lane, double *part, const float *e, int32_t j0, int32_t j1) {
+    for (int32_t j = j0; j < j1; j++) {
+        lane[j % 16] += e[j - j0];
+        if (j % KW_ATTN_SPAN == KW_ATTN_SPAN - 1)
+            for (int l = 0; l < 16; l++) { part[l] += (double)lane[l]; lane[l] = 0.0f; }
+    }
+}
+
+float kw_attn_i16_sum_end(float *lane, double *part) {
     double sum = 0.0;
+    for (int l = 0; l < 16; l++) { part[l] += (double)lane[l]; lane[l] = 0.0f; }
     for (int l = 0; l < 16; l++) sum += part[l];
     return (float)(1.0 / sum);
 }
@@ -125,9 +130,10 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
     }
     for (int32_t j = 0; j < n; j++) s[j] -= mx;
     kw_attn_i16_exp(s, n);
+    float lane[16] = {0};
     double part[16] = {0};
-    for (int32_t j = 0; j < n; j++) part[j % 16] += (double)s[j];
-    float inv = kw_attn_i16_sum16(part);
+    kw_attn_i16_sum_add(lane, part, s, 0, n);
+    float inv = kw_attn_i16_sum_end(lane, part);
 
     memset(acc, 0, sizeof(float) * (size_t)hv);
     for (int32_t j0 = 0; j0 < n; j0 += I16_CHUNK) {

@@ -7,8 +7,8 @@
  * ranges) for CPUs without AVX-512 VNNI. forward.c uses it for prefill
  * tiles and decode when the VNNI kernel does not apply. It computes exactly
  * what attn_i16.c defines, so results are bit-identical to kw_attn_i16_ref
- * (and to the VNNI kernel) on every machine: the exp is the definition's
- * (kw_exp16 of exp_avx512.h) in 8 lanes, exp8 below, every float step keeps
+ * (and to the VNNI kernel) on every machine: the exp2 is the definition's
+ * (kw_attn_exp2) in 8 lanes, exp2_8 below, every float step keeps
  * the definition's order, and the int16 pair products go through vpmaddwd
  * + vpaddd, which give the same exact int32 sums as any other order.
  *
@@ -26,8 +26,9 @@
  * time, vpmaddwd against the query's quad and vphaddd (dots16); V widened
  * to int16 at its load, the rest as i16.
  * The softmax is one pass per query over its scores: subtract the max,
- * exp8, store, and add to the 16 double partial sums (keys 0-7 of each 16
- * in one pair of accumulators, 8-15 in the other). */
+ * exp2_8, store, and add to the 16 float lanes of the definition's sum
+ * (keys 0-7 of each 16 in one accumulator, 8-15 in the other), flushed
+ * into the double parts every KW_ATTN_SPAN keys. */
 #include "attn_rows.h"
 #include <immintrin.h>
 #include <math.h>
@@ -182,66 +183,71 @@ static inline __m256 pow2_normal8(__m256i k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
 }
 
-/* kw_exp16 of exp_avx512.h in 8 lanes, the same operations in the same order.
- * vmin/vmaxps keep their operand rule (the second when one is NaN) and
- * vroundps with nearest-even rounds as vroundscaleps does. AVX2 has no
- * vscalefps: p * 2^n (-159 <= n <= 144) is taken as two products by powers
- * of two that are normal floats, n1 = n >> 1 and n2 = n - n1 (both within
- * [-80, 72]); p * 2^n1 is a normal float, so exact, and only the second
- * product rounds, as vscalefps rounds once (subnormal, 0, inf). */
-static inline __m256 exp8(__m256 x) {
-    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-    const __m256 ln2_hi = _mm256_set1_ps(0.693145751953125f), ln2_lo = _mm256_set1_ps(1.42860682030941723e-6f);
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(100.0f)), _mm256_set1_ps(-110.0f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, ln2_hi, x);
-    r = _mm256_fnmadd_ps(n, ln2_lo, r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+/* kw_attn_exp2 (model_internal.h) in 8 lanes, the same operations in the
+ * same order. vmin/vmaxps keep their operand rule (the second when one is
+ * NaN) and vroundps with nearest-even rounds as vroundscaleps does. AVX2 has
+ * no vscalefps: p * 2^n (-127 <= n <= 128) is taken as two products by
+ * powers of two that are normal floats, n1 = n >> 1 and n2 = n - n1 (both
+ * within [-64, 64]); p * 2^n1 is a normal float, so exact, and only the
+ * second product rounds, as vscalefps rounds once (subnormal or inf). */
+static inline __m256 exp2_8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(128.0f)), _mm256_set1_ps(-127.0f));
+    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(KW_ATTN_EXP2_C6);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
     return _mm256_mul_ps(_mm256_mul_ps(p, pow2_normal8(n1)), pow2_normal8(n2));
 }
 
-void kw_exp_i16_avx2(float *x, int32_t n) {
+void kw_attn_exp2_avx2(float *x, int32_t n) {
     int32_t j = 0;
-    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, exp8(_mm256_loadu_ps(x + j)));
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, exp2_8(_mm256_loadu_ps(x + j)));
     if (j < n) {
         __m256i m = lanes_below(j, n);
-        _mm256_maskstore_ps(x + j, m, exp8(_mm256_maskload_ps(x + j, m)));
+        _mm256_maskstore_ps(x + j, m, exp2_8(_mm256_maskload_ps(x + j, m)));
     }
 }
 
-/* s[0..n) = exp(s - m) (exp8), and the 16 double partial sums of the
- * definition (key j into j % 16, in order of j); returns the inverse sum. */
+/* part[0..8) += the 8 float lanes l (cleared): the span flush of the definition */
+static inline void flush8(double *part, __m256 *l) {
+    _mm256_storeu_pd(part, _mm256_add_pd(_mm256_loadu_pd(part), _mm256_cvtps_pd(_mm256_castps256_ps128(*l))));
+    _mm256_storeu_pd(part + 4, _mm256_add_pd(_mm256_loadu_pd(part + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(*l, 1))));
+    *l = _mm256_setzero_ps();
+}
+
+/* s[0..n) = exp2(s - m) (exp2_8), and the definition's sum (lanes of 16
+ * keys, flushed into double parts every KW_ATTN_SPAN keys); returns the
+ * inverse sum. */
 static float exp_and_sum(float *s, int32_t n, float m) {
     const __m256 mv = _mm256_set1_ps(m);
-    __m256d p0 = _mm256_setzero_pd(), p1 = p0, p2 = p0, p3 = p0;
+    __m256 l0 = _mm256_setzero_ps(), l1 = l0;   /* lanes 0-7, 8-15 */
+    double part[16] = {0};
     int32_t j = 0;
     for (; j + 16 <= n; j += 16) {
-        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv));
+        __m256 e0 = exp2_8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        __m256 e1 = exp2_8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), mv));
         _mm256_storeu_ps(s + j, e0);
         _mm256_storeu_ps(s + j + 8, e1);
-        p0 = _mm256_add_pd(p0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
-        p1 = _mm256_add_pd(p1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
-        p2 = _mm256_add_pd(p2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
-        p3 = _mm256_add_pd(p3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
+        l0 = _mm256_add_ps(l0, e0);
+        l1 = _mm256_add_ps(l1, e1);
+        if ((j + 16) % KW_ATTN_SPAN == 0) {   /* key j + 15 ended a span */
+            flush8(part, &l0);
+            flush8(part + 8, &l1);
+        }
     }
-    double part[16];
-    _mm256_storeu_pd(part, p0);
-    _mm256_storeu_pd(part + 4, p1);
-    _mm256_storeu_pd(part + 8, p2);
-    _mm256_storeu_pd(part + 12, p3);
+    float lane[16];
+    _mm256_storeu_ps(lane, l0);
+    _mm256_storeu_ps(lane + 8, l1);
     for (int32_t t = j; t < n; t++) s[t] -= m;
-    kw_exp_i16_avx2(s + j, n - j);
-    for (int32_t t = j; t < n; t++) part[t - j] += (double)s[t];
-    return kw_attn_i16_sum16(part);
+    kw_attn_exp2_avx2(s + j, n - j);
+    kw_attn_i16_sum_add(lane, part, s + j, j, n);
+    return kw_attn_i16_sum_end(lane, part);
 }
 
 /* One query's chunk of 32 probabilities e[0..32) (k of them valid) times

@@ -14,7 +14,7 @@
  * queries' dots at once (the queries stay in registers as accumulators, K
  * is read once per tile); i8 K is stored as dimension quads, one vpdpbusd
  * per quad (dots16). Scores get the key scales and the per-query max; then
- * per chunk of 32 keys their exp (and the softmax sums), the probabilities
+ * per chunk of 32 keys their exp2 (and the softmax's lane sums), the probabilities
  * times the V scales quantized to 13 bits, and V (stored as slot pairs
  * across dimensions; i8 widened to int16) accumulated with vpdpwssd for 4
  * queries x 64 dimensions from registers, each chunk's int32 sums scaled
@@ -22,7 +22,6 @@
  * ahead are prefetched into L2 in address order, a row per loop step (see
  * attn_rows.h for why). */
 #include "attn_rows.h"
-#include "exp_avx512.h"
 #include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst */
 #include <immintrin.h>
 #include <math.h>
@@ -32,6 +31,37 @@
 #define KW_UNROLL _Pragma("GCC unroll 16")
 #define NQ_MAX 16
 #define CHUNK 32
+
+/* kw_attn_exp2 (model_internal.h) in 16 lanes, vscalefps for p * 2^n */
+KW_INLINE __m512 exp2_16(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(128.0f)), _mm512_set1_ps(-127.0f));
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(KW_ATTN_EXP2_C6);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C5));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+void kw_attn_exp2_avx512(float *x, int32_t n) {
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, exp2_16(_mm512_loadu_ps(x + j)));
+    if (j < n) {
+        __mmask16 m = (__mmask16)((1u << (n - j)) - 1);
+        _mm512_mask_storeu_ps(x + j, m, exp2_16(_mm512_maskz_loadu_ps(m, x + j)));
+    }
+}
+
+/* part[0..16) += the 16 float lanes l, which are cleared (the span flush of the definition) */
+KW_INLINE void flush_lanes(double *part, __m512 *l) {
+    _mm512_storeu_pd(part, _mm512_add_pd(_mm512_loadu_pd(part), _mm512_cvtps_pd(_mm512_castps512_ps256(*l))));
+    _mm512_storeu_pd(part + 8, _mm512_add_pd(_mm512_loadu_pd(part + 8), _mm512_cvtps_pd(_mm512_extractf32x8_ps(*l, 1))));
+    *l = _mm512_setzero_ps();
+}
 
 bool kw_attn_i16_supported(int nq, int hk, int hv) {
     return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
@@ -202,13 +232,14 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     }
 
     /* weighted sum of V, chunk by chunk; each chunk's exp (and its share of
-     * the 16 double partial sums per query) is computed just before its V
-     * pass, so the V lines prefetched meanwhile keep DRAM busy (a separate
-     * exp pass left it idle) */
-    __m512 mb[NQ_MAX];
+     * the lane sums per query) is computed just before its V pass, so the V
+     * lines prefetched meanwhile keep DRAM busy (a separate exp pass left it
+     * idle) */
+    __m512 mb[NQ_MAX], lane[NQ_MAX];
     double part[NQ_MAX][16];
     for (int q = 0; q < nq; q++) {
         mb[q] = _mm512_set1_ps(_mm512_reduce_max_ps(mx[q]));
+        lane[q] = _mm512_setzero_ps();
         memset(part[q], 0, sizeof part[q]);
     }
     memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hv);
@@ -228,15 +259,10 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
                 memset(pp + (size_t)q * 16, 0, 16 * sizeof(uint32_t));
                 continue;
             }
-            __m512 e0 = kw_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, s), mb[q]));
-            __m512 e1 = kw_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, s + 16), mb[q]));
-            __m512d lo = _mm512_loadu_pd(part[q]), hi = _mm512_loadu_pd(part[q] + 8);
-            lo = _mm512_mask_add_pd(lo, (__mmask8)m0, lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e0)));
-            hi = _mm512_mask_add_pd(hi, (__mmask8)(m0 >> 8), hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e0, 1)));
-            lo = _mm512_mask_add_pd(lo, (__mmask8)m1, lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e1)));
-            hi = _mm512_mask_add_pd(hi, (__mmask8)(m1 >> 8), hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e1, 1)));
-            _mm512_storeu_pd(part[q], lo);
-            _mm512_storeu_pd(part[q] + 8, hi);
+            __m512 e0 = exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, s), mb[q]));
+            __m512 e1 = exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, s + 16), mb[q]));
+            /* lane l: key j0 + l, then j0 + 16 + l (keys past the query's range add 0) */
+            lane[q] = _mm512_add_ps(_mm512_add_ps(lane[q], _mm512_maskz_mov_ps(m0, e0)), _mm512_maskz_mov_ps(m1, e1));
             __m512 p0 = _mm512_maskz_mul_ps(m0, e0, sv0);
             __m512 p1 = _mm512_maskz_mul_ps(m1, e1, sv1);
             float pm = _mm512_reduce_max_ps(_mm512_max_ps(p0, p1));
@@ -252,6 +278,8 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
             _mm256_storeu_si256((__m256i *)(pp + (size_t)q * 16 + 8), i1);
             sp[q] = pm / (float)KW_KV_I16_VMAX;
         }
+        if ((j0 + CHUNK) % KW_ATTN_SPAN == 0)   /* key j0 + 31 ended a span */
+            for (int q = 0; q < nq; q++) flush_lanes(part[q], &lane[q]);
         int32_t npair = (n_max - j0 + 1) / 2 < CHUNK / 2 ? (n_max - j0 + 1) / 2 : CHUNK / 2;
         const uint8_t *vp = (const uint8_t *)kw_kv_i16_ints(vr, bt) + (size_t)(s0 / 2) * vrowb;
         for (int q0 = 0; q0 < nq; q0 += 4) {
@@ -266,7 +294,9 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
 
     for (int q = 0; q < nq; q++) {
         int t = q / G, h = a->kvh * G + q % G;
-        inv[q] = kw_attn_i16_sum16(part[q]);
+        float lf[16];
+        _mm512_storeu_ps(lf, lane[q]);
+        inv[q] = kw_attn_i16_sum_end(lf, part[q]);
         float *o = a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hv;
         const float *r = acc + (size_t)q * (size_t)hv;
         __m512 iv = _mm512_set1_ps(inv[q]);

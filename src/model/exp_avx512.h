@@ -1,7 +1,7 @@
 /* exp_avx512.h - exp of 16 floats (AVX-512F), inline for every kernel that
- * needs it: the SwiGLU and the softmax of act_avx512.c, the prefill tiles of
- * attn_avx512.c and the i16 attention of attn_i16_avx512.c, so all compute
- * the same bits. Include only from files compiled with AVX-512 flags.
+ * needs it: the SwiGLU and the softmax of act_avx512.c and the prefill tiles
+ * of attn_avx512.c, so all compute the same bits (the i16 attention has its
+ * own exp2, attn_i16.c). Include only from files compiled with AVX-512 flags.
  *
  * x = n ln2 + r with n = round(x log2 e) and |r| <= ln2/2 (ln2 split in two
  * parts, FMA), exp(r) by its Taylor series to degree 7 (truncation < 6e-9

@@ -78,18 +78,39 @@ void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_c
  * scr: kw_attn_i16_floats(n_tok * G, ...) floats. */
 size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx);
 float kw_attn_i16_quant_q(const float *q, int hk, int w8, int16_t *qi);   /* q_int (127 for i8); returns c */
-float kw_attn_i16_sum16(const double *part);                       /* (float)(1 / sum of 16 parts) */
 void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
 bool kw_attn_i16_supported(int nq, int hk, int hv);
 void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
-/* exp as the definition takes it: kw_exp16 of exp_avx512.h (~1 ulp) in portable
- * C, the same bits on every CPU; kw_attn_i16_exp: x[0..n) = kw_exp_i16(x) */
-float kw_exp_i16(float x);
-void kw_attn_i16_exp(float *x, int32_t n);
+/* The softmax of the definition (attn_i16.c): scores are in base 2 (c holds
+ * log2 e), e_j = 2^(s_j - max) by kw_attn_exp2: x clamped to [-127, 128]
+ * (min then max, NaN -> 128), n = x rounded to nearest even, f = x - n
+ * (exact), p = the degree-6 Taylor polynomial of 2^f below by Horner in
+ * fused multiply-adds, result p * 2^n rounded once. The same constants in
+ * every implementation: */
+#define KW_ATTN_LOG2E 1.44269504088896341f
+#define KW_ATTN_EXP2_C6 1.5403530393381606e-4f   /* ln2^k / k! */
+#define KW_ATTN_EXP2_C5 1.3333558146428441e-3f
+#define KW_ATTN_EXP2_C4 9.6181291076284770e-3f
+#define KW_ATTN_EXP2_C3 5.5504108664821576e-2f
+#define KW_ATTN_EXP2_C2 0.24022650695910071f
+#define KW_ATTN_EXP2_C1 0.69314718055994531f
+#define KW_ATTN_SPAN 256   /* keys per float partial sum span (below) */
+float kw_attn_exp2(float x);
+void kw_attn_i16_exp(float *x, int32_t n);   /* x[0..n) = kw_attn_exp2(x) */
+/* The sum of the e_j: key j added into float lane[j % 16] (keys in order);
+ * after each key j with j % KW_ATTN_SPAN == KW_ATTN_SPAN - 1, and at the
+ * end, the 16 lanes are added into 16 double parts and cleared; the parts
+ * are added in order 0..15 and inv = (float)(1 / sum).
+ * kw_attn_i16_sum_add adds keys [j0, j1) (e[j - j0]) to lane / part;
+ * kw_attn_i16_sum_end flushes the lanes and returns inv. */
+void kw_attn_i16_sum_add(float *lane, double *part, const float *e, int32_t j0, int32_t j1);
+float kw_attn_i16_sum_end(float *lane, double *part);
 /* attn_i16_avx2.c (AVX2 + FMA): the same queries as kw_attn_i16_avx512 (at
  * most 16, kw_attn_i16_supported), the same bits, for CPUs without VNNI */
 void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx);
-/* x[0..n) = kw_exp_i16(x), 8 lanes at a time (AVX2 + FMA; the kernel's own exp) */
-void kw_exp_i16_avx2(float *x, int32_t n);
+/* x[0..n) = kw_attn_exp2(x): 8 lanes at a time (AVX2 + FMA), resp. 16
+ * (AVX-512F), each the kernel's own exp2 (tests/model/test_exp_i16.c) */
+void kw_attn_exp2_avx2(float *x, int32_t n);
+void kw_attn_exp2_avx512(float *x, int32_t n);
 
 #endif
