@@ -208,6 +208,54 @@ static void run_case_t(uint32_t type, int bt, int n_head, int n_head_kv, int hk,
     kw_kv_pool_destroy(kv);
 }
 
+/* kw_kv_i16_quantize (pool.c, vectorized in pieces of 16) against the
+ * rule written out in scalar C: m = max|x| over the row, a NaN or an
+ * infinity anywhere gives a NaN scale and zeros, q = rint(x * (qmax / m)),
+ * scale m / qmax. Bit for bit over lengths 1..130 (every tail length),
+ * rows with negative zeros, subnormals, huge and tiny magnitudes, and a NaN
+ * or an infinity at every position of a 40-value row. */
+static float quant_rule(const float *x, int n, float qmax, int16_t *q) {
+    float m = 0.0f;
+    for (int d = 0; d < n; d++) {
+        if (!isfinite(x[d])) { memset(q, 0, sizeof(int16_t) * (size_t)n); return NAN; }
+        if (fabsf(x[d]) > m) m = fabsf(x[d]);
+    }
+    float inv = m > 0.0f ? qmax / m : 0.0f;
+    for (int d = 0; d < n; d++) q[d] = (int16_t)rintf(x[d] * inv);
+    return m / qmax;
+}
+
+static void check_quant(const float *x, int n, float qmax, int *bad) {
+    int16_t a[160], b[160];
+    float sa = kw_kv_i16_quantize(x, n, qmax, a), sb = quant_rule(x, n, qmax, b);
+    bool same = (isnan(sa) ? isnan(sb) : memcmp(&sa, &sb, sizeof sa) == 0) && memcmp(a, b, sizeof(int16_t) * (size_t)n) == 0;
+    if (!same && (*bad)++ < 3) fprintf(stderr, "quantize n %d qmax %g: scale %g vs %g\n", n, qmax, (double)sa, (double)sb);
+}
+
+static void test_quantize_rule(void) {
+    float x[160];
+    int bad = 0;
+    const float qmaxes[] = {KW_KV_I16_KMAX, KW_KV_I16_VMAX, KW_KV_I8_MAX};
+    for (int n = 1; n <= 130; n++)
+        for (int k = 0; k < 3; k++) {
+            float mag = k == 0 ? 1.0f : k == 1 ? 1e30f : 1e-41f;   /* ordinary, huge, subnormal rows */
+            for (int d = 0; d < n; d++) x[d] = mag * frand();
+            if (n > 3) x[n / 2] = -0.0f;
+            check_quant(x, n, qmaxes[(n + k) % 3], &bad);
+        }
+    for (int n = 1; n <= 20; n++) {   /* zero rows */
+        for (int d = 0; d < n; d++) x[d] = d % 2 ? -0.0f : 0.0f;
+        check_quant(x, n, KW_KV_I16_KMAX, &bad);
+    }
+    for (int p = 0; p < 40; p++)
+        for (int s = 0; s < 3; s++) {
+            for (int d = 0; d < 40; d++) x[d] = frand();
+            x[p] = s == 0 ? NAN : s == 1 ? INFINITY : -INFINITY;
+            check_quant(x, 40, KW_KV_I16_VMAX, &bad);
+        }
+    KW_CHECK_MSG(bad == 0, "%d rows differ from the rule", bad);
+}
+
 /* Every case for both integer types. */
 static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_tok, int32_t first_pos, bool kernel) {
     run_case_t(KW_TYPE_KV_I16, bt, n_head, n_head_kv, hk, hv, n_tok, first_pos, kernel);
@@ -217,6 +265,7 @@ static void run_case(int bt, int n_head, int n_head_kv, int hk, int hv, int n_to
 int main(void) {
     test_rows(false);
     test_rows(true);
+    test_quantize_rule();
     const kw_cpu_info *ci = kw_cpu_info_get();
     bool kernel = ci && ci->avx512f && ci->avx512bw && ci->avx512vnni;
     if (!kernel) printf("no AVX-512 VNNI: kernel comparisons skipped\n");
