@@ -71,13 +71,10 @@ float kw_attn_exp2(float x) {
     /* nearbyintf in the default rounding mode: to nearest, ties to even, as
      * vroundscaleps; f = x - n is exact (|x| <= 128, |x - n| <= 1/2) */
     float n = nearbyintf(x), f = x - n;
-    float p = KW_ATTN_EXP2_C6;
-    p = fmaf(p, f, KW_ATTN_EXP2_C5);
-    p = fmaf(p, f, KW_ATTN_EXP2_C4);
-    p = fmaf(p, f, KW_ATTN_EXP2_C3);
-    p = fmaf(p, f, KW_ATTN_EXP2_C2);
-    p = fmaf(p, f, KW_ATTN_EXP2_C1);
-    p = fmaf(p, f, 1.0f);
+    float p;
+#define KW_SCALAR(c) (c)
+    KW_ATTN_EXP2_POLY(p, f, KW_SCALAR, fmaf);
+#undef KW_SCALAR
     /* p * 2^n (-127 <= n <= 128, p in about [0.7, 1.42]) as vscalefps: in
      * two halves, each 2^k a normal float; p * 2^n1 is normal, so exact,
      * and only the second product rounds (to a subnormal or inf) */

@@ -194,13 +194,8 @@ static inline __m256 exp2_8(__m256 x) {
     x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(128.0f)), _mm256_set1_ps(-127.0f));
     __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_set1_ps(KW_ATTN_EXP2_C6);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C5));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(KW_ATTN_EXP2_C1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256 p;
+    KW_ATTN_EXP2_POLY(p, f, _mm256_set1_ps, _mm256_fmadd_ps);
     __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
     return _mm256_mul_ps(_mm256_mul_ps(p, pow2_normal8(n1)), pow2_normal8(n2));
 }

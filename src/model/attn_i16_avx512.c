@@ -37,13 +37,8 @@ KW_INLINE __m512 exp2_16(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(128.0f)), _mm512_set1_ps(-127.0f));
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(KW_ATTN_EXP2_C6);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C5));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C4));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C3));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C2));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(KW_ATTN_EXP2_C1));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p;
+    KW_ATTN_EXP2_POLY(p, f, _mm512_set1_ps, _mm512_fmadd_ps);
     return _mm512_scalef_ps(p, n);
 }
 

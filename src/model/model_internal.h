@@ -94,6 +94,18 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
 #define KW_ATTN_EXP2_C3 5.5504108664821576e-2f
 #define KW_ATTN_EXP2_C2 0.24022650695910071f
 #define KW_ATTN_EXP2_C1 0.69314718055994531f
+/* p = the polynomial of 2^f by Horner: one text for the portable, AVX2 and
+ * AVX-512 exp2 (C: a constant as the type, FMA: its fused multiply-add) */
+#define KW_ATTN_EXP2_POLY(p, f, C, FMA)                  \
+    do {                                                 \
+        (p) = C(KW_ATTN_EXP2_C6);                        \
+        (p) = FMA((p), (f), C(KW_ATTN_EXP2_C5));         \
+        (p) = FMA((p), (f), C(KW_ATTN_EXP2_C4));         \
+        (p) = FMA((p), (f), C(KW_ATTN_EXP2_C3));         \
+        (p) = FMA((p), (f), C(KW_ATTN_EXP2_C2));         \
+        (p) = FMA((p), (f), C(KW_ATTN_EXP2_C1));         \
+        (p) = FMA((p), (f), C(1.0f));                    \
+    } while (0)
 #define KW_ATTN_SPAN 256   /* keys per float partial sum span (below) */
 float kw_attn_exp2(float x);
 void kw_attn_i16_exp(float *x, int32_t n);   /* x[0..n) = kw_attn_exp2(x) */
