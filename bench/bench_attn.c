@@ -9,7 +9,10 @@
  * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
  *
  * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8]
- *                   [--kernel avx512|avx2|ref] [--cputime] [--no-decode]
+ *                   [--kernel avx512|avx2|ref] [--cputime] [--no-decode] [-t THREADS]
+ * -t N: decode on a pool of N threads, each layer's KV heads split as
+ * forward.c splits them (wall time; two threads streaming the KV is what a
+ * decode step at depth does, and it is not twice one thread).
  * --kv i16: the i16 cache type (kv.h) and its VNNI kernel (attn_i16_avx512.c);
  * --kv i8 the same with the i8 type;
  * with --kernel avx2 its AVX2 kernel (attn_i16_avx2.c, needs only AVX2 + FMA),
@@ -72,9 +75,35 @@ static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {
     return kv;
 }
 
+/* One decode step's attention for one layer: thread ith of nth takes KV
+ * heads [N_KV ith / nth, N_KV (ith + 1) / nth), as forward.c's attention_task. */
+typedef struct {
+    float *q, *out, *scr;
+    kw_kv_pool *kv;
+    kw_block_table *t;
+    int32_t *pos, n_ctx;
+    int layer;
+} decode_job;
+
+static size_t job_scr_floats(int32_t n_ctx) {
+    size_t tile_f = kw_attn_tile_floats(HD, HD, n_ctx), i16_f = kw_attn_i16_floats(16, HD, HD, n_ctx);
+    return (tile_f > i16_f ? tile_f : i16_f) + (size_t)N_HEAD * (size_t)n_ctx;
+}
+
+static void decode_layer_task(void *v, int ith, int nth) {
+    decode_job *j = v;
+    float *scr = j->scr + job_scr_floats(j->n_ctx) * (size_t)ith;
+    for (int h = N_KV * ith / nth; h < N_KV * (ith + 1) / nth; h++) {
+        kw_attn_tile_args a = {.q = j->q, .out = j->out, .kv = j->kv, .table = j->t, .pos = j->pos, .i0 = 0, .n_tok = 1,
+                               .layer = j->layer, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
+        if (g_i16) attend_i16(&a, scr, j->n_ctx);
+        else kw_attn_decode_avx512(&a, scr, j->n_ctx);
+    }
+}
+
 int main(int argc, char **argv) {
     int32_t depth = 4096, n_pre = 512;
-    int reps = 5, pre_layers = 2, do_decode = 1;
+    int reps = 5, pre_layers = 2, do_decode = 1, n_threads = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-d") && i + 1 < argc) depth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-p") && i + 1 < argc) n_pre = atoi(argv[++i]);
@@ -91,15 +120,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "avx2")) g_kernel = KERNEL_AVX2, i++;
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "ref")) g_kernel = KERNEL_REF, i++;
         else if (!strcmp(argv[i], "--no-decode")) do_decode = 0;
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8] "
-                            "[--kernel avx512|avx2|ref] [--cputime] [--no-decode]\n", argv[0]);
+                            "[--kernel avx512|avx2|ref] [--cputime] [--no-decode] [-t THREADS]\n", argv[0]);
             return 2;
         }
     }
     if (depth < 1 || n_pre < 0 || reps < 1 || reps > 1000 || pre_layers < 1 || pre_layers > N_LAYER ||
         (g_kernel != KERNEL_AVX512 && !g_i16)) {
         fprintf(stderr, "bench_attn: bad arguments\n");
+        return 2;
+    }
+    if (n_threads < 1 || n_threads > N_KV || (n_threads > 1 && g_cputime)) {
+        fprintf(stderr, "bench_attn: -t takes 1..%d threads, and --cputime only one (it sums the threads' time)\n", N_KV);
         return 2;
     }
     const kw_cpu_info *ci = kw_cpu_info_get();
@@ -124,23 +158,24 @@ int main(int argc, char **argv) {
     double *ts = malloc(sizeof(double) * (size_t)reps);
     if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int64_t i = 0; i < (int64_t)n_tok * N_HEAD * HD; i++) q[i] = frand();
-    printf("shape        %d heads, %d KV heads, head dim %d, %s KV%s, %d-token blocks, 1 thread, %s time\n", N_HEAD, N_KV,
-           HD, g_i8 ? "i8" : g_i16 ? "i16" : "F16", !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
-           : g_kernel == KERNEL_REF ? " (portable ref)" : " (VNNI kernel)", BT, g_cputime ? "CPU" : "wall");
+    printf("shape        %d heads, %d KV heads, head dim %d, %s KV%s, %d-token blocks, %d thread%s (decode), %s time\n",
+           N_HEAD, N_KV, HD, g_i8 ? "i8" : g_i16 ? "i16" : "F16", !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
+           : g_kernel == KERNEL_REF ? " (portable ref)" : " (VNNI kernel)", BT, n_threads, n_threads > 1 ? "s" : "",
+           g_cputime ? "CPU" : "wall");
 
     if (do_decode) {
         pos[0] = depth;
+        kw_pool *pool = n_threads > 1 ? kw_pool_create(n_threads) : NULL;
+        decode_job job = {.q = q, .out = out, .kv = kv, .t = &t, .pos = pos, .n_ctx = n_ctx,
+                          .scr = malloc(sizeof(float) * job_scr_floats(n_ctx) * (size_t)n_threads)};
+        if (!job.scr || (n_threads > 1 && !pool)) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
         for (int r = 0; r < reps; r++) {
             double t0 = now_sec();
-            for (int l = 0; l < N_LAYER; l++)
-                for (int h = 0; h < N_KV; h++) {
-                    kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = 0, .n_tok = 1,
-                                           .layer = l, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
-                    if (g_i16) attend_i16(&a, scr, n_ctx);
-                    else kw_attn_decode_avx512(&a, scr, n_ctx);
-                }
+            for (job.layer = 0; job.layer < N_LAYER; job.layer++) kw_pool_run(pool, decode_layer_task, &job);
             ts[r] = now_sec() - t0;
         }
+        kw_pool_destroy(pool);
+        free(job.scr);
         qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
         double bytes = (double)N_LAYER * N_KV * (depth + 1) * (HD * (g_i8 ? 1 : 2) + (g_i16 ? 4 : 0)) * 2;
         printf("decode @%-6d %.3f ms/token (min %.3f, max %.3f), %.1f GB/s of K/V (%.1f MiB per token)\n", depth,
