@@ -17,6 +17,7 @@
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
 #include "tensor/kernels.h"
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,7 +261,11 @@ float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out) {
     }
     float m;
     memcpy(&m, &mb, sizeof m);
-    float inv = m > 0.0f ? qmax / m : 0.0f;
+    float inv = m > 0.0f ? qmax / m : INFINITY;
+    if (!(inv <= FLT_MAX)) {   /* zero, or below qmax / FLT_MAX (~1e-35): a zero row (x * inf would not convert) */
+        memset(out, 0, sizeof(int16_t) * (size_t)n);
+        return 0.0f;
+    }
     int32_t d = 0;
     for (; d + 16 <= n; d += 16) {   /* fixed count, local copies (the build allows aliasing): vectorized */
         float b[16];

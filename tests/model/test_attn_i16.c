@@ -210,17 +210,20 @@ static void run_case_t(uint32_t type, int bt, int n_head, int n_head_kv, int hk,
 
 /* kw_kv_i16_quantize (pool.c, vectorized in pieces of 16) against the
  * rule written out in scalar C: m = max|x| over the row, a NaN or an
- * infinity anywhere gives a NaN scale and zeros, q = rint(x * (qmax / m)),
- * scale m / qmax. Bit for bit over lengths 1..130 (every tail length),
- * rows with negative zeros, subnormals, huge and tiny magnitudes, and a NaN
- * or an infinity at every position of a 40-value row. */
+ * infinity anywhere gives a NaN scale and zeros, a row whose qmax / m is
+ * not a finite float (m zero or below ~1e-35) zeros and scale 0, else
+ * q = rint(x * (qmax / m)), scale m / qmax. Bit for bit over lengths
+ * 1..130 (every tail length), rows with negative zeros, subnormal, tiny
+ * (1e-36, where qmax / m overflows), small (1e-30) and huge magnitudes,
+ * and a NaN or an infinity at every position of a 40-value row. */
 static float quant_rule(const float *x, int n, float qmax, int16_t *q) {
     float m = 0.0f;
     for (int d = 0; d < n; d++) {
         if (!isfinite(x[d])) { memset(q, 0, sizeof(int16_t) * (size_t)n); return NAN; }
         if (fabsf(x[d]) > m) m = fabsf(x[d]);
     }
-    float inv = m > 0.0f ? qmax / m : 0.0f;
+    if (m == 0.0f || isinf(qmax / m)) { memset(q, 0, sizeof(int16_t) * (size_t)n); return 0.0f; }
+    float inv = qmax / m;
     for (int d = 0; d < n; d++) q[d] = (int16_t)rintf(x[d] * inv);
     return m / qmax;
 }
@@ -237,8 +240,8 @@ static void test_quantize_rule(void) {
     int bad = 0;
     const float qmaxes[] = {KW_KV_I16_KMAX, KW_KV_I16_VMAX, KW_KV_I8_MAX};
     for (int n = 1; n <= 130; n++)
-        for (int k = 0; k < 3; k++) {
-            float mag = k == 0 ? 1.0f : k == 1 ? 1e30f : 1e-41f;   /* ordinary, huge, subnormal rows */
+        for (int k = 0; k < 5; k++) {
+            float mag = k == 0 ? 1.0f : k == 1 ? 1e30f : k == 2 ? 1e-41f : k == 3 ? 1e-36f : 1e-30f;
             for (int d = 0; d < n; d++) x[d] = mag * frand();
             if (n > 3) x[n / 2] = -0.0f;
             check_quant(x, n, qmaxes[(n + k) % 3], &bad);
