@@ -21,7 +21,11 @@
 # tg is also put as a percentage of the ceiling that probe allows (bytes per
 # decoded token from kvwise's report, the same file), and the median of the
 # per-round ratios of those percentages is printed: the comparison with the
-# bandwidth each run actually had.
+# bandwidth each run actually had. The probe is a moment before the run,
+# and the state can flip within it, so the tg ratio is also printed over
+# the rounds whose two probes (kvwise's own, the one before the peer) are
+# within 15% of each other: those where both engines most likely ran in
+# the same state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model= p=512 n=128 t=2 k=3 probe=1
@@ -74,7 +78,7 @@ for i in "${list[@]}"; do names+=("$i=${peers[$i]}"); done
 node - "$tmp" "$k" "${names[@]}" <<'JS'
 const fs = require('fs');
 const [dir, k, ...peerSpecs] = process.argv.slice(2);
-const peers = peerSpecs.map(s => { const i = s.indexOf('='); return { id: s.slice(0, i), path: s.slice(i + 1), pp: [], tg: [], pct: [], rel: [] }; });
+const peers = peerSpecs.map(s => { const i = s.indexOf('='); return { id: s.slice(0, i), path: s.slice(i + 1), pp: [], tg: [], pct: [], rel: [], same: [] }; });
 const med = a => { const s = [...a].sort((x, y) => x - y); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 const f = x => (x === undefined ? '-' : x.toFixed(1));
 const kw = { pp: [], tg: [], bw: [], pct: [] };
@@ -95,6 +99,8 @@ for (let r = 1; r <= +k; r++) {
       const bw = JSON.parse(fs.readFileSync(bwf, 'utf8')).bandwidth_bytes_s.median;
       const pct = 100 * pe.tg.at(-1) * j.decode_bytes_per_token / bw;
       pe.pct.push(pct); pe.rel.push(j.tg_pct_of_ceiling / pct);
+      const kbw = j.bandwidth_bytes_s.median;
+      if (Math.abs(kbw - bw) <= 0.15 * Math.min(kbw, bw)) pe.same.push({ r, ratio: j.tg_tok_s.median / pe.tg.at(-1), bw: bw / 1e9 });
       line += ` (bw ${(bw / 1e9).toFixed(1)} GB/s)`;
     }
   }
@@ -114,5 +120,10 @@ for (const pe of peers) {
     console.log(`bandwidth-normalized tg: kvwise ${med(kw.pct).toFixed(0)}% vs ${n} ${med(pe.pct).toFixed(0)}% of the ceiling of the probe before it ` +
                 `(the host can change state within a run: above 100% shows it); ` +
                 `median of per-round ratios ${med(pe.rel).toFixed(2)}x (rounds: ${pe.rel.map(x => x.toFixed(2)).join(' ')})`);
+  if (pe.rel.length)
+    console.log(`tg in same-state rounds (both probes within 15%): ` + (pe.same.length
+      ? `${pe.same.length} of ${pe.rel.length}, median ${med(pe.same.map(x => x.ratio)).toFixed(2)}x (` +
+        pe.same.map(x => `round ${x.r} ${x.ratio.toFixed(2)}x at ${x.bw.toFixed(0)} GB/s`).join(', ') + ')'
+      : `none of ${pe.rel.length}`));
 }
 JS
