@@ -106,8 +106,9 @@ static inline size_t kw_kv_i16_v_index(int32_t hv, int32_t s, int32_t d) {
     return ((size_t)(s / 2) * (size_t)hv + (size_t)d) * 2 + (size_t)(s & 1);
 }
 /* The one rounding rule of the type: out[i] = round-half-even(x[i] * (qmax / m)),
- * m = max |x|; returns the scale m / qmax (0 for a zero row; NaN, with all
- * ints 0, for a row holding a NaN or an infinity). qmax <= 8191. */
+ * m = max |x|; returns the scale m / qmax (0, with all ints 0, for a zero
+ * row or one whose qmax / m is not a finite float, m below ~1e-35; NaN,
+ * with all ints 0, for a row holding a NaN or an infinity). qmax <= 8191. */
 float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out);
 /* Writes position slot's K (v = 0) or V (v = 1) row x[0..n) of one head into its region. */
 void kw_kv_i16_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
@@ -130,13 +131,19 @@ void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float
 static inline size_t kw_kv_i8_k_index(int32_t bt, int32_t s, int32_t d) {
     return ((size_t)(d / 4) * (size_t)bt + (size_t)s) * 4 + (size_t)(d & 3);
 }
-static inline int8_t *kw_kv_i8_ints(void *region, int32_t block_tokens) {
-    return (int8_t *)((uint8_t *)region + (size_t)block_tokens * sizeof(float));
-}
 void kw_kv_i8_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
 void kw_kv_i8_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
 /* True for the two integer types (i16, i8): the same layout and kernels. */
 static inline bool kw_kv_type_is_int(uint32_t type) { return type == KW_TYPE_KV_I16 || type == KW_TYPE_KV_I8; }
+/* For either integer type (w8: i8), in a region's integers (kw_kv_i16_ints,
+ * the same place for both): the index of element (slot, d) of K (v = 0) or
+ * V (v = 1) rows of n values, and the integer at index e. */
+static inline size_t kw_kv_int_index(int32_t bt, int32_t slot, int32_t d, int32_t n, int v, bool w8) {
+    return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(bt, slot, d) : kw_kv_i16_k_index(bt, slot, d);
+}
+static inline int32_t kw_kv_int_at(const void *ints, bool w8, size_t e) {
+    return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];
+}
 
 /* Block tables. ensure() grows the table with fresh blocks so that it
  * covers n_positions; returns -1 (table unchanged beyond what fit) if the

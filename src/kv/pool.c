@@ -278,12 +278,6 @@ float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out) {
     return m / qmax;
 }
 
-/* Index of element (slot, d) of a region's integers: K (v = 0) or V (v = 1)
- * of n values, i16 or i8 (w8) layout (kv.h). */
-static size_t int_index(int32_t bt, int32_t slot, int32_t d, int32_t n, int v, bool w8) {
-    return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(bt, slot, d) : kw_kv_i16_k_index(bt, slot, d);
-}
-
 static void int_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v, bool w8) {
     int16_t row[1024];
     void *q = kw_kv_i16_ints(region, bt);   /* i8: the same place */
@@ -292,7 +286,7 @@ static void int_put(void *region, int32_t bt, int32_t slot, const float *x, int3
     /* a row with a NaN or an infinity gets a NaN scale: attention's output turns NaN, as with f16 */
     kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, qmax, row);
     for (int32_t d = 0; d < n; d++) {
-        size_t e = int_index(bt, slot, d, n, v, w8);
+        size_t e = kw_kv_int_index(bt, slot, d, n, v, w8);
         if (w8) ((int8_t *)q)[e] = (int8_t)row[d];   /* |row| <= 127 */
         else ((int16_t *)q)[e] = row[d];
     }
@@ -302,10 +296,7 @@ static void int_get(const void *region, int32_t bt, int32_t slot, float *x, int3
     void *r = (void *)(uintptr_t)region;
     const void *q = kw_kv_i16_ints(r, bt);
     float s = kw_kv_i16_scales(r)[slot];
-    for (int32_t d = 0; d < n; d++) {
-        size_t e = int_index(bt, slot, d, n, v, w8);
-        x[d] = s * (float)(w8 ? ((const int8_t *)q)[e] : ((const int16_t *)q)[e]);
-    }
+    for (int32_t d = 0; d < n; d++) x[d] = s * (float)kw_kv_int_at(q, w8, kw_kv_int_index(bt, slot, d, n, v, w8));
 }
 
 void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {

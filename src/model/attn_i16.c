@@ -101,11 +101,6 @@ float kw_attn_i16_sum_end(float *lane, double *part) {
     return (float)(1.0 / sum);
 }
 
-/* Integer e of a region's integers: int16 (i16) or int8 (i8). */
-static inline int32_t kv_int(const void *ints, bool w8, size_t e) {
-    return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];
-}
-
 /* One query (token i0 + t, head kvh * G + g) over keys [0, pos + 1). */
 static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_t *qi, float *acc) {
     kw_kv_pool *kv = a->kv;
@@ -121,7 +116,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
         const void *ki = kw_kv_i16_ints(kr, bt);   /* i8: the same place (kv.h) */
         int32_t isum = 0;
         for (int d = 0; d < hk; d++)
-            isum += (int32_t)qi[d] * kv_int(ki, w8, w8 ? kw_kv_i8_k_index(bt, j % bt, d) : kw_kv_i16_k_index(bt, j % bt, d));
+            isum += (int32_t)qi[d] * kw_kv_int_at(ki, w8, kw_kv_int_index(bt, j % bt, d, hk, 0, w8));
         s[j] = ((float)isum * kw_kv_i16_scales(kr)[j % bt]) * c;
         if (s[j] > mx) mx = s[j];
     }
@@ -149,7 +144,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
         for (int32_t j = j0; j < j1; j++) pi[j - j0] = (int32_t)lrintf(p[j - j0] * pinv);
         for (int d = 0; d < hv; d++) {
             int32_t isum = 0;
-            for (int32_t j = j0; j < j1; j++) isum += pi[j - j0] * kv_int(vi, w8, kw_kv_i16_v_index(hv, j % bt, d));
+            for (int32_t j = j0; j < j1; j++) isum += pi[j - j0] * kw_kv_int_at(vi, w8, kw_kv_int_index(bt, j % bt, d, hv, 1, w8));
             acc[d] = fmaf(sp, (float)isum, acc[d]);
         }
     }
