@@ -86,17 +86,21 @@ void kw_attn_i16_exp(float *x, int32_t n) {
     for (int32_t j = 0; j < n; j++) x[j] = kw_attn_exp2(x[j]);
 }
 
+/* The span flush: the 16 float lanes into the double parts, lanes cleared. */
+static void flush_lanes(float *lane, double *part) {
+    for (int l = 0; l < 16; l++) { part[l] += (double)lane[l]; lane[l] = 0.0f; }
+}
+
 void kw_attn_i16_sum_add(float *lane, double *part, const float *e, int32_t j0, int32_t j1) {
     for (int32_t j = j0; j < j1; j++) {
         lane[j % 16] += e[j - j0];
-        if (j % KW_ATTN_SPAN == KW_ATTN_SPAN - 1)
-            for (int l = 0; l < 16; l++) { part[l] += (double)lane[l]; lane[l] = 0.0f; }
+        if (j % KW_ATTN_SPAN == KW_ATTN_SPAN - 1) flush_lanes(lane, part);
     }
 }
 
 float kw_attn_i16_sum_end(float *lane, double *part) {
     double sum = 0.0;
-    for (int l = 0; l < 16; l++) { part[l] += (double)lane[l]; lane[l] = 0.0f; }
+    flush_lanes(lane, part);
     for (int l = 0; l < 16; l++) sum += part[l];
     return (float)(1.0 / sum);
 }

@@ -181,7 +181,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nrow][16] query pairs or quads, row-major */
     float *acc = (float *)(qp + (size_t)NQ_MAX * (size_t)hp);    /* [nq][hv] */
     uint32_t *pp = (uint32_t *)(acc + (size_t)nq * (size_t)hv);   /* [nq][16] probability pairs */
-    float c[NQ_MAX], inv[NQ_MAX], sp[NQ_MAX];
+    float c[NQ_MAX], sp[NQ_MAX];
     int32_t nl[NQ_MAX], n_max = 0;
     __m512 mx[NQ_MAX];
 
@@ -249,18 +249,17 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         for (int q = 0; q < nq; q++) {
             const float *s = S + (size_t)q * C + j0;
             __mmask16 m0 = lanes_below(j0, nl[q]), m1 = lanes_below(j0 + 16, nl[q]);
-            if (!m0) {
-                sp[q] = 0.0f;
-                memset(pp + (size_t)q * 16, 0, 16 * sizeof(uint32_t));
-                continue;
+            __m512 p0 = _mm512_setzero_ps(), p1 = p0;
+            float pm = 0.0f;   /* stays 0 when the query's range ended before the chunk */
+            if (m0) {
+                __m512 e0 = exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, s), mb[q]));
+                __m512 e1 = exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, s + 16), mb[q]));
+                /* lane l: key j0 + l, then j0 + 16 + l (keys past the query's range add 0) */
+                lane[q] = _mm512_add_ps(_mm512_add_ps(lane[q], _mm512_maskz_mov_ps(m0, e0)), _mm512_maskz_mov_ps(m1, e1));
+                p0 = _mm512_maskz_mul_ps(m0, e0, sv0);
+                p1 = _mm512_maskz_mul_ps(m1, e1, sv1);
+                pm = _mm512_reduce_max_ps(_mm512_max_ps(p0, p1));
             }
-            __m512 e0 = exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, s), mb[q]));
-            __m512 e1 = exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, s + 16), mb[q]));
-            /* lane l: key j0 + l, then j0 + 16 + l (keys past the query's range add 0) */
-            lane[q] = _mm512_add_ps(_mm512_add_ps(lane[q], _mm512_maskz_mov_ps(m0, e0)), _mm512_maskz_mov_ps(m1, e1));
-            __m512 p0 = _mm512_maskz_mul_ps(m0, e0, sv0);
-            __m512 p1 = _mm512_maskz_mul_ps(m1, e1, sv1);
-            float pm = _mm512_reduce_max_ps(_mm512_max_ps(p0, p1));
             if (!(pm > 0.0f)) {
                 sp[q] = 0.0f;
                 memset(pp + (size_t)q * 16, 0, 16 * sizeof(uint32_t));
@@ -291,10 +290,10 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         int t = q / G, h = a->kvh * G + q % G;
         float lf[16];
         _mm512_storeu_ps(lf, lane[q]);
-        inv[q] = kw_attn_i16_sum_end(lf, part[q]);
+        float inv = kw_attn_i16_sum_end(lf, part[q]);
         float *o = a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)hv;
         const float *r = acc + (size_t)q * (size_t)hv;
-        __m512 iv = _mm512_set1_ps(inv[q]);
+        __m512 iv = _mm512_set1_ps(inv);
         for (int d = 0; d < hv; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(r + d), iv));
     }
 }
