@@ -85,14 +85,15 @@ typedef struct {
     int layer;
 } decode_job;
 
-static size_t job_scr_floats(int32_t n_ctx) {
+/* Floats of one thread's attention scratch (either kernel, and the scores). */
+static size_t scr_floats(int32_t n_ctx) {
     size_t tile_f = kw_attn_tile_floats(HD, HD, n_ctx), i16_f = kw_attn_i16_floats(16, HD, HD, n_ctx);
     return (tile_f > i16_f ? tile_f : i16_f) + (size_t)N_HEAD * (size_t)n_ctx;
 }
 
 static void decode_layer_task(void *v, int ith, int nth) {
     decode_job *j = v;
-    float *scr = j->scr + job_scr_floats(j->n_ctx) * (size_t)ith;
+    float *scr = j->scr + scr_floats(j->n_ctx) * (size_t)ith;
     for (int h = N_KV * ith / nth; h < N_KV * (ith + 1) / nth; h++) {
         kw_attn_tile_args a = {.q = j->q, .out = j->out, .kv = j->kv, .table = j->t, .pos = j->pos, .i0 = 0, .n_tok = 1,
                                .layer = j->layer, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
@@ -152,8 +153,7 @@ int main(int argc, char **argv) {
     int32_t n_tok = n_pre > 0 ? n_pre : 1;
     float *q = malloc(sizeof(float) * (size_t)n_tok * N_HEAD * HD);
     float *out = malloc(sizeof(float) * (size_t)n_tok * N_HEAD * HD);
-    size_t tile_f = kw_attn_tile_floats(HD, HD, n_ctx), i16_f = kw_attn_i16_floats(16, HD, HD, n_ctx);
-    float *scr = malloc(sizeof(float) * (tile_f > i16_f ? tile_f : i16_f) + sizeof(float) * (size_t)N_HEAD * (size_t)n_ctx);
+    float *scr = malloc(sizeof(float) * scr_floats(n_ctx) * (size_t)n_threads);   /* one per decode thread */
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
     double *ts = malloc(sizeof(double) * (size_t)reps);
     if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
@@ -166,16 +166,14 @@ int main(int argc, char **argv) {
     if (do_decode) {
         pos[0] = depth;
         kw_pool *pool = n_threads > 1 ? kw_pool_create(n_threads) : NULL;
-        decode_job job = {.q = q, .out = out, .kv = kv, .t = &t, .pos = pos, .n_ctx = n_ctx,
-                          .scr = malloc(sizeof(float) * job_scr_floats(n_ctx) * (size_t)n_threads)};
-        if (!job.scr || (n_threads > 1 && !pool)) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
+        decode_job job = {.q = q, .out = out, .kv = kv, .t = &t, .pos = pos, .n_ctx = n_ctx, .scr = scr};
+        if (n_threads > 1 && !pool) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
         for (int r = 0; r < reps; r++) {
             double t0 = now_sec();
             for (job.layer = 0; job.layer < N_LAYER; job.layer++) kw_pool_run(pool, decode_layer_task, &job);
             ts[r] = now_sec() - t0;
         }
         kw_pool_destroy(pool);
-        free(job.scr);
         qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
         double bytes = (double)N_LAYER * N_KV * (depth + 1) * (HD * (g_i8 ? 1 : 2) + (g_i16 ? 4 : 0)) * 2;
         printf("decode @%-6d %.3f ms/token (min %.3f, max %.3f), %.1f GB/s of K/V (%.1f MiB per token)\n", depth,
