@@ -39,11 +39,28 @@ static const double I16_VS_F16 = 1.25;
 /* i8 is compared with an exact attention of the 8-bit q over its 8-bit rows. */
 static const double I8_VS_ROWS8 = 1.25;
 
-/* x rounded as the i8 type stores it: max|x| / 127 steps. */
-static void round_row8(const float *x, int n, float *out) {
+/* The integer types' rounding rule written out in scalar C (kw_kv_i16_quantize
+ * in pool.c is vectorized): m = max|x| over the row, a NaN or an infinity
+ * anywhere gives a NaN scale and zeros, a row whose qmax / m is not a
+ * finite float (m zero or below ~1e-35) zeros and scale 0, else
+ * q = rint(x * (qmax / m)), scale m / qmax. */
+static float quant_rule(const float *x, int n, float qmax, int16_t *q) {
     float m = 0.0f;
-    for (int d = 0; d < n; d++) if (fabsf(x[d]) > m) m = fabsf(x[d]);
-    for (int d = 0; d < n; d++) out[d] = m > 0.0f ? nearbyintf(x[d] * (127.0f / m)) * (m / 127.0f) : 0.0f;
+    for (int d = 0; d < n; d++) {
+        if (!isfinite(x[d])) { memset(q, 0, sizeof(int16_t) * (size_t)n); return NAN; }
+        if (fabsf(x[d]) > m) m = fabsf(x[d]);
+    }
+    if (m == 0.0f || isinf(qmax / m)) { memset(q, 0, sizeof(int16_t) * (size_t)n); return 0.0f; }
+    float inv = qmax / m;
+    for (int d = 0; d < n; d++) q[d] = (int16_t)rintf(x[d] * inv);
+    return m / qmax;
+}
+
+/* x (n <= HMAX) rounded as the i8 type stores it: the rule with qmax 127. */
+static void round_row8(const float *x, int n, float *out) {
+    int16_t q[HMAX];
+    float s = quant_rule(x, n, 127.0f, q);
+    for (int d = 0; d < n; d++) out[d] = (float)q[d] * s;
 }
 
 /* kw_kv_i16_put/get (i8 = false) or kw_kv_i8_put/get: the round trip of
@@ -208,26 +225,10 @@ static void run_case_t(uint32_t type, int bt, int n_head, int n_head_kv, int hk,
     kw_kv_pool_destroy(kv);
 }
 
-/* kw_kv_i16_quantize (pool.c, vectorized in pieces of 16) against the
- * rule written out in scalar C: m = max|x| over the row, a NaN or an
- * infinity anywhere gives a NaN scale and zeros, a row whose qmax / m is
- * not a finite float (m zero or below ~1e-35) zeros and scale 0, else
- * q = rint(x * (qmax / m)), scale m / qmax. Bit for bit over lengths
- * 1..130 (every tail length), rows with negative zeros, subnormal, tiny
- * (1e-36, where qmax / m overflows), small (1e-30) and huge magnitudes,
- * and a NaN or an infinity at every position of a 40-value row. */
-static float quant_rule(const float *x, int n, float qmax, int16_t *q) {
-    float m = 0.0f;
-    for (int d = 0; d < n; d++) {
-        if (!isfinite(x[d])) { memset(q, 0, sizeof(int16_t) * (size_t)n); return NAN; }
-        if (fabsf(x[d]) > m) m = fabsf(x[d]);
-    }
-    if (m == 0.0f || isinf(qmax / m)) { memset(q, 0, sizeof(int16_t) * (size_t)n); return 0.0f; }
-    float inv = qmax / m;
-    for (int d = 0; d < n; d++) q[d] = (int16_t)rintf(x[d] * inv);
-    return m / qmax;
-}
-
+/* kw_kv_i16_quantize against quant_rule, bit for bit, over lengths 1..130
+ * (every tail length), rows with negative zeros, subnormal, tiny (1e-36,
+ * where qmax / m overflows), small (1e-30) and huge magnitudes, and a NaN
+ * or an infinity at every position of a 40-value row. */
 static void check_quant(const float *x, int n, float qmax, int *bad) {
     int16_t a[160], b[160];
     float sa = kw_kv_i16_quantize(x, n, qmax, a), sb = quant_rule(x, n, qmax, b);
