@@ -9,7 +9,7 @@
  * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
  *
  * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8]
- *                   [--kernel avx512|avx2|ref] [--cputime] [--no-decode] [-t THREADS]
+ *                   [--kernel avx512|avx2|ref|read] [--cputime] [--no-decode] [-t THREADS]
  * -t N: decode on a pool of N threads, each layer's KV heads split as
  * forward.c splits them (wall time; two threads streaming the KV is what a
  * decode step at depth does, and it is not twice one thread).
@@ -17,6 +17,11 @@
  * --kv i8 the same with the i8 type;
  * with --kernel avx2 its AVX2 kernel (attn_i16_avx2.c, needs only AVX2 + FMA),
  * with --kernel ref the portable kw_attn_i16_ref (slow: use small -d/-p).
+ * --kernel read (decode only, any --kv): no attention, only a read of every
+ * line of the K and V regions the decode would read, in its order, the
+ * regions two blocks ahead prefetched: what the memory gives this layout
+ * and thread count, against which the kernel's GB/s tell how far it is
+ * from being bound by memory alone.
  * --cputime times with the process's CPU seconds (immune to other load;
  * memory stalls still count, they are spent on the CPU). */
 #include <stdio.h>
@@ -34,7 +39,7 @@
 
 static int g_i16;   /* --kv i16 or i8 */
 static int g_i8;    /* --kv i8 */
-enum { KERNEL_AVX512, KERNEL_AVX2, KERNEL_REF };
+enum { KERNEL_AVX512, KERNEL_AVX2, KERNEL_REF, KERNEL_READ };
 static int g_kernel = KERNEL_AVX512;   /* --kernel, for --kv i16 */
 
 static void attend_i16(const kw_attn_tile_args *a, float *scr, int32_t n_ctx) {
@@ -75,6 +80,30 @@ static kw_kv_pool *make_kv(int32_t n, kw_block_table *t) {
     return kv;
 }
 
+static volatile uint64_t g_sink;
+
+/* --kernel read: one word of every 64-byte line of head kvh's K regions of
+ * the blocks holding keys [0, pos + 1), then of its V regions. */
+static void read_head(const kw_attn_tile_args *a) {
+    kw_kv_pool *kv = a->kv;
+    int32_t bt = kv->lay.block_tokens, nb = (a->pos[0] + bt) / bt;
+    uint64_t sum = 0;
+    for (int v = 0; v < 2; v++) {
+        size_t bytes = (size_t)bt * (v ? kv->v_row_bytes : kv->k_row_bytes);
+        for (int32_t b = 0; b < nb; b++) {
+            if (b + 2 < nb) {
+                const char *f = v ? kw_kv_v(kv, a->table->ids[b + 2], a->layer, a->kvh, 0)
+                                  : kw_kv_k(kv, a->table->ids[b + 2], a->layer, a->kvh, 0);
+                for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(f + o, 0, 2);
+            }
+            const uint8_t *r = v ? kw_kv_v(kv, a->table->ids[b], a->layer, a->kvh, 0)
+                                 : kw_kv_k(kv, a->table->ids[b], a->layer, a->kvh, 0);
+            for (size_t o = 0; o < bytes; o += 64) sum += r[o];
+        }
+    }
+    g_sink += sum;
+}
+
 /* One decode step's attention for one layer: thread ith of nth takes KV
  * heads [N_KV ith / nth, N_KV (ith + 1) / nth), as forward.c's attention_task. */
 typedef struct {
@@ -97,7 +126,8 @@ static void decode_layer_task(void *v, int ith, int nth) {
     for (int h = N_KV * ith / nth; h < N_KV * (ith + 1) / nth; h++) {
         kw_attn_tile_args a = {.q = j->q, .out = j->out, .kv = j->kv, .table = j->t, .pos = j->pos, .i0 = 0, .n_tok = 1,
                                .layer = j->layer, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
-        if (g_i16) attend_i16(&a, scr, j->n_ctx);
+        if (g_kernel == KERNEL_READ) read_head(&a);
+        else if (g_i16) attend_i16(&a, scr, j->n_ctx);
         else kw_attn_decode_avx512(&a, scr, j->n_ctx);
     }
 }
@@ -120,17 +150,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "avx512")) g_kernel = KERNEL_AVX512, i++;
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "avx2")) g_kernel = KERNEL_AVX2, i++;
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "ref")) g_kernel = KERNEL_REF, i++;
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "read")) g_kernel = KERNEL_READ, i++;
         else if (!strcmp(argv[i], "--no-decode")) do_decode = 0;
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8] "
-                            "[--kernel avx512|avx2|ref] [--cputime] [--no-decode] [-t THREADS]\n", argv[0]);
+                            "[--kernel avx512|avx2|ref|read] [--cputime] [--no-decode] [-t THREADS]\n", argv[0]);
             return 2;
         }
     }
     if (depth < 1 || n_pre < 0 || reps < 1 || reps > 1000 || pre_layers < 1 || pre_layers > N_LAYER ||
-        (g_kernel != KERNEL_AVX512 && !g_i16)) {
-        fprintf(stderr, "bench_attn: bad arguments\n");
+        (g_kernel != KERNEL_AVX512 && g_kernel != KERNEL_READ && !g_i16) || (g_kernel == KERNEL_READ && n_pre > 0)) {
+        fprintf(stderr, "bench_attn: bad arguments (--kernel avx2|ref need --kv i16|i8, --kernel read -p 0)\n");
         return 2;
     }
     if (n_threads < 1 || n_threads > N_KV || (n_threads > 1 && g_cputime)) {
@@ -139,6 +170,7 @@ int main(int argc, char **argv) {
     }
     const kw_cpu_info *ci = kw_cpu_info_get();
     bool runs = !ci ? false
+              : g_kernel == KERNEL_READ ? true
               : !g_i16 ? ci->avx512f && kw_attn_decode_supported(KW_TYPE_F16, N_HEAD / N_KV, HD, HD)
               : g_kernel == KERNEL_AVX512 ? ci->avx512f && ci->avx512bw && ci->avx512vnni
               : g_kernel == KERNEL_AVX2 ? ci->avx2 && ci->fma : true;
@@ -159,7 +191,8 @@ int main(int argc, char **argv) {
     if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int64_t i = 0; i < (int64_t)n_tok * N_HEAD * HD; i++) q[i] = frand();
     printf("shape        %d heads, %d KV heads, head dim %d, %s KV%s, %d-token blocks, %d thread%s (decode), %s time\n",
-           N_HEAD, N_KV, HD, g_i8 ? "i8" : g_i16 ? "i16" : "F16", !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
+           N_HEAD, N_KV, HD, g_i8 ? "i8" : g_i16 ? "i16" : "F16", g_kernel == KERNEL_READ ? " (read only, no attention)"
+           : !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
            : g_kernel == KERNEL_REF ? " (portable ref)" : " (VNNI kernel)", BT, n_threads, n_threads > 1 ? "s" : "",
            g_cputime ? "CPU" : "wall");
 
