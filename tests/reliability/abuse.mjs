@@ -12,7 +12,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import { check, finish, stage, makeModel, startServer, request, rawExchange, statusOf, parseSSE,
-         procStats, settle, health, sleep } from './lib.mjs';
+         procStats, settle, health, sleep, asanBuild } from './lib.mjs';
 
 const IDLE_TIMEOUT_S = 2;        // --timeout for this server: stalled connections close after it
 const CONNS = Math.max(10, Math.min(Number(process.env.KW_ABUSE_CONNS || 600), 1000));
@@ -35,7 +35,7 @@ async function main() {
   const { port } = srv, pid = srv.proc.pid;
   await served(port, 'warm-up');
   const base = procStats(pid);
-  const sanitized = /asan/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));   // ASan build: RSS figures are its allocator's
+  const sanitized = asanBuild(pid);   // ASan build: RSS figures are its allocator's
   stage(`baseline ${JSON.stringify(base)}`);
 
   // ---- slowloris: stalled headers are closed after --timeout; others served meanwhile

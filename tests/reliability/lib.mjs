@@ -112,6 +112,11 @@ export function parseSSE(text) {
   return { chunks, done: events[events.length - 1] === '[DONE]' };
 }
 
+// True when the process is an ASan build (its runtime is mapped): its RSS is
+// then ASan's shadow memory and quarantine, outside any budget, so checks of
+// RSS against the ledger or over time hold only for a normal build.
+export const asanBuild = (pid) => /asan/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
+
 // Threads, open fds and RSS (KiB) of a process, from /proc.
 export function procStats(pid) {
   const st = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
