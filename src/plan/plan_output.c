@@ -3,31 +3,16 @@
  * `kvwise serve` line, and the server's startup ledger from the same plan. */
 #include "plan_internal.h"
 #include "kvwise/server.h"
+#include "kvwise/kv.h"
 #include "kvwise/tensor.h"
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <string.h>
 
+/* A weight or KV type's name: the KV-only types (i16, i8) by kv.h, every
+ * other by the GGUF type table ("?" for an id it does not know). */
 const char *kw_plan_type_name(uint32_t type) {
-    switch (type) {
-    case KW_TYPE_F32: return "f32";
-    case KW_TYPE_F16: return "f16";
-    case KW_TYPE_Q8_0: return "q8_0";
-    case KW_TYPE_KV_I16: return "i16";
-    case KW_TYPE_KV_I8: return "i8";
-    case KW_TYPE_BF16: return "bf16";
-    case KW_TYPE_Q4_0: return "q4_0";
-    case KW_TYPE_Q4_1: return "q4_1";
-    case KW_TYPE_Q5_0: return "q5_0";
-    case KW_TYPE_Q5_1: return "q5_1";
-    case KW_TYPE_Q2_K: return "q2_k";
-    case KW_TYPE_Q3_K: return "q3_k";
-    case KW_TYPE_Q4_K: return "q4_k";
-    case KW_TYPE_Q5_K: return "q5_k";
-    case KW_TYPE_Q6_K: return "q6_k";
-    case KW_TYPE_Q8_K: return "q8_k";
-    default: return "?";
-    }
+    return kw_kv_type_is_int(type) ? kw_kv_type_name(type) : kw_type_name(type);
 }
 
 /* 147456 -> "147,456" */
