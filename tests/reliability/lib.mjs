@@ -112,10 +112,10 @@ export function parseSSE(text) {
   return { chunks, done: events[events.length - 1] === '[DONE]' };
 }
 
-// True when the process is an ASan build (its runtime is mapped): its RSS is
+// True when the process is an ASan build (GCC's libasan.so is mapped): its RSS is
 // then ASan's shadow memory and quarantine, outside any budget, so checks of
 // RSS against the ledger or over time hold only for a normal build.
-export const asanBuild = (pid) => /asan/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
+export const asanBuild = (pid) => /libasan\.so/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
 
 // Threads, open fds and RSS (KiB) of a process, from /proc.
 export function procStats(pid) {

@@ -16,11 +16,11 @@ export function finish() {
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }
-// True when the process is an ASan build (its runtime is mapped): its RSS is
+// True when the process is an ASan build (GCC's libasan.so is mapped): its RSS is
 // then ASan's shadow memory and quarantine, outside any budget, so checks of
 // the kernel's figures against --memory-limit or over time hold only for a
 // normal build.
-export const asanBuild = (pid) => /asan/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
+export const asanBuild = (pid) => /libasan\.so/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
 export function skip(why) { console.log(`SKIPPED: ${why}`); process.exit(77); }
 
 export function sharedModel(name) {
