@@ -40,7 +40,7 @@
 static int g_i16;   /* --kv i16 or i8 */
 static int g_i8;    /* --kv i8 */
 enum { KERNEL_AVX512, KERNEL_AVX2, KERNEL_REF, KERNEL_READ };
-static int g_kernel = KERNEL_AVX512;   /* --kernel, for --kv i16 */
+static int g_kernel = KERNEL_AVX512;   /* --kernel: avx2 and ref for --kv i16/i8; read for any --kv */
 
 static void attend_i16(const kw_attn_tile_args *a, float *scr, int32_t n_ctx) {
     if (g_kernel == KERNEL_AVX2) kw_attn_i16_avx2(a, scr, n_ctx);
