@@ -22,7 +22,7 @@
  * ahead are prefetched into L2 in address order, a row per loop step (see
  * attn_rows.h for why). */
 #include "attn_rows.h"
-#include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst */
+#include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst, kw_dpwssd */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -95,11 +95,11 @@ KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int nr
         if (two && (p & 1)) {
             KW_UNROLL for (int q = 0; q < nq; q++)
                 A2[q] = w8 ? kw_dpbusd_bcst(A2[q], kz, (const int32_t *)(qp + q))
-                           : _mm512_dpwssd_epi32(A2[q], kz, _mm512_set1_epi32((int)qp[q]));
+                           : kw_dpwssd(A2[q], kz, _mm512_set1_epi32((int)qp[q]));
         } else {
             KW_UNROLL for (int q = 0; q < nq; q++)
                 A[q] = w8 ? kw_dpbusd_bcst(A[q], kz, (const int32_t *)(qp + q))
-                          : _mm512_dpwssd_epi32(A[q], kz, _mm512_set1_epi32((int)qp[q]));
+                          : kw_dpwssd(A[q], kz, _mm512_set1_epi32((int)qp[q]));
         }
     }
     KW_UNROLL for (int q = 0; q < nq; q++) out[q] = two ? _mm512_add_epi32(A[q], A2[q]) : A[q];
@@ -137,7 +137,7 @@ KW_INLINE void pv_block(const uint8_t *vp, size_t rowb, int d0, int npair, const
         KW_UNROLL for (int v = 0; v < nv; v++) vz[v] = ld_pairs(row + 16 * eb * (size_t)v, w8);
         KW_UNROLL for (int q = 0; q < gq; q++) {
             __m512i pb = _mm512_set1_epi32((int)pp[q * 16 + k]);
-            KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = _mm512_dpwssd_epi32(B[q][v], vz[v], pb);
+            KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = kw_dpwssd(B[q][v], vz[v], pb);
         }
     }
     KW_UNROLL for (int q = 0; q < gq; q++) {
