@@ -255,16 +255,15 @@ static uint32_t max_abs_bits(const float *x, int32_t n) {
 
 float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out) {
     uint32_t mb = max_abs_bits(x, n);
-    if (mb >= 0x7f800000u) {   /* a NaN or an infinity */
-        memset(out, 0, sizeof(int16_t) * (size_t)n);
-        return NAN;
-    }
+    bool nonfinite = mb >= 0x7f800000u;   /* a NaN or an infinity */
     float m;
     memcpy(&m, &mb, sizeof m);
     float inv = m > 0.0f ? qmax / m : INFINITY;
-    if (!(inv <= FLT_MAX)) {   /* zero, or below qmax / FLT_MAX (~1e-35): a zero row (x * inf would not convert) */
+    /* zeros for a NaN or an infinity (scale NaN), and for a zero row or one below qmax / FLT_MAX,
+     * ~1e-35 (scale 0: x * inf would not convert) */
+    if (nonfinite || !(inv <= FLT_MAX)) {
         memset(out, 0, sizeof(int16_t) * (size_t)n);
-        return 0.0f;
+        return nonfinite ? NAN : 0.0f;
     }
     int32_t d = 0;
     for (; d + 16 <= n; d += 16) {   /* fixed count, local copies (the build allows aliasing): vectorized */
