@@ -23,12 +23,11 @@ static inline __attribute__((always_inline)) __m512i kw_dpbusd_bcst(__m512i d, _
 
 /* acc + vpdpwssd(a, b): int16 pairs of a and b multiplied and added into
  * acc's int32 lanes, with the accumulator in any of the 32 zmm registers.
- * GCC 12 puts _mm512_dpwssd_epi32's accumulator only in zmm0-15 (seen in
- * objdump of every loop using it, whatever the register pressure), so a
- * loop holding more accumulators than fit there copies each one into a low
- * register and back around every vpdpwssd: 32 moves per 16 products in the
- * attention's V loop, which then ran at ~62% of the instruction's peak.
- * Same result. */
+ * In objdump of the i16 attention's loops, GCC 12 kept
+ * _mm512_dpwssd_epi32's accumulator in zmm0-15 only, so the V loop, whose
+ * 16 accumulators live in zmm16-31, copied each one into a low register
+ * and back around every vpdpwssd: 32 moves per 16 products, the loop at
+ * ~62% of the instruction's peak. Same result. */
 static inline __attribute__((always_inline)) __m512i kw_dpwssd(__m512i acc, __m512i a, __m512i b) {
     __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
     return acc;
