@@ -272,7 +272,10 @@ async function main() {
       res2.once('data', () => { req.destroy(); resolve(); });
     });
     req.on('error', () => resolve());
-    req.end(JSON.stringify({ prompt: 'a long story', max_tokens: 100000, min_p: 0.0, stream: true, stop: null }));
+    // ignore_eos: sampled from a random model, the stream could otherwise end at
+    // an end-of-sequence token before the client goes (seen: completion=1
+    // finish=stop), and there would be nothing left to cancel
+    req.end(JSON.stringify({ prompt: 'a long story', max_tokens: 100000, min_p: 0.0, stream: true, stop: null, ignore_eos: true }));
   });
   // liveness, not speed: polled for up to 5 s so a loaded host cannot fail it
   let freed = false;
@@ -297,7 +300,7 @@ async function main() {
 
   stage('SIGTERM');
   // SIGTERM: in-flight stream ends cleanly, exit code 0
-  const inflight = request(P, 'POST', '/v1/completions', { body: { prompt: 'forever', max_tokens: 100000, stream: true } });
+  const inflight = request(P, 'POST', '/v1/completions', { body: { prompt: 'forever', max_tokens: 100000, stream: true, ignore_eos: true } });
   await sleep(200);
   const exited = new Promise((resolve) => srv.proc.on('exit', (code) => resolve(code)));
   srv.proc.kill('SIGTERM');
