@@ -490,12 +490,16 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
 }
 
 static void attention_task(void *arg, int ith, int nth) {
+    (void)nth;
     kw_ctx *c = arg;
     const attn_ops *op = attn_ops_get();
     int64_t n_kv = c->m->hp.n_head_kv, items = (int64_t)c->b->n_tokens * n_kv;
-    int64_t lo = items * ith / nth, hi = items * (ith + 1) / nth;
     float *scr = (float *)((uint8_t *)c->scratch + c->plan.mm_bytes) + (size_t)ith * c->plan.att_floats;
-    for (int64_t it = lo; it < hi; it++) attend_group(c, op, (int32_t)(it / n_kv), (int)(it % n_kv), scr);
+    for (;;) {
+        int64_t it = atomic_fetch_add_explicit(&c->next_item, 1, memory_order_relaxed);
+        if (it >= items) break;
+        attend_group(c, op, (int32_t)(it / n_kv), (int)(it % n_kv), scr);
+    }
 }
 
 /* Prefill: items (tile, KV head) handed out through a counter (causal work
@@ -557,6 +561,7 @@ static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
         else attention_tiles_task(c, 0, 1);
         return;
     }
+    atomic_store(&c->next_item, 0);
     if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_ATTN_PARALLEL_MIN) kw_pool_run(c->pool, attention_task, c);
     else attention_task(c, 0, 1);
 }
