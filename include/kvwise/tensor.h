@@ -90,7 +90,9 @@ size_t kw_matrix_pack_bytes(const kw_matrix *W);
  * the kw_matrix_pack_bytes of the matrices that have a packed form. Sets
  * *block (NULL when none has one); returns 0, 1 (none has one) or -1 (err
  * set; nothing stays packed). kw_matrix_unpack() on a member only forgets
- * its copy; kw_matrices_unpack() forgets all members' and frees the block. */
+ * its copy; kw_matrices_unpack() frees the block and forgets the copies of
+ * the matrices in Ws that live in it (those packed alone or into another
+ * block keep theirs). */
 int kw_matrices_pack(kw_matrix *const *Ws, int n, void **block, kw_err *err);
 void kw_matrices_unpack(kw_matrix *const *Ws, int n, void *block);
 /* Rows [0, n) of W served by its packed copy (0 when W is not packed). */

@@ -51,6 +51,7 @@ typedef struct kw_pack_hdr {
     int64_t packed_rows;     /* rows [0, packed_rows) are in the packed form */
     int64_t nb;              /* blocks per row */
     uint32_t shared;         /* a slot of a shared block (kw_matrices_pack): not freed alone */
+    uint64_t block_off;      /* shared: the slot's offset in its block (kw_matrices_unpack knows its own) */
 } kw_pack_hdr;
 #define KW_PACK_MAGIC 0x6b77706bu
 #define KW_PACK_HDR_BYTES 64

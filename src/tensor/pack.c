@@ -49,6 +49,7 @@ uint8_t *kw_pack_alloc(const kw_matrix *W, kw_pack_arena *a, uint32_t format, in
     h->packed_rows = packed_rows;
     h->nb = nb;
     h->shared = a != NULL;
+    h->block_off = a ? (uint64_t)(p - a->base) : 0;
     return p;
 }
 
@@ -109,8 +110,10 @@ void kw_matrix_unpack(kw_matrix *W) {
 }
 
 void kw_matrices_unpack(kw_matrix *const *Ws, int n, void *block) {
-    for (int i = 0; i < n; i++)
-        if (Ws[i] && Ws[i]->packed && ((const kw_pack_hdr *)Ws[i]->packed)->shared) Ws[i]->packed = NULL;
+    for (int i = 0; i < n; i++) {
+        const kw_pack_hdr *h = Ws[i] ? Ws[i]->packed : NULL;
+        if (h && h->shared && (const uint8_t *)h - h->block_off == (const uint8_t *)block) Ws[i]->packed = NULL;
+    }
     kw_mem_free(block);
 }
 

@@ -4,7 +4,7 @@
  * the bytes kw_matrix_pack gives the same matrix alone (so kw_matmul gives
  * identical results), skipping matrices without a packed form; unpacking
  * a member alone frees nothing, kw_matrices_unpack frees the block and
- * every byte of accounting; an allocation failure packs nothing and says
+ * every byte of accounting and forgets only the copies in that block; an allocation failure packs nothing and says
  * why. On a CPU whose kernels do not pack, every size is 0 and the group
  * call returns 1 without a block. */
 #include "testutil.h"
@@ -96,6 +96,24 @@ static void test_group(kw_pool *pool) {
     kw_matrices_unpack(gp, N, block);
     for (int i = 0; i < N; i++) KW_CHECK(G[i].packed == NULL);
     KW_CHECK_EQ_INT(kw_mem_current(KW_MEM_WEIGHTS), w0);
+
+    /* two blocks: kw_matrices_unpack forgets only the copies in the block it frees */
+    {
+        kw_matrix *ga[3] = {&G[0], &G[1], &G[2]}, *gb[3] = {&G[3], &G[4], &G[5]};
+        void *ba = NULL, *bb = NULL;
+        size_t sb = 0;
+        for (int i = 3; i < N; i++) sb += kw_matrix_pack_bytes(&G[i]);
+        KW_CHECK(kw_matrices_pack(ga, 3, &ba, &err) >= 0);
+        KW_CHECK(kw_matrices_pack(gb, 3, &bb, &err) >= 0);
+        kw_matrices_unpack(gp, N, ba);   /* every matrix named, one block freed */
+        for (int i = 0; i < N; i++)
+            KW_CHECK_MSG((G[i].packed != NULL) == (i >= 3 && kw_matrix_pack_bytes(&G[i]) != 0),
+                         "matrix %d after freeing the first block", i);
+        KW_CHECK_EQ_INT(kw_mem_current(KW_MEM_WEIGHTS) - w0, sb);
+        kw_matrices_unpack(gp, N, bb);
+        for (int i = 0; i < N; i++) KW_CHECK(G[i].packed == NULL);
+        KW_CHECK_EQ_INT(kw_mem_current(KW_MEM_WEIGHTS), w0);
+    }
 
     /* out of memory: nothing packed, nothing accounted, a message */
     kw_mem_fail_nth(1);
