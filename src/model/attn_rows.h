@@ -61,8 +61,8 @@ static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j,
  * first of its block, the address of that block's K integers (pair 0, slot
  * 0; row p (a dimension pair or quad) is block_tokens * 4 bytes further), else
  * NULL; the block's scales are prefetched here. The caller prefetches the
- * lines of one pair row per step of its dot loop, so the whole region is
- * asked for in address order, spread over the loop. (Asked for as the
+ * region's lines in address order, spread over the dot loops of the
+ * block's 16-key groups. (Asked for as the
  * 16-key groups read it, even lines then odd lines of each region, DRAM
  * delivered ~25% less: 25 against 33 GB/s in a one-thread read test of
  * 4 KiB regions.) */
