@@ -129,7 +129,7 @@ struct kw_ctx {
     const kw_batch *b;
     int layer;
     int32_t n_tiles;            /* prefill attention tiles (starts in rows[]) */
-    _Atomic int64_t next_item;
+    _Atomic int64_t next_item;  /* the next attention item a thread takes (decode and prefill tiles) */
 };
 
 kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int32_t max_ctx, kw_err *err) {
@@ -489,6 +489,9 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
         memcpy(c->att + ((int64_t)i * hp->n_head + h0 + g) * hv, acc + g * hv, (size_t)hv * sizeof(float));
 }
 
+/* Decode: items (token, KV head) handed out through the same counter as
+ * the prefill tiles, so a thread the host slows takes fewer heads (fixed
+ * halves left the other waiting: 1.017x at depth 4096). */
 static void attention_task(void *arg, int ith, int nth) {
     (void)nth;
     kw_ctx *c = arg;
