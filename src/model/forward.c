@@ -558,15 +558,10 @@ static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     for (int32_t i = 0; i < b->n_tokens; i++) work += (int64_t)b->pos[i] + 1;
     work *= (int64_t)hp->n_head * (hp->head_dim_k + hp->head_dim_v);
     c->n_tiles = plan_tiles(c, b);
-    if (c->n_tiles > 0) {
-        atomic_store(&c->next_item, 0);
-        if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_ATTN_PARALLEL_MIN) kw_pool_run(c->pool, attention_tiles_task, c);
-        else attention_tiles_task(c, 0, 1);
-        return;
-    }
+    kw_task_fn task = c->n_tiles > 0 ? attention_tiles_task : attention_task;   /* both take items from next_item */
     atomic_store(&c->next_item, 0);
-    if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_ATTN_PARALLEL_MIN) kw_pool_run(c->pool, attention_task, c);
-    else attention_task(c, 0, 1);
+    if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_ATTN_PARALLEL_MIN) kw_pool_run(c->pool, task, c);
+    else task(c, 0, 1);
 }
 
 /* ---- layers ---- */
