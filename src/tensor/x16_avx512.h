@@ -2,8 +2,8 @@
  * Q4_0 / Q8_0 format (layout in kernels_avx512.c), shared by the per-group
  * tile there and the prefill GEMM in gemm_avx512.c so both read the format
  * the same way; the folded-broadcast vpdpbusd of the packed tiles, and a
- * vpdpwssd free to use all 32 registers. Include only from files compiled with AVX-512 flags
- * (*_avx512.c). */
+ * vpdpwssd free to use all 32 registers. Include only from files compiled
+ * with AVX-512 flags (*_avx512.c). */
 #ifndef KW_TENSOR_X16_AVX512_H
 #define KW_TENSOR_X16_AVX512_H
 #include <immintrin.h>

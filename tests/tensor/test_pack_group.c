@@ -4,9 +4,9 @@
  * the bytes kw_matrix_pack gives the same matrix alone (so kw_matmul gives
  * identical results), skipping matrices without a packed form; unpacking
  * a member alone frees nothing, kw_matrices_unpack frees the block and
- * every byte of accounting and forgets only the copies in that block; an allocation failure packs nothing and says
- * why. On a CPU whose kernels do not pack, every size is 0 and the group
- * call returns 1 without a block. */
+ * every byte of accounting and forgets only the copies in that block; an
+ * allocation failure packs nothing and says why. On a CPU whose kernels do
+ * not pack, every size is 0 and the group call returns 1 without a block. */
 #include "testutil.h"
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
