@@ -8,10 +8,11 @@ import net from 'node:net';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { sleep } from '../lib/proc.mjs';
+export { sleep, asanBuild } from '../lib/proc.mjs';
 
 export const BIN = process.env.KW_BIN;
 if (!BIN) { console.error('KW_BIN not set'); process.exit(2); }
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let passed = 0, failed = 0;
 export function check(cond, what, extra) {
@@ -112,10 +113,6 @@ export function parseSSE(text) {
   return { chunks, done: events[events.length - 1] === '[DONE]' };
 }
 
-// True when the process is an ASan build (GCC's libasan.so is mapped): its RSS is
-// then ASan's shadow memory and quarantine, outside any budget, so checks of
-// RSS against the ledger or over time hold only for a normal build.
-export const asanBuild = (pid) => /libasan\.so/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
 
 // Threads, open fds and RSS (KiB) of a process, from /proc.
 export function procStats(pid) {

@@ -6,6 +6,8 @@ import os from 'node:os';
 import net from 'node:net';
 import fs from 'node:fs';
 import path from 'node:path';
+import { sleep } from '../../lib/proc.mjs';
+export { sleep, asanBuild } from '../../lib/proc.mjs';
 
 export let passed = 0, failed = 0;
 export function check(cond, what) {
@@ -16,11 +18,6 @@ export function finish() {
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }
-// True when the process is an ASan build (GCC's libasan.so is mapped): its RSS is
-// then ASan's shadow memory and quarantine, outside any budget, so checks of
-// the kernel's figures against --memory-limit or over time hold only for a
-// normal build.
-export const asanBuild = (pid) => /libasan\.so/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
 export function skip(why) { console.log(`SKIPPED: ${why}`); process.exit(77); }
 
 export function sharedModel(name) {
@@ -37,7 +34,6 @@ export async function freePort() {
   });
 }
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export async function startServer(args, { readyTimeoutMs = 60000 } = {}) {
   const bin = process.env.KW_BIN;
