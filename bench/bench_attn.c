@@ -9,7 +9,8 @@
  * tok/s of a 16-layer model. One thread, AVX-512 kernels (exit 77 without).
  *
  * usage: bench_attn [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8]
- *                   [--kernel avx512|avx2|ref|read] [--cputime] [--no-decode] [-t THREADS]
+ *                   [--kernel avx512|avx2|ref|read] [--cputime] [--no-decode] [--one-layer]
+ *                   [-t THREADS]
  * -t N: decode on a pool of N threads, each layer's KV heads split as
  * forward.c splits them (wall time; two threads streaming the KV is what a
  * decode step at depth does, and it is not twice one thread).
@@ -23,7 +24,11 @@
  * and thread count, against which the kernel's GB/s tell how far it is
  * from being bound by memory alone.
  * --cputime times with the process's CPU seconds (immune to other load;
- * memory stalls still count, they are spent on the CPU). */
+ * memory stalls still count, they are spent on the CPU).
+ * --one-layer: decode reads layer 0's KV in each of the 16 layers' steps, so
+ * at a small depth the kernel runs from the cache (i16: 8 KV heads x 264
+ * bytes x depth, 1 MiB, one core's L2, at depth ~500): what it costs in
+ * compute. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +44,7 @@
 
 static int g_i16;   /* --kv i16 or i8 */
 static int g_i8;    /* --kv i8 */
+static int g_one_layer;   /* --one-layer */
 enum { KERNEL_AVX512, KERNEL_AVX2, KERNEL_REF, KERNEL_READ };
 static int g_kernel = KERNEL_AVX512;   /* --kernel: avx2 and ref for --kv i16/i8; read for any --kv */
 
@@ -152,10 +158,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "ref")) g_kernel = KERNEL_REF, i++;
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc && !strcmp(argv[i + 1], "read")) g_kernel = KERNEL_READ, i++;
         else if (!strcmp(argv[i], "--no-decode")) do_decode = 0;
+        else if (!strcmp(argv[i], "--one-layer")) g_one_layer = 1;
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [-d DEPTH] [-p TOKENS] [-r REPS] [-L PREFILL_LAYERS] [--kv f16|i16|i8] "
-                            "[--kernel avx512|avx2|ref|read] [--cputime] [--no-decode] [-t THREADS]\n", argv[0]);
+                            "[--kernel avx512|avx2|ref|read] [--cputime] [--no-decode] [--one-layer] [-t THREADS]\n", argv[0]);
             return 2;
         }
     }
@@ -190,11 +197,11 @@ int main(int argc, char **argv) {
     double *ts = malloc(sizeof(double) * (size_t)reps);
     if (!q || !out || !scr || !pos || !ts) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int64_t i = 0; i < (int64_t)n_tok * N_HEAD * HD; i++) q[i] = frand();
-    printf("shape        %d heads, %d KV heads, head dim %d, %s KV%s, %d-token blocks, %d thread%s (decode), %s time\n",
+    printf("shape        %d heads, %d KV heads, head dim %d, %s KV%s, %d-token blocks, %d thread%s (decode%s), %s time\n",
            N_HEAD, N_KV, HD, g_i8 ? "i8" : g_i16 ? "i16" : "F16", g_kernel == KERNEL_READ ? " (read only, no attention)"
            : !g_i16 ? "" : g_kernel == KERNEL_AVX2 ? " (AVX2 kernel)"
            : g_kernel == KERNEL_REF ? " (portable ref)" : " (VNNI kernel)", BT, n_threads, n_threads > 1 ? "s" : "",
-           g_cputime ? "CPU" : "wall");
+           g_one_layer ? ", layer 0's KV in every layer" : "", g_cputime ? "CPU" : "wall");
 
     if (do_decode) {
         pos[0] = depth;
@@ -203,7 +210,10 @@ int main(int argc, char **argv) {
         if (n_threads > 1 && !pool) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
         for (int r = 0; r < reps; r++) {
             double t0 = now_sec();
-            for (job.layer = 0; job.layer < N_LAYER; job.layer++) kw_pool_run(pool, decode_layer_task, &job);
+            for (int l = 0; l < N_LAYER; l++) {
+                job.layer = g_one_layer ? 0 : l;
+                kw_pool_run(pool, decode_layer_task, &job);
+            }
             ts[r] = now_sec() - t0;
         }
         kw_pool_destroy(pool);
