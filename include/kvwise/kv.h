@@ -2,7 +2,10 @@
  *
  * The pool is one accounted allocation (KW_MEM_KV) cut into n_blocks blocks;
  * a block holds K and V of `block_tokens` consecutive positions for every
- * layer. A sequence owns a block table (kw_block_table): entry i holds the
+ * layer. Blocks are laid out in chunks of KW_KV_CHUNK_BLOCKS: inside a
+ * chunk, one head's regions (kw_kv_k, kw_kv_v) of its blocks are adjacent,
+ * so a sequence whose blocks have consecutive ids reads each head's K and V
+ * as long runs the hardware prefetcher follows. A sequence owns a block table (kw_block_table): entry i holds the
  * block of positions [i*block_tokens, (i+1)*block_tokens). Blocks are
  * reference counted so that the prompt cache (prefix_cache.h) and several
  * live sequences can share a prefix without copying; a shared block is
@@ -29,8 +32,7 @@ typedef struct kw_kv_pool {
     int32_t n_blocks;
     size_t k_row_bytes;     /* bytes of one position's K for one head */
     size_t v_row_bytes;
-    size_t layer_bytes;     /* K+V of one layer within a block */
-    size_t block_bytes;     /* all layers */
+    size_t block_bytes;     /* K+V of all layers for one block */
     uint8_t *data;
     int32_t *refs;          /* per block; 0 = free */
     int32_t *free_ids;      /* stack of free block ids */
@@ -75,8 +77,21 @@ void kw_kv_ref(kw_kv_pool *p, int32_t id);
 void kw_kv_unref(kw_kv_pool *p, int32_t id);        /* back to the free list at 0 */
 void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src);
 
-/* Where K (or V) of head h at slot s (0..block_tokens-1) of layer l lives in block id.
- * Layout inside a block, per layer: K[head][slot][head_dim_k], then V[head][slot][head_dim_v]. */
+/* Blocks per chunk: 256 (8192 positions at 32-token blocks). Chunk c holds
+ * blocks [256c, 256c + 256) (the last one fewer, n_blocks % 256): first
+ * K[layer][head][block] regions, then V[layer][head][block] regions, each
+ * region block_tokens rows of one head. Decode at depth 4096 measured 1.017x
+ * (chunks of 16 blocks), 1.030x (64) and 1.052x (256) against the
+ * block-major layout before (docs/PERFORMANCE.md, session 11). A chunk is
+ * also the unit the pool's pages are touched in: a block's first write
+ * touches its chunk's regions of every head (Llama-3.2-1B shape, i16: 277
+ * MB per chunk). */
+#define KW_KV_CHUNK_BLOCKS 256
+
+/* Where K (or V) of head h at slot s (0..block_tokens-1) of layer l lives in
+ * block id: the head's region of the block (block_tokens rows, one per slot,
+ * in the layout's element type; i16 and i8: scales, then integers, below),
+ * plus s rows. */
 void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
 void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
 
@@ -87,9 +102,11 @@ void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t sl
  * in int32: see src/model/attn_i16.c). The head's region of a block (what
  * kw_kv_k/kw_kv_v return for slot 0; block_tokens * row bytes) holds the
  * block_tokens scales first, then the integers laid out for 16-lane dot
- * products: K pairs of dimensions across slots, V pairs of slots across
- * dimensions, so that 16 keys of one dimension pair (K) or one slot pair of
- * 16 dimensions (V) are 64 contiguous bytes. Needs block_tokens % 32 == 0,
+ * products: K in groups of 16 slots, each group its dimension pairs in order,
+ * each pair the group's 16 slots (so one group's K is head_dim_k * 32
+ * contiguous bytes, read in address order); V pairs of slots across
+ * dimensions. 16 keys of one dimension pair (K) or one slot pair of 16
+ * dimensions (V) are 64 contiguous bytes. Needs block_tokens % 32 == 0,
  * head dims % 16 == 0 and head_dim_k <= 128. */
 #define KW_KV_I16_KMAX 4095
 #define KW_KV_I16_VMAX 8191
@@ -98,9 +115,10 @@ static inline float *kw_kv_i16_scales(void *region) { return (float *)region; }
 static inline int16_t *kw_kv_i16_ints(void *region, int32_t block_tokens) {
     return (int16_t *)((uint8_t *)region + (size_t)block_tokens * sizeof(float));
 }
-/* Index of element (slot s, dimension d) within the integers. */
-static inline size_t kw_kv_i16_k_index(int32_t bt, int32_t s, int32_t d) {
-    return ((size_t)(d / 2) * (size_t)bt + (size_t)s) * 2 + (size_t)(d & 1);
+/* Index of element (slot s, dimension d) within the integers of K rows of
+ * hk values, and of V rows of hv values. */
+static inline size_t kw_kv_i16_k_index(int32_t hk, int32_t s, int32_t d) {
+    return (((size_t)(s / 16) * (size_t)(hk / 2) + (size_t)(d / 2)) * 16 + (size_t)(s % 16)) * 2 + (size_t)(d & 1);
 }
 static inline size_t kw_kv_i16_v_index(int32_t hv, int32_t s, int32_t d) {
     return ((size_t)(s / 2) * (size_t)hv + (size_t)d) * 2 + (size_t)(s & 1);
@@ -119,17 +137,17 @@ void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float
  * The i16 type's arithmetic with one byte per integer: K and V with QMAX
  * 127 (rounded as kw_kv_i16_quantize), the same block_tokens scales first,
  * then int8 integers: V at the i16 indexes (kw_kv_i16_v_index: pairs of
- * slots across dimensions), K in quads of dimensions across slots
- * (kw_kv_i8_k_index), so that 16 keys of one quad are 64 contiguous bytes,
- * one vpdpbusd operand. Attention quantizes q to 127 as well (as llama.cpp
+ * slots across dimensions), K in groups of 16 slots as i16 but in quads of
+ * dimensions (kw_kv_i8_k_index), so that 16 keys of one quad are 64
+ * contiguous bytes, one vpdpbusd operand. Attention quantizes q to 127 as well (as llama.cpp
  * quantizes q to q8_0 for a q8_0 K cache) and keeps the probabilities'
  * 13 bits (src/model/attn_i16.c). Half the bytes of i16 (and of f16) per
  * token: the memory-saving type, about as precise as q8_0 (one scale per
  * row of a head instead of per 32 values) and faster than i16 at depth.
  * Same shape limits as i16. */
 #define KW_KV_I8_MAX 127
-static inline size_t kw_kv_i8_k_index(int32_t bt, int32_t s, int32_t d) {
-    return ((size_t)(d / 4) * (size_t)bt + (size_t)s) * 4 + (size_t)(d & 3);
+static inline size_t kw_kv_i8_k_index(int32_t hk, int32_t s, int32_t d) {
+    return (((size_t)(s / 16) * (size_t)(hk / 4) + (size_t)(d / 4)) * 16 + (size_t)(s % 16)) * 4 + (size_t)(d & 3);
 }
 void kw_kv_i8_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
 void kw_kv_i8_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
@@ -138,8 +156,8 @@ static inline bool kw_kv_type_is_int(uint32_t type) { return type == KW_TYPE_KV_
 /* For either integer type (w8: i8), in a region's integers (kw_kv_i16_ints,
  * the same place for both): the index of element (slot, d) of K (v = 0) or
  * V (v = 1) rows of n values, and the integer at index e. */
-static inline size_t kw_kv_int_index(int32_t bt, int32_t slot, int32_t d, int32_t n, int v, bool w8) {
-    return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(bt, slot, d) : kw_kv_i16_k_index(bt, slot, d);
+static inline size_t kw_kv_int_index(int32_t slot, int32_t d, int32_t n, int v, bool w8) {
+    return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(n, slot, d) : kw_kv_i16_k_index(n, slot, d);
 }
 static inline int32_t kw_kv_int_at(const void *ints, bool w8, size_t e) {
     return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];

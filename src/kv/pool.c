@@ -2,16 +2,23 @@
  *
  * Owns: the one KW_MEM_KV allocation cut into fixed-size blocks, the
  * per-block reference counts, the free-id stack, the address arithmetic of
- * K/V rows inside a block, and per-sequence block tables (grow, push,
- * release). A block holds, for every layer, K[head][slot][head_dim_k] then
- * V[head][slot][head_dim_v], each row stored in the layout's element type
- * (F32, F16 or Q8_0 blocks of 32), or per head region for the i16 and i8
- * types (scales, then integers; kv.h). Not thread-safe: one scheduler owns it.
- * The allocation asks for transparent huge pages: attention reads one
- * head's rows of a block (a few KiB) and then jumps a whole block ahead, so
- * with 4 KiB pages nearly every K/V row group costs a page walk. Pages are
- * still only touched when a block is first written; the budget holds the
- * whole pool either way. */
+ * K/V rows, and per-sequence block tables (grow, push, release). A block
+ * holds, for every layer and head, a K and a V region of block_tokens rows,
+ * each row stored in the layout's element type (F32, F16 or Q8_0 blocks of
+ * 32), or for the i16 and i8 types scales, then integers (kv.h).
+ *
+ * Where the regions live (kv.h, KW_KV_CHUNK_BLOCKS): in chunks of 256
+ * blocks, K[layer][head][block] then V[layer][head][block], so one head's
+ * regions of blocks with consecutive ids follow each other. Attention reads
+ * a head's K of every block of the sequence, then its V: with each block
+ * holding all its layers (the layout before session 11) every 4 KiB region
+ * was a new stream the hardware prefetcher had to find, and software
+ * prefetch had to carry it; in runs of consecutive blocks the prefetcher
+ * follows (docs/PERFORMANCE.md, session 11). Not thread-safe: one scheduler
+ * owns it. The allocation asks for transparent huge pages (fewer TLB
+ * misses over ~130 MiB per decoded token at depth 4096; the figures above
+ * were measured with them). Pages are touched chunk by chunk as blocks are
+ * first written; the budget holds the whole pool either way. */
 #include "kvwise/kv.h"
 #include "kvwise/fault.h"
 #include "kvwise/memory.h"
@@ -105,8 +112,8 @@ kw_kv_pool *kw_kv_pool_create(const kw_kv_layout *lay, int32_t n_blocks, kw_err 
     p->n_blocks = n_blocks;
     p->k_row_bytes = kv_row_bytes(lay->type, lay->head_dim_k);
     p->v_row_bytes = kv_row_bytes(lay->type, lay->head_dim_v);
-    p->layer_bytes = (size_t)lay->n_head_kv * (size_t)lay->block_tokens * (p->k_row_bytes + p->v_row_bytes);
-    p->block_bytes = p->layer_bytes * (size_t)lay->n_layer;
+    p->block_bytes = (size_t)lay->n_layer * (size_t)lay->n_head_kv * (size_t)lay->block_tokens *
+                     (p->k_row_bytes + p->v_row_bytes);
     if (p->block_bytes == 0 || (size_t)n_blocks > ((size_t)1 << 46) / p->block_bytes) {
         free(p);
         kw_err_set(err, "kv pool: %d blocks of %zu bytes is too large", n_blocks, kw_kv_block_bytes(lay));
@@ -156,22 +163,32 @@ void kw_kv_unref(kw_kv_pool *p, int32_t id) {
 
 void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src) {
     if (!valid_id(p, dst) || !valid_id(p, src) || dst == src) return;
-    memcpy(p->data + (size_t)dst * p->block_bytes, p->data + (size_t)src * p->block_bytes, p->block_bytes);
+    size_t kb = (size_t)p->lay.block_tokens * p->k_row_bytes, vb = (size_t)p->lay.block_tokens * p->v_row_bytes;
+    for (int32_t l = 0; l < p->lay.n_layer; l++)
+        for (int32_t h = 0; h < p->lay.n_head_kv; h++) {
+            memcpy(kw_kv_k(p, dst, l, h, 0), kw_kv_k(p, src, l, h, 0), kb);
+            memcpy(kw_kv_v(p, dst, l, h, 0), kw_kv_v(p, src, l, h, 0), vb);
+        }
 }
 
-static uint8_t *layer_base(kw_kv_pool *p, int32_t id, int32_t layer) {
-    return p->data + (size_t)id * p->block_bytes + (size_t)layer * p->layer_bytes;
+/* Head (layer, head)'s region of block id: its chunk's start, then `before`
+ * bytes (V: the chunk's K regions), then the head's run of its chunk's
+ * blocks, one region_bytes region per block. */
+static uint8_t *region(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, size_t row_bytes, bool v) {
+    int32_t c0 = id - id % KW_KV_CHUNK_BLOCKS;
+    int32_t nb = p->n_blocks - c0 < KW_KV_CHUNK_BLOCKS ? p->n_blocks - c0 : KW_KV_CHUNK_BLOCKS;   /* in this chunk */
+    size_t heads = (size_t)p->lay.n_layer * (size_t)p->lay.n_head_kv, bt = (size_t)p->lay.block_tokens;
+    size_t before = v ? heads * (size_t)nb * bt * p->k_row_bytes : 0;
+    size_t run = ((size_t)layer * (size_t)p->lay.n_head_kv + (size_t)head) * (size_t)nb + (size_t)(id - c0);
+    return p->data + (size_t)c0 * p->block_bytes + before + run * bt * row_bytes;
 }
 
 void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot) {
-    size_t row = (size_t)head * (size_t)p->lay.block_tokens + (size_t)slot;
-    return layer_base(p, id, layer) + row * p->k_row_bytes;
+    return region(p, id, layer, head, p->k_row_bytes, false) + (size_t)slot * p->k_row_bytes;
 }
 
 void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot) {
-    size_t k_part = (size_t)p->lay.n_head_kv * (size_t)p->lay.block_tokens * p->k_row_bytes;
-    size_t row = (size_t)head * (size_t)p->lay.block_tokens + (size_t)slot;
-    return layer_base(p, id, layer) + k_part + row * p->v_row_bytes;
+    return region(p, id, layer, head, p->v_row_bytes, true) + (size_t)slot * p->v_row_bytes;
 }
 
 static int table_reserve(kw_block_table *t, int32_t n) {
@@ -285,7 +302,7 @@ static void int_put(void *region, int32_t bt, int32_t slot, const float *x, int3
     /* a row with a NaN or an infinity gets a NaN scale: attention's output turns NaN, as with f16 */
     kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, qmax, row);
     for (int32_t d = 0; d < n; d++) {
-        size_t e = kw_kv_int_index(bt, slot, d, n, v, w8);
+        size_t e = kw_kv_int_index(slot, d, n, v, w8);
         if (w8) ((int8_t *)q)[e] = (int8_t)row[d];   /* |row| <= 127 */
         else ((int16_t *)q)[e] = row[d];
     }
@@ -295,7 +312,7 @@ static void int_get(const void *region, int32_t bt, int32_t slot, float *x, int3
     void *r = (void *)(uintptr_t)region;
     const void *q = kw_kv_i16_ints(r, bt);
     float s = kw_kv_i16_scales(r)[slot];
-    for (int32_t d = 0; d < n; d++) x[d] = s * (float)kw_kv_int_at(q, w8, kw_kv_int_index(bt, slot, d, n, v, w8));
+    for (int32_t d = 0; d < n; d++) x[d] = s * (float)kw_kv_int_at(q, w8, kw_kv_int_index(slot, d, n, v, w8));
 }
 
 void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {

@@ -120,7 +120,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
         const void *ki = kw_kv_i16_ints(kr, bt);   /* i8: the same place (kv.h) */
         int32_t isum = 0;
         for (int d = 0; d < hk; d++)
-            isum += (int32_t)qi[d] * kw_kv_int_at(ki, w8, kw_kv_int_index(bt, j % bt, d, hk, 0, w8));
+            isum += (int32_t)qi[d] * kw_kv_int_at(ki, w8, kw_kv_int_index(j % bt, d, hk, 0, w8));
         s[j] = ((float)isum * kw_kv_i16_scales(kr)[j % bt]) * c;
         if (s[j] > mx) mx = s[j];
     }
@@ -148,7 +148,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
         for (int32_t j = j0; j < j1; j++) pi[j - j0] = (int32_t)lrintf(p[j - j0] * pinv);
         for (int d = 0; d < hv; d++) {
             int32_t isum = 0;
-            for (int32_t j = j0; j < j1; j++) isum += pi[j - j0] * kw_kv_int_at(vi, w8, kw_kv_int_index(bt, j % bt, d, hv, 1, w8));
+            for (int32_t j = j0; j < j1; j++) isum += pi[j - j0] * kw_kv_int_at(vi, w8, kw_kv_int_index(j % bt, d, hv, 1, w8));
             acc[d] = fmaf(sp, (float)isum, acc[d]);
         }
     }

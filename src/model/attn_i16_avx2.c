@@ -278,8 +278,8 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
     const int w8 = kv->lay.type == KW_TYPE_KV_I8;
     const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
-    /* K rows: dimension pairs (i16) or quads (i8) of bt slots, 4 bytes per slot either way; V rows: slot pairs */
-    const size_t krowb = (size_t)bt * 4, vrowb = (size_t)hv * 2 * eb;
+    /* K: 16-slot groups of rows (dimension pairs (i16) or quads (i8)), 64 bytes each; V rows: slot pairs */
+    const size_t kgroupb = (size_t)(w8 ? hk / 4 : hp) * 64, vrowb = (size_t)hv * 2 * eb;
     const size_t C = (size_t)max_ctx;
     float *S = scr;                                          /* [nq][C] scores, then exp */
     uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nq][hp] query pairs */
@@ -304,13 +304,13 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
         int32_t s0 = j % bt;
         void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
         kw_attn_i16_prefetch_k(a, j, n_max);
-        const uint8_t *kp = (const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)s0 * 4;
+        const uint8_t *kp = (const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)(s0 / 16) * kgroupb;
         const float *sk = kw_kv_i16_scales(kr) + s0;
         __m256 sk0 = _mm256_loadu_ps(sk), sk1 = _mm256_loadu_ps(sk + 8);
         for (int b = 0; b < nb; b++) {
             int q0 = b * nq / nb, q1 = (b + 1) * nq / nb;
             __m256i d[2 * DQ_MAX];
-            dots16_n(kp, krowb, qp + (size_t)q0 * (size_t)hp, hp, q1 - q0, w8, d);
+            dots16_n(kp, 64, qp + (size_t)q0 * (size_t)hp, hp, q1 - q0, w8, d);
             for (int q = q0; q < q1; q++) {
                 __m256 cq = _mm256_set1_ps(c[q]);
                 __m256 x0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d[2 * (q - q0)]), sk0), cq);

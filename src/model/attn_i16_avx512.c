@@ -8,7 +8,7 @@
  * defines (and kw_attn_i16_ref computes), so results are bit-identical to
  * the portable path whatever the tile.
  *
- * Lanes are 16 keys. i16 K is stored as dimension pairs across slots
+ * Lanes are 16 keys. i16 K is stored in 16-slot groups of dimension pairs
  * (kv.h), so one 64-byte load is one dimension pair of 16 keys and one
  * vpdpwssd with the query's pair broadcast adds 32 products of up to 16
  * queries' dots at once (the queries stay in registers as accumulators, K
@@ -18,9 +18,11 @@
  * times the V scales quantized to 13 bits, and V (stored as slot pairs
  * across dimensions; i8 widened to int16) accumulated with vpdpwssd for 4
  * queries x 64 dimensions from registers, each chunk's int32 sums scaled
- * into F32 with one FMA. The K region of the block ahead and the V chunk
- * ahead are prefetched into L2 in address order, a row per loop step (see
- * attn_rows.h for why). */
+ * into F32 with one FMA. Where a block does not follow the one before it
+ * in memory (attn_rows.h: kw_attn_block_follows), its K region and V chunks
+ * are prefetched into L2 ahead, in address order, a row per loop step;
+ * where it does, the hardware prefetcher is already streaming the head's
+ * run and software prefetches only got in its way (0.9x the time). */
 #include "attn_rows.h"
 #include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst, kw_dpwssd */
 #include <immintrin.h>
@@ -171,8 +173,8 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
     const int w8 = kv->lay.type == KW_TYPE_KV_I8;
     const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
-    /* K rows: dimension pairs (i16) or quads (i8) of bt slots, 4 bytes per slot either way; V rows: slot pairs */
-    const size_t krowb = (size_t)bt * 4, vrowb = (size_t)hv * 2 * eb;
+    /* K: 16-slot groups of nrow rows (dimension pairs (i16) or quads (i8)), 64 bytes each; V rows: slot pairs */
+    const size_t vrowb = (size_t)hv * 2 * eb;
     const int nrow = w8 ? hk / 4 : hp;
     int32_t qc[NQ_MAX];
     const size_t C = (size_t)max_ctx;
@@ -223,7 +225,8 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         if (jf % bt == 0) pfk = kw_attn_i16_k_block_ahead(a, j, n_max);   /* NULL past the context */
         const uint8_t *pf = pfk && jf < n_max ? pfk + (size_t)(jf % bt / 16) * (size_t)nrow * 64 : NULL;
         __m512i d[NQ_MAX];
-        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)s0 * 4, krowb, qp, nrow, qc, pf, nq, w8, d);
+        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)(s0 / 16) * (size_t)nrow * 64, 64, qp, nrow, qc, pf,
+                 nq, w8, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
         for (int q = 0; q < nq; q++) {
             __mmask16 m = lanes_below(j, nl[q]);

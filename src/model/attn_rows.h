@@ -44,54 +44,71 @@ static inline size_t kw_attn_int_bytes(const kw_attn_tile_args *a) {
     return a->kv->lay.type == KW_TYPE_KV_I8 ? 1 : 2;
 }
 
+/* Whether block b of the sequence (b > 0) lies right after block b - 1 in
+ * memory: the next id in the same chunk of the pool (kv.h), so each head's
+ * K and V regions continue the previous block's and the hardware
+ * prefetcher, already following the head's run, fetches them. */
+static inline bool kw_attn_block_follows(const kw_attn_tile_args *a, int32_t b) {
+    if (b <= 0) return false;
+    int32_t id = a->table->ids[b];
+    return id == a->table->ids[b - 1] + 1 && id % KW_KV_CHUNK_BLOCKS != 0;
+}
+
 /* i16 / i8: asks into L2 the K lines (one per dimension pair (i16) or
- * quad (i8), 4 bytes per slot either way, and the scales) of the 16-key
- * group KW_ATTN_I16_PF_KEYS keys after j, if it is below n. */
+ * quad (i8) of the group, 64 contiguous bytes each, and the scales) of the
+ * 16-key group KW_ATTN_I16_PF_KEYS keys after j, if it is below n. */
 static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (jf >= n) return;
     int rows = a->hk / (4 / (int)kw_attn_int_bytes(a));   /* pairs (i16) or quads (i8) */
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
-    const char *fk = (const char *)kw_kv_i16_ints(fr, bt) + (size_t)(jf % bt) * 4;
+    const char *fk = (const char *)kw_kv_i16_ints(fr, bt) + (size_t)(jf % bt / 16) * (size_t)rows * 64;
     _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
-    for (int p = 0; p < rows; p++) _mm_prefetch(fk + (size_t)p * (size_t)bt * 4, _MM_HINT_T1);
+    for (int p = 0; p < rows; p++) _mm_prefetch(fk + (size_t)p * 64, _MM_HINT_T1);
 }
 
-/* i16 / i8, spread: when key j + KW_ATTN_I16_PF_KEYS is below n and the
- * first of its block, the address of that block's K integers (pair 0, slot
- * 0; row p (a dimension pair or quad) is block_tokens * 4 bytes further), else
- * NULL; the block's scales are prefetched here. The caller prefetches the
- * region's lines in address order, spread over the dot loops of the
- * block's 16-key groups. (Asked for as the
- * 16-key groups read it, even lines then odd lines of each region, DRAM
- * delivered ~25% less: 25 against 33 GB/s in a one-thread read test of
- * 4 KiB regions.) */
+/* i16 / i8, spread: when key j + KW_ATTN_I16_PF_KEYS is below n, the first
+ * of its block, and that block does not follow the one before it in memory
+ * (kw_attn_block_follows: then the hardware prefetcher brings it), the
+ * address of that block's K integers (group 0; the groups' rows follow in
+ * address order), else NULL; the block's scales are prefetched here. The
+ * caller prefetches the region's lines in address order, spread over the
+ * dot loops of the block's 16-key groups. */
 static inline const uint8_t *kw_attn_i16_k_block_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (jf >= n || jf % bt != 0) return NULL;
+    if (jf >= n || jf % bt != 0 || kw_attn_block_follows(a, jf / bt)) return NULL;
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
     for (int32_t s = 0; s < bt; s += 16) _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + s), _MM_HINT_T1);
     return (const uint8_t *)kw_kv_i16_ints(fr, bt);
 }
-/* i16 / i8, spread: the address of the V chunk (integers, slot pair 0)
- * KW_ATTN_I16_PF_KEYS keys after j0, or NULL if it is not below n; its
- * scales are prefetched here, the caller prefetches one slot pair's row
- * (hv * 2 integers) per step of its V loop. */
-static inline const uint8_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
-    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (j1 >= n) return NULL;
+
+/* i16 / i8: the address of the V chunk starting at key j1 (integers, slot
+ * pair 0), its scales prefetched. */
+static inline const uint8_t *kw_attn_i16_v_chunk(const kw_attn_tile_args *a, int32_t j1, int32_t chunk) {
+    int32_t bt = a->kv->lay.block_tokens;
     void *nr = kw_kv_v(a->kv, a->table->ids[j1 / bt], a->layer, a->kvh, 0);
     const char *sc = (const char *)(kw_kv_i16_scales(nr) + j1 % bt);
     for (size_t o = 0; o < (size_t)chunk * sizeof(float); o += 64) _mm_prefetch(sc + o, _MM_HINT_T1);
     return (const uint8_t *)kw_kv_i16_ints(nr, bt) + (size_t)(j1 % bt) * (size_t)a->hv * kw_attn_int_bytes(a);
 }
 
+/* i16 / i8, spread: the V chunk KW_ATTN_I16_PF_KEYS keys after j0
+ * (kw_attn_i16_v_chunk), or NULL if it is not below n or its block follows
+ * the one before it in memory (the hardware prefetcher brings it); the
+ * caller prefetches one slot pair's row (hv * 2 integers) per step of its
+ * V loop. */
+static inline const uint8_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
+    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
+    if (j1 >= n || kw_attn_block_follows(a, j1 / bt)) return NULL;
+    return kw_attn_i16_v_chunk(a, j1, chunk);
+}
+
 /* i16 / i8: asks into L2 the V scales and integers of the chunk of `chunk`
- * keys KW_ATTN_I16_PF_KEYS keys after j0, if it is below n, all at once
- * (kw_attn_i16_v_ahead's chunk). */
+ * keys KW_ATTN_I16_PF_KEYS keys after j0, if it is below n, all at once. */
 static inline void kw_attn_i16_prefetch_v(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
-    const uint8_t *vi = kw_attn_i16_v_ahead(a, j0, chunk, n);
-    if (!vi) return;
+    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS;
+    if (j1 >= n) return;
+    const uint8_t *vi = kw_attn_i16_v_chunk(a, j1, chunk);
     for (size_t o = 0; o < (size_t)chunk * (size_t)a->hv * kw_attn_int_bytes(a); o += 64)
         _mm_prefetch((const char *)vi + o, _MM_HINT_T1);
 }

@@ -1,10 +1,12 @@
 /* test_kv_pool.c - the paged KV pool (kv.h): layout arithmetic, the one
  * accounted allocation, alloc/ref/unref/free list, block copy, row
- * addressing, block tables, and the q8_0 head_dim check. */
+ * addressing, the chunked layout (regions tile the pool, a head's regions
+ * of consecutive ids adjacent), block tables, and the q8_0 head_dim check. */
 #include "testutil.h"
 #include "kvwise/kv.h"
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
+#include <stdlib.h>
 #include <string.h>
 
 static kw_kv_layout layout(uint32_t type, int hd, int bt) {
@@ -73,32 +75,80 @@ static void test_addressing_and_copy(void) {
     kw_kv_pool *p = kw_kv_pool_create(&l, 3, &err);
     KW_CHECK(p != NULL);
     if (!p) return;
-    /* every (layer, head, slot) K and V row is distinct and inside its block */
+    /* every (layer, head, slot) K and V row of two blocks is distinct and inside the pool */
     int32_t a = kw_kv_alloc(p), b = kw_kv_alloc(p);
-    uint8_t *lo = p->data + (size_t)a * p->block_bytes, *hi = lo + p->block_bytes;
+    uint8_t *lo = p->data, *hi = lo + (size_t)p->n_blocks * p->block_bytes;
     size_t total = 0;
     for (int il = 0; il < 3; il++)
         for (int h = 0; h < 2; h++)
-            for (int s = 0; s < 4; s++) {
-                float *k = kw_kv_k(p, a, il, h, s), *v = kw_kv_v(p, a, il, h, s);
-                KW_CHECK((uint8_t *)k >= lo && (uint8_t *)(k + 16) <= hi);
-                KW_CHECK((uint8_t *)v >= lo && (uint8_t *)(v + 8) <= hi);
-                for (int d = 0; d < 16; d++) k[d] = (float)(il * 1000 + h * 100 + s * 10 + d);
-                for (int d = 0; d < 8; d++) v[d] = -(float)(il * 1000 + h * 100 + s * 10 + d);
-                total += 16 + 8;
-            }
+            for (int s = 0; s < 4; s++)
+                for (int32_t id = a; id <= b; id++) {
+                    float *k = kw_kv_k(p, id, il, h, s), *v = kw_kv_v(p, id, il, h, s);
+                    KW_CHECK((uint8_t *)k >= lo && (uint8_t *)(k + 16) <= hi);
+                    KW_CHECK((uint8_t *)v >= lo && (uint8_t *)(v + 8) <= hi);
+                    float tag = (float)(id * 10000 + il * 1000 + h * 100 + s * 10);
+                    for (int d = 0; d < 16; d++) k[d] = tag + (float)d;
+                    for (int d = 0; d < 8; d++) v[d] = -(tag + (float)d);
+                    if (id == a) total += 16 + 8;
+                }
     KW_CHECK_EQ_INT(total * 4, p->block_bytes);
     int ok = 1;
     for (int il = 0; il < 3; il++)
         for (int h = 0; h < 2; h++)
-            for (int s = 0; s < 4; s++) {
-                float *k = kw_kv_k(p, a, il, h, s), *v = kw_kv_v(p, a, il, h, s);
-                ok &= k[3] == (float)(il * 1000 + h * 100 + s * 10 + 3) && v[7] == -(float)(il * 1000 + h * 100 + s * 10 + 7);
-            }
+            for (int s = 0; s < 4; s++)
+                for (int32_t id = a; id <= b; id++) {
+                    float *k = kw_kv_k(p, id, il, h, s), *v = kw_kv_v(p, id, il, h, s);
+                    float tag = (float)(id * 10000 + il * 1000 + h * 100 + s * 10);
+                    ok &= k[3] == tag + 3.0f && v[7] == -(tag + 7.0f);
+                }
     KW_CHECK_MSG(ok, "rows overlap");
     kw_kv_block_copy(p, b, a);
-    KW_CHECK(memcmp(kw_kv_k(p, b, 0, 0, 0), kw_kv_k(p, a, 0, 0, 0), p->block_bytes) == 0);
+    ok = 1;
+    for (int il = 0; il < 3; il++)
+        for (int h = 0; h < 2; h++) {
+            ok &= memcmp(kw_kv_k(p, b, il, h, 0), kw_kv_k(p, a, il, h, 0), 4 * 16 * 4) == 0;
+            ok &= memcmp(kw_kv_v(p, b, il, h, 0), kw_kv_v(p, a, il, h, 0), 4 * 8 * 4) == 0;
+        }
+    KW_CHECK_MSG(ok, "block copy differs");
     kw_kv_pool_destroy(p);
+}
+
+/* The chunked layout (kv.h, KW_KV_CHUNK_BLOCKS): the K and V regions of all
+ * blocks, heads and layers tile the allocation exactly, with a partial last
+ * chunk too, and within a chunk one head's regions of consecutive ids follow
+ * each other (what attention's prefetch policy relies on). */
+static void test_chunk_layout(void) {
+    for (int nb = 1; nb <= 2 * KW_KV_CHUNK_BLOCKS + 3; nb += 6) {
+        kw_err err = {{0}};
+        kw_kv_layout l = layout(KW_TYPE_F16, 16, 4);
+        l.head_dim_v = 32;
+        kw_kv_pool *p = kw_kv_pool_create(&l, nb, &err);
+        KW_CHECK(p != NULL);
+        if (!p) return;
+        size_t kb = 4 * p->k_row_bytes, vb = 4 * p->v_row_bytes, bytes = (size_t)nb * p->block_bytes;
+        uint8_t *seen = calloc(bytes, 1);
+        int inside = 1, overlap = 0, runs = 1;
+        for (int32_t id = 0; id < nb; id++)
+            for (int il = 0; il < 3; il++)
+                for (int h = 0; h < 2; h++)
+                    for (int v = 0; v < 2; v++) {
+                        uint8_t *r = v ? kw_kv_v(p, id, il, h, 0) : kw_kv_k(p, id, il, h, 0);
+                        size_t n = v ? vb : kb;
+                        if (r < p->data || r + n > p->data + bytes) { inside = 0; continue; }
+                        for (size_t i = 0; i < n; i++) overlap |= seen[(size_t)(r - p->data) + i]++;
+                        if (id % KW_KV_CHUNK_BLOCKS != 0) {
+                            uint8_t *prev = v ? kw_kv_v(p, id - 1, il, h, 0) : kw_kv_k(p, id - 1, il, h, 0);
+                            runs &= prev + n == r;
+                        }
+                    }
+        size_t covered = 0;
+        for (size_t i = 0; i < bytes; i++) covered += seen[i] != 0;
+        KW_CHECK_MSG(inside && !overlap && covered == bytes, "%d blocks: regions inside %d, overlap %d, %zu of %zu bytes",
+                     nb, inside, overlap, covered, bytes);
+        KW_CHECK_MSG(runs, "%d blocks: a head's regions of consecutive ids are not adjacent", nb);
+        free(seen);
+        kw_kv_pool_destroy(p);
+    }
 }
 
 static void test_tables(void) {
@@ -133,6 +183,7 @@ int main(void) {
     test_q8_head_dim_error();
     test_alloc_refs();
     test_addressing_and_copy();
+    test_chunk_layout();
     test_tables();
     return kw_test_finish();
 }
