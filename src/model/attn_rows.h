@@ -4,12 +4,15 @@
  * ahead; for the i16 and i8 caches (attn_i16_avx512.c, attn_i16_avx2.c)
  * the prefetch of the K group and the V chunk ahead in their layout (kv.h).
  *
- * A block's rows of one head are a few KiB on their own page and the next
- * block of the sequence is elsewhere, so the hardware prefetcher stops at
- * every block edge; both kernels ask for rows KW_ATTN_PF_KEYS keys ahead
- * into L2 (prefetcht1: into L1 the prefetches themselves stalled the core).
- * perf at depth 4096 before: ~65% of decode attention and a third of the
- * tiles' time were load stalls. */
+ * A block's rows of one head are a few KiB; the F32/F16 kernels ask for
+ * rows KW_ATTN_PF_KEYS keys ahead into L2 (prefetcht1: into L1 the
+ * prefetches themselves stalled the core; perf at depth 4096 before: ~65%
+ * of decode attention and a third of the tiles' time were load stalls).
+ * The AVX-512 i16/i8 kernel leaves a head's run of consecutive blocks
+ * (kv.h's chunked layout) to the hardware prefetcher and prefetches only
+ * where a block does not follow the one before it (kw_attn_block_follows);
+ * the AVX2 one still asks for every 16-key group and V chunk ahead (it was
+ * not measured on a CPU where it is the kernel that runs). */
 #ifndef KW_MODEL_ATTN_ROWS_H
 #define KW_MODEL_ATTN_ROWS_H
 #include "model_internal.h"
