@@ -4,10 +4,10 @@
  * per-block reference counts, the free-id stack (with each free block's
  * place in it, so a table can take the id after its last), the address
  * arithmetic of K/V rows, and per-sequence block tables (grow, push,
- * release). A block
- * holds, for every layer and head, a K and a V region of block_tokens rows,
- * each row stored in the layout's element type (F32, F16 or Q8_0 blocks of
- * 32), or for the i16 and i8 types scales, then integers (kv.h).
+ * release). A block holds, for every layer and head, a K and a V region of
+ * block_tokens rows, each row stored in the layout's element type (F32, F16
+ * or Q8_0 blocks of 32), or for the i16 and i8 types scales, then integers
+ * (kv.h).
  *
  * Where the regions live (kv.h, KW_KV_CHUNK_BLOCKS): in chunks of 256
  * blocks, K[layer][head][block] then V[layer][head][block], so one head's
@@ -162,14 +162,13 @@ static int32_t take_free(kw_kv_pool *p, int32_t id) {
     return id;
 }
 
-int32_t kw_kv_alloc(kw_kv_pool *p) {
+int32_t kw_kv_alloc_near(kw_kv_pool *p, int32_t want) {
     if (!p || p->n_free <= 0 || kw_fault_hit(KW_FAULT_KV_BLOCK, -1)) return -1;   /* (fault.h: tests only) */
-    return take_free(p, p->free_ids[p->n_free - 1]);
+    return take_free(p, valid_id(p, want) && p->refs[want] == 0 ? want : p->free_ids[p->n_free - 1]);
 }
 
-int32_t kw_kv_alloc_near(kw_kv_pool *p, int32_t want) {
-    if (!p || p->n_free <= 0 || kw_fault_hit(KW_FAULT_KV_BLOCK, -1)) return -1;
-    return take_free(p, valid_id(p, want) && p->refs[want] == 0 ? want : p->free_ids[p->n_free - 1]);
+int32_t kw_kv_alloc(kw_kv_pool *p) {
+    return kw_kv_alloc_near(p, -1);
 }
 
 void kw_kv_ref(kw_kv_pool *p, int32_t id) {
@@ -194,9 +193,9 @@ void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src) {
         }
 }
 
-/* Head (layer, head)'s region of block id: its chunk's start, then `before`
- * bytes (V: the chunk's K regions), then the head's run of its chunk's
- * blocks, one region_bytes region per block. */
+/* Head (layer, head)'s K (v false) or V region of block id: its chunk's
+ * start, then `before` bytes (V: the chunk's K regions), then the head's
+ * run of its chunk's nb blocks, block_tokens rows of row_bytes per block. */
 static uint8_t *region(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, size_t row_bytes, bool v) {
     int32_t c0 = id - id % KW_KV_CHUNK_BLOCKS;
     int32_t nb = p->n_blocks - c0 < KW_KV_CHUNK_BLOCKS ? p->n_blocks - c0 : KW_KV_CHUNK_BLOCKS;   /* in this chunk */

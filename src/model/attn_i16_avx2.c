@@ -52,20 +52,21 @@ KW_INLINE __m256i ld_pairs(const uint8_t *p, const int w8) {
 }
 
 /* Raw int32 dots of nq queries with 16 keys; out[2q] keys 0-7, out[2q + 1]
- * keys 8-15. Rows (dimension pairs for i16, quads for i8) are rowb bytes
- * apart, starting at kp. qp + q * hp holds query q's integers as int16.
+ * keys 8-15. Rows (dimension pairs for i16, quads for i8) are contiguous,
+ * 64 bytes each, from kp (kv.h). qp + q * hp holds query q's integers as
+ * int16.
  * i16: one vpmaddwd per pair of 8 keys with the query's pair broadcast.
  * i8: 8 keys of one quad (32 bytes) widened to int16 in two halves of 4
  * keys, each vpmaddwd against the query's quad (4 int16, broadcast) gives
  * per key two dwords, which vphaddd adds (lanes come out as keys 0 1 4 5 |
  * 2 3 6 7 and are put in order once at the end). */
-KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int hp, const int nq, const int w8,
+KW_INLINE void dots16(const uint8_t *kp, const uint32_t *qp, int hp, const int nq, const int w8,
                       __m256i *out) {
     __m256i A[DQ_MAX][2];
     KW_UNROLL for (int q = 0; q < nq; q++) A[q][0] = A[q][1] = _mm256_setzero_si256();
     const int nrow = w8 ? hp / 2 : hp;
     for (int p = 0; p < nrow; p++) {
-        const uint8_t *kr = kp + (size_t)p * rowb;
+        const uint8_t *kr = kp + (size_t)p * 64;
         if (w8) {
             __m256i k[4];
             KW_UNROLL for (int i = 0; i < 4; i++) k[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(kr + 16 * i)));
@@ -95,10 +96,10 @@ KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int hp
     KW_UNROLL for (int q = 0; q < nq; q++) { out[2 * q] = A[q][0]; out[2 * q + 1] = A[q][1]; }
 }
 
-static void dots16_n(const uint8_t *kp, size_t rowb, const uint32_t *qp, int hp, int nq, int w8, __m256i *out) {
+static void dots16_n(const uint8_t *kp, const uint32_t *qp, int hp, int nq, int w8, __m256i *out) {
     switch (nq * 2 + w8) {
-#define KW_DOTS_CASE(N) case N * 2: dots16(kp, rowb, qp, hp, N, 0, out); break; \
-                        case N * 2 + 1: dots16(kp, rowb, qp, hp, N, 1, out); break;
+#define KW_DOTS_CASE(N) case N * 2: dots16(kp, qp, hp, N, 0, out); break; \
+                        case N * 2 + 1: dots16(kp, qp, hp, N, 1, out); break;
         KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
 #undef KW_DOTS_CASE
     default: break;
@@ -310,7 +311,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
         for (int b = 0; b < nb; b++) {
             int q0 = b * nq / nb, q1 = (b + 1) * nq / nb;
             __m256i d[2 * DQ_MAX];
-            dots16_n(kp, 64, qp + (size_t)q0 * (size_t)hp, hp, q1 - q0, w8, d);
+            dots16_n(kp, qp + (size_t)q0 * (size_t)hp, hp, q1 - q0, w8, d);
             for (int q = q0; q < q1; q++) {
                 __m256 cq = _mm256_set1_ps(c[q]);
                 __m256 x0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d[2 * (q - q0)]), sk0), cq);

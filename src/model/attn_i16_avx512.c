@@ -22,7 +22,8 @@
  * in memory (attn_rows.h: kw_attn_block_follows), its K region and V chunks
  * are prefetched into L2 ahead, in address order, a row per loop step;
  * where it does, the hardware prefetcher is already streaming the head's
- * run and software prefetches only got in its way (0.9x the time). */
+ * run and software prefetches only got in its way (bench_attn at depth
+ * 4096: 0.91-0.93x the time without them). */
 #include "attn_rows.h"
 #include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst, kw_dpwssd */
 #include <immintrin.h>
@@ -78,9 +79,10 @@ KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8) {
  * be vpdpbusd's unsigned operand), qp[p * NQ_MAX + q] is query q's quad p
  * (4 int8, broadcast from memory), qc[q] = -128 * sum(q_int) starts the sum
  * and takes the offset back out: exact, as i16.
- * Rows (pairs or quads) are rowb bytes apart; with pf, nrow lines from pf
- * on are prefetched, one per step (the caller's share of the block ahead). */
-KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int nrow, const int32_t *qc,
+ * The group's rows (pairs or quads) are contiguous, 64 bytes each (kv.h);
+ * with pf, nrow lines from pf on are prefetched, one per step (the
+ * caller's share of the block ahead). */
+KW_INLINE void dots16(const uint8_t *kp, const uint32_t *qp, int nrow, const int32_t *qc,
                       const uint8_t *pf, const int nq, const int w8, __m512i *out) {
     /* up to 8 queries, two sums per query over alternate rows: 4 queries
      * alone would be 4 dependent chains, bound by the instruction's latency */
@@ -91,7 +93,7 @@ KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int nr
     if (two) KW_UNROLL for (int q = 0; q < nq; q++) A2[q] = _mm512_setzero_si512();
     for (int p = 0; p < nrow; p++, qp += NQ_MAX) {
         if (pf) _mm_prefetch((const char *)(pf + (size_t)p * 64), _MM_HINT_T1);
-        __m512i kz = _mm512_loadu_si512(kp + (size_t)p * rowb);
+        __m512i kz = _mm512_loadu_si512(kp + (size_t)p * 64);
         if (w8) kz = _mm512_xor_si512(kz, flip);
         if (two && (p & 1)) {
             KW_UNROLL for (int q = 0; q < nq; q++)
@@ -106,11 +108,11 @@ KW_INLINE void dots16(const uint8_t *kp, size_t rowb, const uint32_t *qp, int nr
     KW_UNROLL for (int q = 0; q < nq; q++) out[q] = two ? _mm512_add_epi32(A[q], A2[q]) : A[q];
 }
 
-static void dots16_n(const uint8_t *kp, size_t rowb, const uint32_t *qp, int nrow, const int32_t *qc, const uint8_t *pf,
-                     int nq, int w8, __m512i *out) {
+static void dots16_n(const uint8_t *kp, const uint32_t *qp, int nrow, const int32_t *qc, const uint8_t *pf, int nq,
+                     int w8, __m512i *out) {
     switch (nq * 2 + w8) {
-#define KW_DOTS_CASE(N) case N * 2: dots16(kp, rowb, qp, nrow, qc, pf, N, 0, out); break; \
-                        case N * 2 + 1: dots16(kp, rowb, qp, nrow, qc, pf, N, 1, out); break;
+#define KW_DOTS_CASE(N) case N * 2: dots16(kp, qp, nrow, qc, pf, N, 0, out); break; \
+                        case N * 2 + 1: dots16(kp, qp, nrow, qc, pf, N, 1, out); break;
         KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
         KW_DOTS_CASE(7) KW_DOTS_CASE(8) KW_DOTS_CASE(9) KW_DOTS_CASE(10) KW_DOTS_CASE(11) KW_DOTS_CASE(12)
         KW_DOTS_CASE(13) KW_DOTS_CASE(14) KW_DOTS_CASE(15) KW_DOTS_CASE(16)
@@ -225,8 +227,8 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         if (jf % bt == 0) pfk = kw_attn_i16_k_block_ahead(a, j, n_max);   /* NULL past the context */
         const uint8_t *pf = pfk && jf < n_max ? pfk + (size_t)(jf % bt / 16) * (size_t)nrow * 64 : NULL;
         __m512i d[NQ_MAX];
-        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)(s0 / 16) * (size_t)nrow * 64, 64, qp, nrow, qc, pf,
-                 nq, w8, d);
+        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)(s0 / 16) * (size_t)nrow * 64, qp, nrow, qc, pf, nq,
+                 w8, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
         for (int q = 0; q < nq; q++) {
             __mmask16 m = lanes_below(j, nl[q]);
