@@ -18,12 +18,12 @@
  * times the V scales quantized to 13 bits, and V (stored as slot pairs
  * across dimensions; i8 widened to int16) accumulated with vpdpwssd for 4
  * queries x 64 dimensions from registers, each chunk's int32 sums scaled
- * into F32 with one FMA. Where a block does not follow the one before it
- * in memory (attn_rows.h: kw_attn_block_follows), its K region and V chunks
- * are prefetched into L2 ahead, in address order, a row per loop step;
- * where it does, the hardware prefetcher is already streaming the head's
- * run and software prefetches only got in its way (bench_attn at depth
- * 4096: 0.91-0.93x the time without them). */
+ * into F32 with one FMA. The K regions and V chunks of the blocks ahead
+ * are prefetched into L2, in address order, a row per loop step, except in
+ * decode where a block follows the one before it in memory (attn_rows.h:
+ * kw_attn_i16_hw_prefetch): there the hardware prefetcher is already
+ * streaming the head's run and software prefetches only got in its way
+ * (bench_attn at depth 4096: 0.91-0.93x the time without them). */
 #include "attn_rows.h"
 #include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst, kw_dpwssd */
 #include <immintrin.h>

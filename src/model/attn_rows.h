@@ -8,9 +8,10 @@
  * rows KW_ATTN_PF_KEYS keys ahead into L2 (prefetcht1: into L1 the
  * prefetches themselves stalled the core; perf at depth 4096 before: ~65%
  * of decode attention and a third of the tiles' time were load stalls).
- * The AVX-512 i16/i8 kernel leaves a head's run of consecutive blocks
- * (kv.h's chunked layout) to the hardware prefetcher and prefetches only
- * where a block does not follow the one before it (kw_attn_block_follows);
+ * The AVX-512 i16/i8 kernel, in decode, leaves a head's run of consecutive
+ * blocks (kv.h's chunked layout) to the hardware prefetcher and prefetches
+ * only where a block does not follow the one before it
+ * (kw_attn_i16_hw_prefetch); its prefill tiles prefetch every block;
  * the AVX2 one still asks for every 16-key group and V chunk ahead (it was
  * not measured on a CPU where it is the kernel that runs). */
 #ifndef KW_MODEL_ATTN_ROWS_H
@@ -70,16 +71,24 @@ static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j,
     for (int p = 0; p < rows; p++) _mm_prefetch(fk + (size_t)p * 64, _MM_HINT_T1);
 }
 
+/* i16 / i8: whether the kernel leaves block b to the hardware prefetcher:
+ * in decode (one token), where b follows the block before it in memory.
+ * Prefill tiles prefetch every block: their 4x more compute per byte left
+ * to the hardware prefetcher ran 0.91x as fast (bench_attn -d 3584 -p 512),
+ * while decode without the software prefetches ran 1.05x as fast. */
+static inline bool kw_attn_i16_hw_prefetch(const kw_attn_tile_args *a, int32_t b) {
+    return a->n_tok == 1 && kw_attn_block_follows(a, b);
+}
+
 /* i16 / i8, spread: when key j + KW_ATTN_I16_PF_KEYS is below n, the first
- * of its block, and that block does not follow the one before it in memory
- * (kw_attn_block_follows: then the hardware prefetcher brings it), the
- * address of that block's K integers (group 0; the groups' rows follow in
- * address order), else NULL; the block's scales are prefetched here. The
- * caller prefetches the region's lines in address order, spread over the
- * dot loops of the block's 16-key groups. */
+ * of its block, and not left to the hardware prefetcher
+ * (kw_attn_i16_hw_prefetch), the address of that block's K integers (group
+ * 0; the groups' rows follow in address order), else NULL; the block's
+ * scales are prefetched here. The caller prefetches the region's lines in
+ * address order, spread over the dot loops of the block's 16-key groups. */
 static inline const uint8_t *kw_attn_i16_k_block_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (jf >= n || jf % bt != 0 || kw_attn_block_follows(a, jf / bt)) return NULL;
+    if (jf >= n || jf % bt != 0 || kw_attn_i16_hw_prefetch(a, jf / bt)) return NULL;
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
     for (int32_t s = 0; s < bt; s += 16) _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + s), _MM_HINT_T1);
     return (const uint8_t *)kw_kv_i16_ints(fr, bt);
@@ -96,13 +105,12 @@ static inline const uint8_t *kw_attn_i16_v_chunk(const kw_attn_tile_args *a, int
 }
 
 /* i16 / i8, spread: the V chunk KW_ATTN_I16_PF_KEYS keys after j0
- * (kw_attn_i16_v_chunk), or NULL if it is not below n or its block follows
- * the one before it in memory (the hardware prefetcher brings it); the
- * caller prefetches one slot pair's row (hv * 2 integers) per step of its
- * V loop. */
+ * (kw_attn_i16_v_chunk), or NULL if it is not below n or its block is left
+ * to the hardware prefetcher (kw_attn_i16_hw_prefetch); the caller
+ * prefetches one slot pair's row (hv * 2 integers) per step of its V loop. */
 static inline const uint8_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
     int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (j1 >= n || kw_attn_block_follows(a, j1 / bt)) return NULL;
+    if (j1 >= n || kw_attn_i16_hw_prefetch(a, j1 / bt)) return NULL;
     return kw_attn_i16_v_chunk(a, j1, chunk);
 }
 
