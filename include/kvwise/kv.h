@@ -36,7 +36,6 @@ typedef struct kw_kv_pool {
     uint8_t *data;
     int32_t *refs;          /* per block; 0 = free */
     int32_t *free_ids;      /* stack of free block ids */
-    int32_t *free_pos;      /* per block: its index in free_ids, -1 when in use */
     int32_t n_free;
 } kw_kv_pool;
 
@@ -74,10 +73,6 @@ kw_kv_pool *kw_kv_pool_create(const kw_kv_layout *lay, int32_t n_blocks, kw_err 
 void kw_kv_pool_destroy(kw_kv_pool *p);
 
 int32_t kw_kv_alloc(kw_kv_pool *p);                 /* -1 when none free; refs = 1 */
-/* As kw_kv_alloc, but block `want` if it is free (block tables ask for the
- * id after their last, so a sequence's blocks stay consecutive: kv.h's
- * chunked layout then gives attention one run per head). */
-int32_t kw_kv_alloc_near(kw_kv_pool *p, int32_t want);
 void kw_kv_ref(kw_kv_pool *p, int32_t id);
 void kw_kv_unref(kw_kv_pool *p, int32_t id);        /* back to the free list at 0 */
 void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src);
@@ -169,10 +164,10 @@ static inline int32_t kw_kv_int_at(const void *ints, bool w8, size_t e) {
 }
 
 /* Block tables. ensure() grows the table with fresh blocks so that it
- * covers n_positions, each the id after the previous one where that is
- * free (kw_kv_alloc_near); returns -1 (table unchanged beyond what fit) if
- * the pool runs out. release() unrefs every block, last first (so the free
- * stack hands them out again in order), and empties the table. */
+ * covers n_positions; returns -1 (table unchanged beyond what fit) if the
+ * pool runs out. release() unrefs every block, last first (so the free
+ * stack hands them out again in order: consecutive ids stay consecutive
+ * for the next sequence, kv.h's chunked layout), and empties the table. */
 int kw_block_table_ensure(kw_block_table *t, kw_kv_pool *p, int32_t n_positions);
 void kw_block_table_release(kw_block_table *t, kw_kv_pool *p);
 void kw_block_table_free(kw_block_table *t);        /* frees ids[] (after release) */

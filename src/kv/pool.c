@@ -1,10 +1,8 @@
 /* pool.c - the paged KV pool (kv.h).
  *
  * Owns: the one KW_MEM_KV allocation cut into fixed-size blocks, the
- * per-block reference counts, the free-id stack (with each free block's
- * place in it, so a table can take the id after its last), the address
- * arithmetic of K/V rows, and per-sequence block tables (grow, push,
- * release). A block holds, for every layer and head, a K and a V region of
+ * per-block reference counts, the free-id stack, the address arithmetic of
+ * K/V rows, and per-sequence block tables (grow, push, release). A block holds, for every layer and head, a K and a V region of
  * block_tokens rows, each row stored in the layout's element type (F32, F16
  * or Q8_0 blocks of 32), or for the i16 and i8 types scales, then integers
  * (kv.h).
@@ -124,17 +122,13 @@ kw_kv_pool *kw_kv_pool_create(const kw_kv_layout *lay, int32_t n_blocks, kw_err 
     p->data = kw_mem_alloc_huge(KW_MEM_KV, p->block_bytes * (size_t)n_blocks);
     p->refs = calloc((size_t)n_blocks, sizeof *p->refs);
     p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
-    p->free_pos = malloc((size_t)n_blocks * sizeof *p->free_pos);
-    if (!p->data || !p->refs || !p->free_ids || !p->free_pos) {
+    if (!p->data || !p->refs || !p->free_ids) {
         kw_err_set(err, "kv pool: cannot allocate %d blocks (%zu bytes)", n_blocks, p->block_bytes * (size_t)n_blocks);
         kw_kv_pool_destroy(p);
         return NULL;
     }
     /* Stack: lowest ids pop first. */
-    for (int32_t i = 0; i < n_blocks; i++) {
-        p->free_ids[i] = n_blocks - 1 - i;
-        p->free_pos[n_blocks - 1 - i] = i;
-    }
+    for (int32_t i = 0; i < n_blocks; i++) p->free_ids[i] = n_blocks - 1 - i;
     p->n_free = n_blocks;
     return p;
 }
@@ -144,7 +138,6 @@ void kw_kv_pool_destroy(kw_kv_pool *p) {
     kw_mem_free(p->data);
     free(p->refs);
     free(p->free_ids);
-    free(p->free_pos);
     free(p);
 }
 
@@ -152,23 +145,11 @@ static bool valid_id(const kw_kv_pool *p, int32_t id) {
     return p && id >= 0 && id < p->n_blocks;
 }
 
-/* Takes free block id out of the stack (the top moves into its place). */
-static int32_t take_free(kw_kv_pool *p, int32_t id) {
-    int32_t at = p->free_pos[id], top = p->free_ids[--p->n_free];
-    p->free_ids[at] = top;
-    p->free_pos[top] = at;
-    p->free_pos[id] = -1;
+int32_t kw_kv_alloc(kw_kv_pool *p) {
+    if (!p || p->n_free <= 0 || kw_fault_hit(KW_FAULT_KV_BLOCK, -1)) return -1;   /* (fault.h: tests only) */
+    int32_t id = p->free_ids[--p->n_free];
     p->refs[id] = 1;
     return id;
-}
-
-int32_t kw_kv_alloc_near(kw_kv_pool *p, int32_t want) {
-    if (!p || p->n_free <= 0 || kw_fault_hit(KW_FAULT_KV_BLOCK, -1)) return -1;   /* (fault.h: tests only) */
-    return take_free(p, valid_id(p, want) && p->refs[want] == 0 ? want : p->free_ids[p->n_free - 1]);
-}
-
-int32_t kw_kv_alloc(kw_kv_pool *p) {
-    return kw_kv_alloc_near(p, -1);
 }
 
 void kw_kv_ref(kw_kv_pool *p, int32_t id) {
@@ -177,10 +158,7 @@ void kw_kv_ref(kw_kv_pool *p, int32_t id) {
 
 void kw_kv_unref(kw_kv_pool *p, int32_t id) {
     if (!valid_id(p, id) || p->refs[id] <= 0) return;
-    if (--p->refs[id] == 0) {
-        p->free_pos[id] = p->n_free;
-        p->free_ids[p->n_free++] = id;
-    }
+    if (--p->refs[id] == 0) p->free_ids[p->n_free++] = id;
 }
 
 void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src) {
@@ -230,7 +208,7 @@ int kw_block_table_ensure(kw_block_table *t, kw_kv_pool *p, int32_t n_positions)
     int32_t need = (int32_t)(((int64_t)n_positions + bt - 1) / bt);
     if (table_reserve(t, need) != 0) return -1;
     while (t->n < need) {
-        int32_t id = kw_kv_alloc_near(p, t->n > 0 ? t->ids[t->n - 1] + 1 : -1);
+        int32_t id = kw_kv_alloc(p);
         if (id < 0) return -1;
         t->ids[t->n++] = id;
     }
