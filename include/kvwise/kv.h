@@ -159,6 +159,12 @@ static inline bool kw_kv_type_is_int(uint32_t type) { return type == KW_TYPE_KV_
 static inline size_t kw_kv_int_index(int32_t slot, int32_t d, int32_t n, int v, bool w8) {
     return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(n, slot, d) : kw_kv_i16_k_index(n, slot, d);
 }
+/* Byte offset, in a region's integers, of the 16-slot K group holding slot
+ * s: each group is its hk / 2 dimension pairs (i16) or hk / 4 quads (i8) of
+ * 64 bytes, in order (kw_kv_i16_k_index, kw_kv_i8_k_index). */
+static inline size_t kw_kv_int_k_group(int32_t hk, int32_t s, bool w8) {
+    return (size_t)(s / 16) * (size_t)(w8 ? hk / 4 : hk / 2) * 64;
+}
 static inline int32_t kw_kv_int_at(const void *ints, bool w8, size_t e) {
     return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];
 }

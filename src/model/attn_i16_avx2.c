@@ -280,7 +280,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     const int w8 = kv->lay.type == KW_TYPE_KV_I8;
     const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
     /* K: 16-slot groups of rows (dimension pairs (i16) or quads (i8)), 64 bytes each; V rows: slot pairs */
-    const size_t kgroupb = (size_t)(w8 ? hk / 4 : hp) * 64, vrowb = (size_t)hv * 2 * eb;
+    const size_t vrowb = (size_t)hv * 2 * eb;
     const size_t C = (size_t)max_ctx;
     float *S = scr;                                          /* [nq][C] scores, then exp */
     uint32_t *qp = (uint32_t *)(S + (size_t)nq * C);         /* [nq][hp] query pairs */
@@ -305,7 +305,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
         int32_t s0 = j % bt;
         void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
         kw_attn_i16_prefetch_k(a, j, n_max);
-        const uint8_t *kp = (const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)(s0 / 16) * kgroupb;
+        const uint8_t *kp = (const uint8_t *)kw_kv_i16_ints(kr, bt) + kw_kv_int_k_group(hk, s0, w8);
         const float *sk = kw_kv_i16_scales(kr) + s0;
         __m256 sk0 = _mm256_loadu_ps(sk), sk1 = _mm256_loadu_ps(sk + 8);
         for (int b = 0; b < nb; b++) {

@@ -225,10 +225,9 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         int32_t s0 = j % bt, jf = j + KW_ATTN_I16_PF_KEYS;
         if (s0 == 0) kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
         if (jf % bt == 0) pfk = kw_attn_i16_k_block_ahead(a, j, n_max);   /* NULL past the context */
-        const uint8_t *pf = pfk && jf < n_max ? pfk + (size_t)(jf % bt / 16) * (size_t)nrow * 64 : NULL;
+        const uint8_t *pf = pfk && jf < n_max ? pfk + kw_kv_int_k_group(hk, jf % bt, w8) : NULL;
         __m512i d[NQ_MAX];
-        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + (size_t)(s0 / 16) * (size_t)nrow * 64, qp, nrow, qc, pf, nq,
-                 w8, d);
+        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + kw_kv_int_k_group(hk, s0, w8), qp, nrow, qc, pf, nq, w8, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
         for (int q = 0; q < nq; q++) {
             __mmask16 m = lanes_below(j, nl[q]);

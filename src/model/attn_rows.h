@@ -64,9 +64,10 @@ static inline bool kw_attn_block_follows(const kw_attn_tile_args *a, int32_t b) 
 static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
     if (jf >= n) return;
-    int rows = a->hk / (4 / (int)kw_attn_int_bytes(a));   /* pairs (i16) or quads (i8) */
+    bool w8 = kw_attn_int_bytes(a) == 1;
+    int rows = w8 ? a->hk / 4 : a->hk / 2;   /* quads (i8) or pairs (i16) */
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
-    const char *fk = (const char *)kw_kv_i16_ints(fr, bt) + (size_t)(jf % bt / 16) * (size_t)rows * 64;
+    const char *fk = (const char *)kw_kv_i16_ints(fr, bt) + kw_kv_int_k_group(a->hk, jf % bt, w8);
     _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + jf % bt), _MM_HINT_T1);
     for (int p = 0; p < rows; p++) _mm_prefetch(fk + (size_t)p * 64, _MM_HINT_T1);
 }
