@@ -5,8 +5,9 @@
  * layer. Blocks are laid out in chunks of KW_KV_CHUNK_BLOCKS: inside a
  * chunk, one head's regions (kw_kv_k, kw_kv_v) of its blocks are adjacent,
  * so a sequence whose blocks have consecutive ids reads each head's K and V
- * as long runs the hardware prefetcher follows. A sequence owns a block table (kw_block_table): entry i holds the
- * block of positions [i*block_tokens, (i+1)*block_tokens). Blocks are
+ * as long runs the hardware prefetcher follows. A sequence owns a block
+ * table (kw_block_table): entry i holds the block of positions
+ * [i*block_tokens, (i+1)*block_tokens). Blocks are
  * reference counted so that the prompt cache (prefix_cache.h) and several
  * live sequences can share a prefix without copying; a shared block is
  * never written (the owner of a partially filled shared block copies it
@@ -139,12 +140,12 @@ void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float
  * then int8 integers: V at the i16 indexes (kw_kv_i16_v_index: pairs of
  * slots across dimensions), K in groups of 16 slots as i16 but in quads of
  * dimensions (kw_kv_i8_k_index), so that 16 keys of one quad are 64
- * contiguous bytes, one vpdpbusd operand. Attention quantizes q to 127 as well (as llama.cpp
- * quantizes q to q8_0 for a q8_0 K cache) and keeps the probabilities'
- * 13 bits (src/model/attn_i16.c). Half the bytes of i16 (and of f16) per
- * token: the memory-saving type, about as precise as q8_0 (one scale per
- * row of a head instead of per 32 values) and faster than i16 at depth.
- * Same shape limits as i16. */
+ * contiguous bytes, one vpdpbusd operand. Attention quantizes q to 127 as
+ * well (as llama.cpp quantizes q to q8_0 for a q8_0 K cache) and keeps the
+ * probabilities' 13 bits (src/model/attn_i16.c). Half the bytes of i16
+ * (and of f16) per token: the memory-saving type, about as precise as q8_0
+ * (one scale per row of a head instead of per 32 values) and faster than
+ * i16 at depth. Same shape limits as i16. */
 #define KW_KV_I8_MAX 127
 static inline size_t kw_kv_i8_k_index(int32_t hk, int32_t s, int32_t d) {
     return (((size_t)(s / 16) * (size_t)(hk / 4) + (size_t)(d / 4)) * 16 + (size_t)(s % 16)) * 4 + (size_t)(d & 3);

@@ -2,10 +2,10 @@
  *
  * Owns: the one KW_MEM_KV allocation cut into fixed-size blocks, the
  * per-block reference counts, the free-id stack, the address arithmetic of
- * K/V rows, and per-sequence block tables (grow, push, release). A block holds, for every layer and head, a K and a V region of
- * block_tokens rows, each row stored in the layout's element type (F32, F16
- * or Q8_0 blocks of 32), or for the i16 and i8 types scales, then integers
- * (kv.h).
+ * K/V rows, and per-sequence block tables (grow, push, release). A block
+ * holds, for every layer and head, a K and a V region of block_tokens rows,
+ * each row stored in the layout's element type (F32, F16 or Q8_0 blocks of
+ * 32), or for the i16 and i8 types scales, then integers (kv.h).
  *
  * Where the regions live (kv.h, KW_KV_CHUNK_BLOCKS): in chunks of 256
  * blocks, K[layer][head][block] then V[layer][head][block], so one head's

@@ -212,13 +212,13 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         mx[q] = _mm512_set1_ps(-INFINITY);
     }
 
-    /* scores and their running maxima; the K region of the block
-     * KW_ATTN_I16_PF_KEYS keys ahead (nrow rows of bt slots x 4 bytes =
-     * bt / 16 x nrow lines) is prefetched in address order, nrow lines by
-     * each of its 16-key groups, one per step of the dot loop (before, the
-     * block's first group asked for all of it, 2 lines a step, and perf's
-     * samples sat on those prefetches; now bench_attn depth 4096 i16 takes
-     * 0.94-0.97x the time on two threads, 0.95x on one) */
+    /* scores and their running maxima; where the block KW_ATTN_I16_PF_KEYS
+     * keys ahead is prefetched (kw_attn_i16_k_block_ahead: bt / 16 groups
+     * of nrow lines), each 16-key group asks for its counterpart's nrow
+     * lines, one per step of the dot loop (asking for the whole region from
+     * a block's first group, 2 lines a step, left perf's samples on those
+     * prefetches; spread, bench_attn depth 4096 i16 took 0.94-0.97x the
+     * time on two threads, 0.95x on one) */
     void *kr = NULL;
     const uint8_t *pfk = NULL;
     for (int32_t j = 0; j < n_max; j += 16) {   /* bt % 32 == 0: the block's region is looked up at its first key */
