@@ -166,25 +166,35 @@ static float dot_q8_0(const void *w, const void *x, int64_t n) {
 }
 
 /* Q4_K/Q5_K: per super-block, sum_j sc_j * (q . y)_j in int, minus the min
- * term sum_j m_j * (bsums of sub-block j), both scaled by the block's d. */
+ * term sum_j m_j * (bsums of sub-block j), both scaled by the block's d.
+ * Sub-block j's 4-bit values are the low (even j) or high (odd j) nibbles
+ * of qs[32 * (j / 2) ...]; Q5_K adds bit j of qh[l] as the fifth bit (qh
+ * NULL for Q4_K). */
+static float dot_k4_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, uint16_t d, uint16_t dmin,
+                          const kw_block_q8_K *b) {
+    int sumi = 0, summ = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        kw_get_scale_min_k4(j, scales, &sc, &m);
+        const uint8_t *q = qs + 32 * (j / 2);
+        const int8_t *y = b->qs + 32 * j;
+        int dot = 0;
+        for (int l = 0; l < 32; l++) {
+            int v = (j & 1) ? (q[l] >> 4) : (q[l] & 0xF);
+            if (qh) v |= ((qh[l] >> j) & 1) << 4;
+            dot += v * y[l];
+        }
+        sumi += sc * dot;
+        summ += m * (b->bsums[2 * j] + b->bsums[2 * j + 1]);
+    }
+    return kw_f16_to_f32(d) * b->d * (float)sumi - kw_f16_to_f32(dmin) * b->d * (float)summ;
+}
+
 static float dot_q4_K(const void *w, const void *x, int64_t n) {
     const kw_block_q4_K *a = w;
     const kw_block_q8_K *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK_K; i++) {
-        int sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            kw_get_scale_min_k4(j, a[i].scales, &sc, &m);
-            const uint8_t *q = a[i].qs + 32 * (j / 2);
-            const int8_t *y = b[i].qs + 32 * j;
-            int dot = 0;
-            for (int l = 0; l < 32; l++) dot += ((j & 1) ? (q[l] >> 4) : (q[l] & 0xF)) * y[l];
-            sumi += sc * dot;
-            summ += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-        }
-        s += kw_f16_to_f32(a[i].d) * b[i].d * (float)sumi - kw_f16_to_f32(a[i].dmin) * b[i].d * (float)summ;
-    }
+    for (int64_t i = 0; i < n / KW_QK_K; i++) s += dot_k4_block(a[i].scales, a[i].qs, NULL, a[i].d, a[i].dmin, &b[i]);
     return s;
 }
 
@@ -192,23 +202,7 @@ static float dot_q5_K(const void *w, const void *x, int64_t n) {
     const kw_block_q5_K *a = w;
     const kw_block_q8_K *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK_K; i++) {
-        int sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            kw_get_scale_min_k4(j, a[i].scales, &sc, &m);
-            const uint8_t *q = a[i].qs + 32 * (j / 2);
-            const int8_t *y = b[i].qs + 32 * j;
-            int dot = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = ((j & 1) ? (q[l] >> 4) : (q[l] & 0xF)) | (((a[i].qh[l] >> j) & 1) << 4);
-                dot += v * y[l];
-            }
-            sumi += sc * dot;
-            summ += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-        }
-        s += kw_f16_to_f32(a[i].d) * b[i].d * (float)sumi - kw_f16_to_f32(a[i].dmin) * b[i].d * (float)summ;
-    }
+    for (int64_t i = 0; i < n / KW_QK_K; i++) s += dot_k4_block(a[i].scales, a[i].qs, a[i].qh, a[i].d, a[i].dmin, &b[i]);
     return s;
 }
 
