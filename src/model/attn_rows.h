@@ -81,15 +81,15 @@ static inline bool kw_attn_i16_hw_prefetch(const kw_attn_tile_args *a, int32_t b
     return a->n_tok == 1 && kw_attn_block_follows(a, b);
 }
 
-/* i16 / i8, spread: when key j + KW_ATTN_I16_PF_KEYS is below n, the first
- * of its block, and not left to the hardware prefetcher
- * (kw_attn_i16_hw_prefetch), the address of that block's K integers (group
+/* i16 / i8, spread: called where key j + KW_ATTN_I16_PF_KEYS is the first
+ * of its block; when that key is below n and its block is not left to the
+ * hardware prefetcher (kw_attn_i16_hw_prefetch), the address of the block's K integers (group
  * 0; the groups' rows follow in address order), else NULL; the block's
  * scales are prefetched here. The caller prefetches the region's lines in
  * address order, spread over the dot loops of the block's 16-key groups. */
 static inline const uint8_t *kw_attn_i16_k_block_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (jf >= n || jf % bt != 0 || kw_attn_i16_hw_prefetch(a, jf / bt)) return NULL;
+    if (jf >= n || kw_attn_i16_hw_prefetch(a, jf / bt)) return NULL;
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
     for (int32_t s = 0; s < bt; s += 16) _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + s), _MM_HINT_T1);
     return (const uint8_t *)kw_kv_i16_ints(fr, bt);
