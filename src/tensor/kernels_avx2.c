@@ -15,6 +15,9 @@
 #include <string.h>
 
 #define KW_INLINE static inline __attribute__((always_inline))
+#ifndef KW_AVX2_PF_HINT
+#define KW_AVX2_PF_HINT _MM_HINT_T0
+#endif
 
 KW_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -43,6 +46,17 @@ KW_INLINE __m256i w_q5_0(const kw_block_q5_0 *b) {
 
 KW_INLINE __m256i w_q8_0(const kw_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
 
+/* The R rows of a tile are contiguous (R * wrb bytes), but each row is a
+ * short stream (1152 bytes for 2048 Q4_0 values) and a tile reads R of them
+ * side by side, which the hardware prefetcher does not follow: without help
+ * one thread streamed Q4_0 at 5.8 GB/s. So a tile asks for the next tile's
+ * bytes as it goes: at step `done` of `step` bytes of its own, the same
+ * offset of the next tile (tile_bytes further), every line of it. */
+KW_INLINE void kw_prefetch_next_tile(const uint8_t *w0, size_t tile_bytes, size_t done, size_t step) {
+    const char *p = (const char *)w0 + tile_bytes + done;
+    for (size_t o = 0; o < step + 64; o += 64) _mm_prefetch(p + o, KW_AVX2_PF_HINT);
+}
+
 /* 8 int32 partial sums of w . x, as floats. */
 KW_INLINE __m256 dot8(__m256i w, __m256i x) {
     __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
@@ -56,6 +70,7 @@ KW_INLINE __m256 dot8(__m256i w, __m256i x) {
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                              \
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();             \
         for (int64_t b = 0; b < nb; b++) {                                                               \
+            kw_prefetch_next_tile(w0, (size_t)R * wrb, (size_t)b * (size_t)R * sizeof(BLK), (size_t)R * sizeof(BLK)); \
             __m256i xv[4];                                                                               \
             float dx[4];                                                                                 \
             _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                        \
