@@ -21,11 +21,13 @@
 
 KW_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-/* Signed weights of one block as 32 int8 lanes. */
+/* Weights of one block as 32 int8 lanes: Q4_0 and Q5_0 unsigned (0..15,
+ * 0..31; the tile subtracts the offset times the activations' sum), Q8_0
+ * signed. */
 KW_INLINE __m256i w_q4_0(const kw_block_q4_0 *b) {
     __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
     __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
 }
 
 KW_INLINE __m256i w_q5_0(const kw_block_q5_0 *b) {
@@ -40,8 +42,7 @@ KW_INLINE __m256i w_q5_0(const kw_block_q5_0 *b) {
     const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
     h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);
-    v = _mm256_or_si256(v, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+    return _mm256_or_si256(v, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
 }
 
 KW_INLINE __m256i w_q8_0(const kw_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
@@ -57,13 +58,28 @@ KW_INLINE void kw_prefetch_next_tile(const uint8_t *w0, size_t tile_bytes, size_
     for (size_t o = 0; o < step + 64; o += 64) _mm_prefetch(p + o, KW_AVX2_PF_HINT);
 }
 
-/* 8 int32 partial sums of w . x, as floats. */
-KW_INLINE __m256 dot8(__m256i w, __m256i x) {
-    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+/* 8 int32 partial sums of w . x (lane i: bytes 4i..4i+3), as floats. With
+ * off = 0, w is signed (the sign trick makes maddubs' first operand
+ * unsigned); with off > 0, w holds unsigned values u = w + off (at most 31,
+ * so maddubs' pair sums cannot saturate) and ox = the same partial sums of
+ * off * x (ox_i8), subtracted lane by lane: the same exact integers. */
+KW_INLINE __m256 dot8(__m256i w, __m256i x, __m256i ox, const int off) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (!off) {
+        __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+    }
+    __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(p, ox));
 }
 
-#define KW_QTILE2(NAME, BLK, WQ)                                                                         \
+/* The partial sums of off * x that dot8 subtracts for unsigned weights. */
+KW_INLINE __m256i ox_i8(__m256i x, const int off) {
+    if (!off) return _mm256_setzero_si256();
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8((char)off), x), _mm256_set1_epi16(1));
+}
+
+#define KW_QTILE2(NAME, BLK, WQ, OFF)                                                                       \
     KW_INLINE void NAME##_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t nb, \
                                float *y, int64_t ldy, const int R, const int C) {                       \
         __m256 acc[4][4];                                                                                \
@@ -71,11 +87,12 @@ KW_INLINE __m256 dot8(__m256i w, __m256i x) {
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();             \
         for (int64_t b = 0; b < nb; b++) {                                                               \
             kw_prefetch_next_tile(w0, (size_t)R * wrb, (size_t)b * (size_t)R * sizeof(BLK), (size_t)R * sizeof(BLK)); \
-            __m256i xv[4];                                                                               \
+            __m256i xv[4], ox[4];                                                                        \
             float dx[4];                                                                                 \
             _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                        \
                 const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;             \
                 xv[c] = _mm256_loadu_si256((const __m256i *)xb->qs);                                     \
+                ox[c] = ox_i8(xv[c], OFF);                                                               \
                 dx[c] = h2f(xb->d);                                                                      \
             }                                                                                            \
             _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                        \
@@ -83,7 +100,7 @@ KW_INLINE __m256 dot8(__m256i w, __m256i x) {
                 __m256i wv = WQ(wb);                                                                     \
                 float dw = h2f(wb->d);                                                                   \
                 _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                      \
-                    acc[r][c] = _mm256_fmadd_ps(dot8(wv, xv[c]), _mm256_set1_ps(dw * dx[c]), acc[r][c]); \
+                    acc[r][c] = _mm256_fmadd_ps(dot8(wv, xv[c], ox[c], OFF), _mm256_set1_ps(dw * dx[c]), acc[r][c]); \
             }                                                                                            \
         }                                                                                                \
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                              \
@@ -97,9 +114,9 @@ KW_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-KW_QTILE2(q4_0, kw_block_q4_0, w_q4_0)
-KW_QTILE2(q5_0, kw_block_q5_0, w_q5_0)
-KW_QTILE2(q8_0, kw_block_q8_0, w_q8_0)
+KW_QTILE2(q4_0, kw_block_q4_0, w_q4_0, 8)
+KW_QTILE2(q5_0, kw_block_q5_0, w_q5_0, 16)
+KW_QTILE2(q8_0, kw_block_q8_0, w_q8_0, 0)
 
 /* F32 / F16 weights against F32 activations (F16 ones widened beforehand). */
 KW_INLINE __m256 ldw_f32(const uint8_t *p, int64_t k) { return _mm256_loadu_ps((const float *)p + k); }
