@@ -1,10 +1,13 @@
 /* kernels_avx2.c - the AVX2+FMA kernel family (compiled with -mavx2 -mfma
  * -mf16c; only called when kw_cpu_info_get() reports them).
  *
- * Q4_0/Q5_0/Q8_0 x Q8_0 (standard block layout): per 32-value block the
- * signed weights w and activations x go through the usual sign trick,
- * maddubs(|w|, sign(x, w)) -> madd(.,1) gives 8 exact int32 partial sums,
- * converted to float and accumulated with the block's dw*dx. F32/F16
+ * Q4_0/Q5_0/Q8_0 x Q8_0 (standard block layout): per 32-value block,
+ * maddubs -> madd(.,1) gives 8 exact int32 partial sums, converted to float
+ * and accumulated with the block's dw*dx. maddubs wants its first operand
+ * unsigned: Q4_0/Q5_0 weights are used as stored (0..15, 0..31) and the
+ * offset (8, 16) times the activations' partial sums, computed once per
+ * activation block for all rows of a tile, is subtracted; Q8_0 weights go
+ * through the sign trick, maddubs(|w|, sign(x, w)). F32/F16
  * weights: FMA over 8 lanes, F16 activations widened to F32 once. Tiles
  * of up to 4 weight rows x 4 activation rows share loads; every output is
  * computed by the same instruction sequence in any tile, so the thread
