@@ -157,26 +157,33 @@ KW_INLINE float tail_f16(const uint8_t *p, int64_t k) { return h2f(((const uint1
 KW_FTILE2(f32, ldw_f32, tail_f32)
 KW_FTILE2(f16, ldw_f16, tail_f16)
 
-#define KW_GEMM_AVX2(NAME, DIV)                                                                      \
+/* Tiles of up to RM weight rows x CM activation rows (one row: up to 4 x 1).
+ * AVX2 has 16 ymm registers: a 4 x 4 float tile's 16 accumulators spill,
+ * and 3 x 3 ran F16 prefill 1.14x as fast (bench_kernels -t 1 --cputime
+ * -k avx2, p=512: 955-983 against 1112-1139 ms); the integer tiles spill
+ * too but gained nothing from smaller shapes (4 x 4 905-918 ms, 4 x 2
+ * 994-1009, 3 x 3 965-998, 2 x 4 1045-1048 for Q4_0). */
+#define KW_GEMM_AVX2(NAME, DIV, RM, CM)                                                              \
     static void gemm_##NAME(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs,   \
                             int64_t nx, float *Y, int64_t ldy) {                                     \
         int64_t nb = W->cols / (DIV);                                                                \
         const uint8_t *wd = W->data;                                                                 \
-        for (int64_t r = r0; r < r1; r += 4) {                                                       \
-            int R = (int)(r1 - r < 4 ? r1 - r : 4);                                                  \
-            for (int64_t i = 0; i < nx; i += 4) {                                                    \
-                int C = (int)(nx - i < 4 ? nx - i : 4);                                              \
+        const int rm = nx == 1 ? 4 : (RM);                                                           \
+        for (int64_t r = r0; r < r1; r += rm) {                                                      \
+            int R = (int)(r1 - r < rm ? r1 - r : rm);                                                \
+            for (int64_t i = 0; i < nx; i += (CM)) {                                                 \
+                int C = (int)(nx - i < (CM) ? nx - i : (CM));                                        \
                 KW_TILE_SWITCH(NAME, wd + (size_t)r * W->row_bytes, W->row_bytes,                   \
                                 (const uint8_t *)X + (size_t)i * xs, xs, nb, Y + i * ldy + r, ldy)  \
             }                                                                                        \
         }                                                                                            \
     }
 
-KW_GEMM_AVX2(q4_0, KW_QK)
-KW_GEMM_AVX2(q5_0, KW_QK)
-KW_GEMM_AVX2(q8_0, KW_QK)
-KW_GEMM_AVX2(f32, 1)
-KW_GEMM_AVX2(f16, 1)
+KW_GEMM_AVX2(q4_0, KW_QK, 4, 4)
+KW_GEMM_AVX2(q5_0, KW_QK, 4, 4)
+KW_GEMM_AVX2(q8_0, KW_QK, 4, 4)
+KW_GEMM_AVX2(f32, 1, 3, 3)
+KW_GEMM_AVX2(f16, 1, 3, 3)
 
 static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
     float *y = dst;
