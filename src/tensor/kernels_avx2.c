@@ -9,7 +9,8 @@
  * activation block for all rows of a tile, is subtracted; Q8_0 weights go
  * through the sign trick, maddubs(|w|, sign(x, w)). F32/F16
  * weights: FMA over 8 lanes, F16 activations widened to F32 once. Tiles
- * of up to 4 weight rows x 4 activation rows share loads; every output is
+ * of up to 4 x 4 (quantized) or 3 x 3 (float) weight rows x activation
+ * rows share loads (KW_GEMM_AVX2); every output is
  * computed by the same instruction sequence in any tile, so the thread
  * split never changes results. Other types use the scalar kernels. */
 #include "tensor/kernels.h"
