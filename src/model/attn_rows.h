@@ -83,9 +83,9 @@ static inline bool kw_attn_i16_hw_prefetch(const kw_attn_tile_args *a, int32_t b
 
 /* i16 / i8, spread: called where key j + KW_ATTN_I16_PF_KEYS is the first
  * of its block; when that key is below n and its block is not left to the
- * hardware prefetcher (kw_attn_i16_hw_prefetch), the address of the block's K integers (group
- * 0; the groups' rows follow in address order), else NULL; the block's
- * scales are prefetched here. The caller prefetches the region's lines in
+ * hardware prefetcher (kw_attn_i16_hw_prefetch), the address of the
+ * block's K integers (group 0; the groups' rows follow in address order),
+ * else NULL; the block's scales are prefetched here. The caller prefetches the region's lines in
  * address order, spread over the dot loops of the block's 16-key groups. */
 static inline const uint8_t *kw_attn_i16_k_block_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;

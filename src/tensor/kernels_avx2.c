@@ -56,7 +56,9 @@ KW_INLINE __m256i w_q8_0(const kw_block_q8_0 *b) { return _mm256_loadu_si256((co
  * side by side, which the hardware prefetcher does not follow: without help
  * one thread streamed Q4_0 at 5.8 GB/s. So a tile asks for the next tile's
  * bytes as it goes: at step `done` of `step` bytes of its own, the same
- * offset of the next tile (tile_bytes further), every line of it. Only
+ * offset of the next tile (tile_bytes further), every line of it (after
+ * a thread's last tile that is past its rows or the matrix: a prefetch
+ * never faults, and the bytes are at most one tile). Only
  * where each weight tile is read once (at most CM activation rows: decode,
  * small batches); a prefill re-reads its tile from cache for every
  * activation tile, and prefetching there ran F16 prefill 0.85x as fast. */
