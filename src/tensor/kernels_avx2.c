@@ -123,7 +123,7 @@ KW_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-KW_QTILE2(q4_0, kw_block_q4_0, w_q4_0, 8)
+KW_QTILE2(q4_0_rows, kw_block_q4_0, w_q4_0, 8)
 KW_QTILE2(q5_0, kw_block_q5_0, w_q5_0, 16)
 KW_QTILE2(q8_0, kw_block_q8_0, w_q8_0, 0)
 
@@ -188,11 +188,122 @@ KW_FTILE2(f16, ldw_f16, tail_f16)
         }                                                                                            \
     }
 
-KW_GEMM_AVX2(q4_0, KW_QK, 4, 4)
+KW_GEMM_AVX2(q4_0_rows, KW_QK, 4, 4)
 KW_GEMM_AVX2(q5_0, KW_QK, 4, 4)
 KW_GEMM_AVX2(q8_0, KW_QK, 4, 4)
 KW_GEMM_AVX2(f32, 1, 3, 3)
 KW_GEMM_AVX2(f16, 1, 3, 3)
+
+/* ---------------- packed Q4_0: 8 rows interleaved (KW_FMT_Q4_0_X8) ----------------
+ * A tile reads 4 rows side by side (4 short streams, see
+ * kw_prefetch_next_tile) and pays the unpack, scale and convert per row and
+ * block. Packed at load, a group of 8 rows is one stream: per block, 4
+ * parts of 32 bytes, bytes 4L..4L+3 of part j = row L's qs[4j..4j+3] (low
+ * nibbles: values 4j..4j+3, high: 16+4j..), then the 8 rows' F16 scales
+ * (144 bytes, Q4_0's own size). Per part, maddubs of the nibbles (unsigned)
+ * with 4 broadcast activation bytes leaves each row's pair sums in 16-bit
+ * lanes; a block's 8 results add up in 16 bits (|sum| <= 8 * 2 * 15 * 127
+ * = 30480) before one madd gives the 8 rows' dots; the offset, 8 times the
+ * activation block's sum, is the same for every row (sums computed once
+ * per activation row and call, at most KW_X8_MAX_NB blocks: wider matrices
+ * are not packed). Rows past the last whole group use the tile. */
+#define KW_FMT_Q4_0_X8 3u
+#define KW_X8_BLK 144
+#define KW_X8_MAX_NB 1024
+
+static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
+    if (W->type != KW_TYPE_Q4_0 || W->cols % KW_QK || W->cols / KW_QK > KW_X8_MAX_NB) return 1;
+    int64_t groups = W->rows / 8, nb = W->cols / KW_QK;
+    uint8_t *p = kw_pack_alloc(W, a, KW_FMT_Q4_0_X8, groups * 8, nb, (size_t)groups * (size_t)nb * KW_X8_BLK, err);
+    if (!p) return kw_pack_missing(a);
+    for (int64_t g = 0; g < groups; g++)
+        for (int L = 0; L < 8; L++) {
+            const kw_block_q4_0 *row = (const kw_block_q4_0 *)((const uint8_t *)W->data + (size_t)(8 * g + L) * W->row_bytes);
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *dst = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * KW_X8_BLK;
+                for (int j = 0; j < 4; j++) memcpy(dst + 32 * j + 4 * L, row[b].qs + 4 * j, 4);
+                memcpy(dst + 128 + 2 * L, &row[b].d, 2);
+            }
+        }
+    W->packed = p;
+    return 0;
+}
+
+/* One group of 8 rows x C activation rows (sx: their blocks' sums, nb apart). */
+KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, const int32_t *sx, float *y,
+                       int64_t ldy, const int C) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (size_t)b * KW_X8_BLK;
+        __m256i s[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 * j));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                const int8_t *xq = ((const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b)->qs;
+                int32_t x_lo, x_hi;
+                memcpy(&x_lo, xq + 4 * j, 4);
+                memcpy(&x_hi, xq + 16 + 4 * j, 4);
+                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x_lo)));
+                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x_hi)));
+            }
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 128)));
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+            const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;
+            __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(8 * sx[(size_t)c * (size_t)nb + (size_t)b]));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb->d))), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
+}
+
+/* Packed rows [r0, end) in groups of 8 (r0 a multiple of 8: kw_matmul's
+ * chunks are 16-aligned); returns the first row not done. Activation tiles
+ * of 4 rows outside, groups inside: a thread's chunk of weights stays in
+ * cache across a prefill's activation tiles. */
+static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int64_t r0, int64_t r1, const void *X, size_t xs,
+                       int64_t nx, float *Y, int64_t ldy) {
+    if (r0 % 8) return r0;
+    int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
+    if (end <= r0) return r0;
+    end -= (end - r0) % 8;
+    const int64_t nb = h->nb;
+    const uint8_t *base = (const uint8_t *)h + KW_PACK_HDR_BYTES;
+    int32_t sx[4 * KW_X8_MAX_NB];
+    for (int64_t i = 0; i < nx; i += 4) {
+        int C = (int)(nx - i < 4 ? nx - i : 4);
+        const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
+        for (int c = 0; c < C; c++)
+            for (int64_t b = 0; b < nb; b++) {
+                const int8_t *q = ((const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b)->qs;
+                int32_t t = 0;
+                for (int k = 0; k < KW_QK; k++) t += q[k];
+                sx[(size_t)c * (size_t)nb + (size_t)b] = t;
+            }
+        for (int64_t r = r0; r < end; r += 8) {
+            const uint8_t *grp = base + (size_t)(r / 8) * (size_t)nb * KW_X8_BLK;
+            float *y = Y + i * ldy + r;
+            switch (C) {
+            case 1: x8_tile(grp, nb, x0, xs, sx, y, ldy, 1); break;
+            case 2: x8_tile(grp, nb, x0, xs, sx, y, ldy, 2); break;
+            case 3: x8_tile(grp, nb, x0, xs, sx, y, ldy, 3); break;
+            default: x8_tile(grp, nb, x0, xs, sx, y, ldy, 4); break;
+            }
+        }
+    }
+    return end;
+}
+
+static void gemm_q4_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_Q4_0_X8);
+    if (h) r0 = gemm_x8(W, h, r0, r1, X, xs, nx, Y, ldy);
+    if (r0 < r1) gemm_q4_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
+}
 
 static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
     float *y = dst;
@@ -210,4 +321,5 @@ void kw_kernels_avx2_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;
     k->gemm[KW_TYPE_F32] = gemm_f32;
     k->gemm[KW_TYPE_F16] = gemm_f16;
+    k->pack = pack_avx2;
 }
