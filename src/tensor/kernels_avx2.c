@@ -125,7 +125,7 @@ KW_INLINE float hsum8(__m256 v) {
 
 KW_QTILE2(q4_0_rows, kw_block_q4_0, w_q4_0, 8)
 KW_QTILE2(q5_0, kw_block_q5_0, w_q5_0, 16)
-KW_QTILE2(q8_0, kw_block_q8_0, w_q8_0, 0)
+KW_QTILE2(q8_0_rows, kw_block_q8_0, w_q8_0, 0)
 
 /* F32 / F16 weights against F32 activations (F16 ones widened beforehand). */
 KW_INLINE __m256 ldw_f32(const uint8_t *p, int64_t k) { return _mm256_loadu_ps((const float *)p + k); }
@@ -190,11 +190,11 @@ KW_FTILE2(f16, ldw_f16, tail_f16)
 
 KW_GEMM_AVX2(q4_0_rows, KW_QK, 4, 4)
 KW_GEMM_AVX2(q5_0, KW_QK, 4, 4)
-KW_GEMM_AVX2(q8_0, KW_QK, 4, 4)
+KW_GEMM_AVX2(q8_0_rows, KW_QK, 4, 4)
 KW_GEMM_AVX2(f32, 1, 3, 3)
 KW_GEMM_AVX2(f16, 1, 3, 3)
 
-/* ---------------- packed Q4_0: 8 rows interleaved (KW_FMT_Q4_0_X8) ----------------
+/* ---------------- packed Q4_0 / Q8_0: 8 rows interleaved (KW_FMT_Q4_0_X8, KW_FMT_Q8_0_X8) ----------------
  * A tile reads 4 rows side by side (4 short streams, see
  * kw_prefetch_next_tile) and pays the unpack, scale and convert per row and
  * block. Packed at load, a group of 8 rows is one stream: per block, 4
@@ -206,27 +206,65 @@ KW_GEMM_AVX2(f16, 1, 3, 3)
  * = 30480) before one madd gives the 8 rows' dots; the offset, 8 times the
  * activation block's sum, is the same for every row (sums computed once
  * per activation row and call, at most KW_X8_MAX_NB blocks: wider matrices
- * are not packed). Rows past the last whole group use the tile. */
+ * are not packed). Rows past the last whole group use the tile. Q8_0
+ * takes the same layout with 8 parts per block (x8_tile_q8). */
 #define KW_FMT_Q4_0_X8 3u
+#define KW_FMT_Q8_0_X8 4u
 #define KW_X8_BLK 144
+#define KW_X8_BLK8 272
 #define KW_X8_MAX_NB 1024
 
 static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
-    if (W->type != KW_TYPE_Q4_0 || W->cols % KW_QK || W->cols / KW_QK > KW_X8_MAX_NB) return 1;
+    const int q4 = W->type == KW_TYPE_Q4_0;
+    if ((!q4 && W->type != KW_TYPE_Q8_0) || W->cols % KW_QK || W->cols / KW_QK > KW_X8_MAX_NB) return 1;
+    const size_t blkb = q4 ? KW_X8_BLK : KW_X8_BLK8, qsb = q4 ? 128 : 256;
     int64_t groups = W->rows / 8, nb = W->cols / KW_QK;
-    uint8_t *p = kw_pack_alloc(W, a, KW_FMT_Q4_0_X8, groups * 8, nb, (size_t)groups * (size_t)nb * KW_X8_BLK, err);
+    uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X8 : KW_FMT_Q8_0_X8, groups * 8, nb,
+                               (size_t)groups * (size_t)nb * blkb, err);
     if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++)
         for (int L = 0; L < 8; L++) {
-            const kw_block_q4_0 *row = (const kw_block_q4_0 *)((const uint8_t *)W->data + (size_t)(8 * g + L) * W->row_bytes);
+            const uint8_t *row = (const uint8_t *)W->data + (size_t)(8 * g + L) * W->row_bytes;
             for (int64_t b = 0; b < nb; b++) {
-                uint8_t *dst = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * KW_X8_BLK;
-                for (int j = 0; j < 4; j++) memcpy(dst + 32 * j + 4 * L, row[b].qs + 4 * j, 4);
-                memcpy(dst + 128 + 2 * L, &row[b].d, 2);
+                uint8_t *dst = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb;
+                const uint8_t *qs = q4 ? ((const kw_block_q4_0 *)row)[b].qs : (const uint8_t *)((const kw_block_q8_0 *)row)[b].qs;
+                uint16_t d = q4 ? ((const kw_block_q4_0 *)row)[b].d : ((const kw_block_q8_0 *)row)[b].d;
+                for (size_t j = 0; j < qsb / 32; j++) memcpy(dst + 32 * j + 4 * L, qs + 4 * j, 4);
+                memcpy(dst + qsb + 2 * L, &d, 2);
             }
         }
     W->packed = p;
     return 0;
+}
+
+/* Q8_0 (KW_FMT_Q8_0_X8, 272 bytes per group and block: 8 parts, then the
+ * scales): signed weights, so the sign trick per part, and a part's pair
+ * sums reach 2 * 128 * 127 = 32512: each is widened by madd before adding. */
+KW_INLINE void x8_tile_q8(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
+                          const int C) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (size_t)b * KW_X8_BLK8;
+        __m256i s[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 32 * k)), aw = _mm256_sign_epi8(w, w);
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                int32_t xk;
+                memcpy(&xk, ((const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b)->qs + 4 * k, 4);
+                __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(xk), w));
+                s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p16, ones));
+            }
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256)));
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+            const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb->d))), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
 /* One group of 8 rows x C activation rows (sx: their blocks' sums, nb apart). */
@@ -265,8 +303,8 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
  * chunks are 16-aligned); returns the first row not done. Activation tiles
  * of 4 rows outside, groups inside: a thread's chunk of weights stays in
  * cache across a prefill's activation tiles. */
-static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int64_t r0, int64_t r1, const void *X, size_t xs,
-                       int64_t nx, float *Y, int64_t ldy) {
+static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1, const void *X,
+                       size_t xs, int64_t nx, float *Y, int64_t ldy) {
     if (r0 % 8) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     if (end <= r0) return r0;
@@ -277,7 +315,7 @@ static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int64_t r0, int
     for (int64_t i = 0; i < nx; i += 4) {
         int C = (int)(nx - i < 4 ? nx - i : 4);
         const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
-        for (int c = 0; c < C; c++)
+        for (int c = 0; c < C && q4; c++)
             for (int64_t b = 0; b < nb; b++) {
                 const int8_t *q = ((const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b)->qs;
                 int32_t t = 0;
@@ -285,8 +323,17 @@ static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int64_t r0, int
                 sx[(size_t)c * (size_t)nb + (size_t)b] = t;
             }
         for (int64_t r = r0; r < end; r += 8) {
-            const uint8_t *grp = base + (size_t)(r / 8) * (size_t)nb * KW_X8_BLK;
+            const uint8_t *grp = base + (size_t)(r / 8) * (size_t)nb * (q4 ? KW_X8_BLK : KW_X8_BLK8);
             float *y = Y + i * ldy + r;
+            if (!q4) {
+                switch (C) {
+                case 1: x8_tile_q8(grp, nb, x0, xs, y, ldy, 1); break;
+                case 2: x8_tile_q8(grp, nb, x0, xs, y, ldy, 2); break;
+                case 3: x8_tile_q8(grp, nb, x0, xs, y, ldy, 3); break;
+                default: x8_tile_q8(grp, nb, x0, xs, y, ldy, 4); break;
+                }
+                continue;
+            }
             switch (C) {
             case 1: x8_tile(grp, nb, x0, xs, sx, y, ldy, 1); break;
             case 2: x8_tile(grp, nb, x0, xs, sx, y, ldy, 2); break;
@@ -301,8 +348,15 @@ static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int64_t r0, int
 static void gemm_q4_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                       int64_t ldy) {
     const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_Q4_0_X8);
-    if (h) r0 = gemm_x8(W, h, r0, r1, X, xs, nx, Y, ldy);
+    if (h) r0 = gemm_x8(W, h, 1, r0, r1, X, xs, nx, Y, ldy);
     if (r0 < r1) gemm_q4_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
+}
+
+static void gemm_q8_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_Q8_0_X8);
+    if (h) r0 = gemm_x8(W, h, 0, r0, r1, X, xs, nx, Y, ldy);
+    if (r0 < r1) gemm_q8_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
 }
 
 static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
