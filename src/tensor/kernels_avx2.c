@@ -299,6 +299,15 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
+/* TILE(..., C) with C = 1..4 a compile-time constant. */
+#define KW_X8_SWITCH(C, TILE, ...)          \
+    switch (C) {                            \
+    case 1: TILE(__VA_ARGS__, 1); break;    \
+    case 2: TILE(__VA_ARGS__, 2); break;    \
+    case 3: TILE(__VA_ARGS__, 3); break;    \
+    default: TILE(__VA_ARGS__, 4); break;   \
+    }
+
 /* Packed rows [r0, end) in groups of 8 (r0 a multiple of 8: kw_matmul's
  * chunks are 16-aligned); returns the first row not done. Activation tiles
  * of 4 rows outside, groups inside: a thread's chunk of weights stays in
@@ -325,21 +334,8 @@ static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t
         for (int64_t r = r0; r < end; r += 8) {
             const uint8_t *grp = base + (size_t)(r / 8) * (size_t)nb * (q4 ? KW_X8_BLK : KW_X8_BLK8);
             float *y = Y + i * ldy + r;
-            if (!q4) {
-                switch (C) {
-                case 1: x8_tile_q8(grp, nb, x0, xs, y, ldy, 1); break;
-                case 2: x8_tile_q8(grp, nb, x0, xs, y, ldy, 2); break;
-                case 3: x8_tile_q8(grp, nb, x0, xs, y, ldy, 3); break;
-                default: x8_tile_q8(grp, nb, x0, xs, y, ldy, 4); break;
-                }
-                continue;
-            }
-            switch (C) {
-            case 1: x8_tile(grp, nb, x0, xs, sx, y, ldy, 1); break;
-            case 2: x8_tile(grp, nb, x0, xs, sx, y, ldy, 2); break;
-            case 3: x8_tile(grp, nb, x0, xs, sx, y, ldy, 3); break;
-            default: x8_tile(grp, nb, x0, xs, sx, y, ldy, 4); break;
-            }
+            if (q4) { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy) }
+            else { KW_X8_SWITCH(C, x8_tile_q8, grp, nb, x0, xs, y, ldy) }
         }
     }
     return end;
