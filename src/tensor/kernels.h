@@ -69,6 +69,14 @@ static inline const kw_pack_hdr *kw_packed_hdr(const kw_matrix *W, uint32_t fmt)
  * function then returns kw_pack_missing(a). */
 uint8_t *kw_pack_alloc(const kw_matrix *W, kw_pack_arena *a, uint32_t format, int64_t packed_rows, int64_t nb,
                        size_t data_bytes, kw_err *err);
+/* pack.c: block b of Q4_0/Q8_0 rows rows*g .. rows*g + rows-1 (W's type) as
+ * a rows x (4 or 8) transpose of 32-bit words: part k (4 * rows bytes) holds
+ * in word L row L's k-th quant word xor xor_word, then the rows' F16 scales.
+ * For Q4_0 the byte holding values 4j+t (low nibble) and 16+4j+t (high) is
+ * exactly stored byte 4j+t. The AVX-512 (16 rows, Q8_0 words xor 0x80808080:
+ * +128 per byte) and AVX2 (8 rows, as stored) families pack with it. */
+void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *dst);
+
 /* What a pack function returns when kw_pack_alloc gave NULL: 0 in a sizing pass, else -1. */
 static inline int kw_pack_missing(const kw_pack_arena *a) { return a && !a->base ? 0 : -1; }
 

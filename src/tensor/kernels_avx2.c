@@ -217,22 +217,14 @@ KW_GEMM_AVX2(f16, 1, 3, 3)
 static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     const int q4 = W->type == KW_TYPE_Q4_0;
     if ((!q4 && W->type != KW_TYPE_Q8_0) || W->cols % KW_QK || W->cols / KW_QK > KW_X8_MAX_NB) return 1;
-    const size_t blkb = q4 ? KW_X8_BLK : KW_X8_BLK8, qsb = q4 ? 128 : 256;
+    const size_t blkb = q4 ? KW_X8_BLK : KW_X8_BLK8;
     int64_t groups = W->rows / 8, nb = W->cols / KW_QK;
     uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X8 : KW_FMT_Q8_0_X8, groups * 8, nb,
                                (size_t)groups * (size_t)nb * blkb, err);
     if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++)
-        for (int L = 0; L < 8; L++) {
-            const uint8_t *row = (const uint8_t *)W->data + (size_t)(8 * g + L) * W->row_bytes;
-            for (int64_t b = 0; b < nb; b++) {
-                uint8_t *dst = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb;
-                const uint8_t *qs = q4 ? ((const kw_block_q4_0 *)row)[b].qs : (const uint8_t *)((const kw_block_q8_0 *)row)[b].qs;
-                uint16_t d = q4 ? ((const kw_block_q4_0 *)row)[b].d : ((const kw_block_q8_0 *)row)[b].d;
-                for (size_t j = 0; j < qsb / 32; j++) memcpy(dst + 32 * j + 4 * L, qs + 4 * j, 4);
-                memcpy(dst + qsb + 2 * L, &d, 2);
-            }
-        }
+        for (int64_t b = 0; b < nb; b++)
+            kw_pack_q0_group_block(W, 8, g, b, 0u, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb);
     W->packed = p;
     return 0;
 }

@@ -270,28 +270,6 @@ static void gemm_q8_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
     if (r0 < r1) gemm_q8_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
 }
 
-/* Packs block b of rows 16g..16g+15. In both formats part k's 32-bit word L
- * is row L's k-th quant word: for Q4_0 the byte holding values 4j+t (low
- * nibble) and 16+4j+t (high nibble) is exactly stored byte 4j+t, so the
- * packing is a 16 x (4 or 8) transpose of 32-bit words (Q8_0 words also
- * get +128 per byte, i.e. xor 0x80). */
-static void pack_group_block(uint32_t type, const kw_matrix *W, int64_t g, int64_t b, uint8_t *dst) {
-    const int q4 = type == KW_TYPE_Q4_0;
-    const int nwords = q4 ? 4 : 8;
-    uint16_t *dd = (uint16_t *)(dst + (q4 ? 256 : 512));
-    for (int L = 0; L < 16; L++) {
-        const uint8_t *row = (const uint8_t *)W->data + (size_t)(16 * g + L) * W->row_bytes;
-        const uint8_t *qs = q4 ? ((const kw_block_q4_0 *)row + b)->qs : (const uint8_t *)((const kw_block_q8_0 *)row + b)->qs;
-        for (int k = 0; k < nwords; k++) {
-            uint32_t w;
-            memcpy(&w, qs + 4 * k, 4);
-            if (!q4) w ^= 0x80808080u;
-            memcpy(dst + 64 * k + 4 * L, &w, 4);
-        }
-        dd[L] = q4 ? ((const kw_block_q4_0 *)row + b)->d : ((const kw_block_q8_0 *)row + b)->d;
-    }
-}
-
 static int pack_avx512(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (W->type == KW_TYPE_F16) return kw_pack_f16_i16(W, a, err);   /* gemm_avx512.c */
     if (W->type == KW_TYPE_Q4_K) return kw_pack_q4k_x16(W, a, err);   /* kquant_avx512.c */
@@ -306,7 +284,8 @@ static int pack_avx512(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++)
-            pack_group_block(W->type, W, g, b, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb);
+            kw_pack_q0_group_block(W, 16, g, b, q4 ? 0u : 0x80808080u,   /* Q8_0: +128 per byte */
+                                   p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb);
     W->packed = p;
     return 0;
 }
