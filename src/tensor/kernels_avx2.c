@@ -207,7 +207,7 @@ KW_GEMM_AVX2(f16, 1, 3, 3)
  * activation block's sum, is the same for every row (sums computed once
  * per activation row and call, at most KW_X8_MAX_NB blocks: wider matrices
  * are not packed). Rows past the last whole group use the tile. Q8_0
- * takes the same layout with 8 parts per block (x8_tile_q8). */
+ * takes the same layout with 8 parts per block (x8_tile). */
 #define KW_FMT_Q4_0_X8 3u
 #define KW_FMT_Q8_0_X8 4u
 #define KW_X8_BLK 144
@@ -229,62 +229,47 @@ static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     return 0;
 }
 
-/* Q8_0 (KW_FMT_Q8_0_X8, 272 bytes per group and block: 8 parts, then the
- * scales): signed weights, so the sign trick per part, and a part's pair
- * sums reach 2 * 128 * 127 = 32512: each is widened by madd before adding. */
-KW_INLINE void x8_tile_q8(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
-                          const int C) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4];
-    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (size_t)b * KW_X8_BLK8;
-        __m256i s[4];
-        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
-        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 32 * k)), aw = _mm256_sign_epi8(w, w);
-            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
-                int32_t xk;
-                memcpy(&xk, ((const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b)->qs + 4 * k, 4);
-                __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(xk), w));
-                s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p16, ones));
-            }
-        }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 256)));
-        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
-            const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb->d))), acc[c]);
-        }
-    }
-    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
-}
-
-/* One group of 8 rows x C activation rows (sx: their blocks' sums, nb apart). */
+/* One group of 8 rows x C activation rows. Q4_0 (q4): per part the low and
+ * high nibbles into maddubs, summed in 16 bits, one madd per block, minus
+ * 8 x the activation block's sum (sx: C rows, nb apart). Q8_0 (272 bytes
+ * per group and block: 8 parts, then the scales): signed weights, so the
+ * sign trick per part, and a part's pair sums reach 2 * 128 * 127 = 32512:
+ * each is widened by madd before adding. */
 KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, const int32_t *sx, float *y,
-                       int64_t ldy, const int C) {
+                       int64_t ldy, const int q4, const int C) {
+    const size_t blkb = q4 ? KW_X8_BLK : KW_X8_BLK8, qsb = q4 ? 128 : 256;
+    const int parts = q4 ? 4 : 8;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (size_t)b * KW_X8_BLK;
+        const uint8_t *blk = grp + (size_t)b * blkb;
         __m256i s[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 * j));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        _Pragma("GCC unroll 8") for (int k = 0; k < parts; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 * k));
+            __m256i lo = q4 ? _mm256_and_si256(v, m4) : _mm256_sign_epi8(v, v);   /* Q8_0: |w| */
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
                 const int8_t *xq = ((const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b)->qs;
                 int32_t x_lo, x_hi;
-                memcpy(&x_lo, xq + 4 * j, 4);
-                memcpy(&x_hi, xq + 16 + 4 * j, 4);
-                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x_lo)));
-                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x_hi)));
+                memcpy(&x_lo, xq + 4 * k, 4);
+                if (q4) {
+                    memcpy(&x_hi, xq + 16 + 4 * k, 4);
+                    s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x_lo)));
+                    s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x_hi)));
+                } else {
+                    __m256i p16 = _mm256_maddubs_epi16(lo, _mm256_sign_epi8(_mm256_set1_epi32(x_lo), v));
+                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p16, ones));
+                }
             }
         }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 128)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + qsb)));
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
             const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;
-            __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(8 * sx[(size_t)c * (size_t)nb + (size_t)b]));
+            __m256i d = q4 ? _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones),
+                                              _mm256_set1_epi32(8 * sx[(size_t)c * (size_t)nb + (size_t)b]))
+                           : s[c];
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb->d))), acc[c]);
         }
     }
@@ -304,8 +289,8 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
  * chunks are 16-aligned); returns the first row not done. Activation tiles
  * of 4 rows outside, groups inside: a thread's chunk of weights stays in
  * cache across a prefill's activation tiles. */
-static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1, const void *X,
-                       size_t xs, int64_t nx, float *Y, int64_t ldy) {
+static int64_t gemm_x8(const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
+                       float *Y, int64_t ldy) {
     if (r0 % 8) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     if (end <= r0) return r0;
@@ -326,8 +311,8 @@ static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t
         for (int64_t r = r0; r < end; r += 8) {
             const uint8_t *grp = base + (size_t)(r / 8) * (size_t)nb * (q4 ? KW_X8_BLK : KW_X8_BLK8);
             float *y = Y + i * ldy + r;
-            if (q4) { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy) }
-            else { KW_X8_SWITCH(C, x8_tile_q8, grp, nb, x0, xs, y, ldy) }
+            if (q4) { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy, 1) }
+            else { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy, 0) }
         }
     }
     return end;
@@ -336,14 +321,14 @@ static int64_t gemm_x8(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t
 static void gemm_q4_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                       int64_t ldy) {
     const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_Q4_0_X8);
-    if (h) r0 = gemm_x8(W, h, 1, r0, r1, X, xs, nx, Y, ldy);
+    if (h) r0 = gemm_x8(h, 1, r0, r1, X, xs, nx, Y, ldy);
     if (r0 < r1) gemm_q4_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
 }
 
 static void gemm_q8_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                       int64_t ldy) {
     const kw_pack_hdr *h = kw_packed_hdr(W, KW_FMT_Q8_0_X8);
-    if (h) r0 = gemm_x8(W, h, 0, r0, r1, X, xs, nx, Y, ldy);
+    if (h) r0 = gemm_x8(h, 0, r0, r1, X, xs, nx, Y, ldy);
     if (r0 < r1) gemm_q8_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
 }
 
