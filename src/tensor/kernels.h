@@ -39,6 +39,14 @@ typedef int (*kw_pack_fn)(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 typedef struct kw_kernel_set {
     const char *name;
     kw_act_quant_fn quant[KW_TYPE_COUNT];
+    /* Optional, per dot type: a quantizer for runs whose every matrix has
+     * all its rows in packed format packed_fmt[dt]. Same layout as quant's,
+     * but it writes only the parts the packed kernels read (the rest of
+     * the row is left as it was), so a family whose unpacked kernels need
+     * another form of the activations does not pay for it when no matrix
+     * uses them. */
+    kw_act_quant_fn quant_packed[KW_TYPE_COUNT];
+    uint32_t packed_fmt[KW_TYPE_COUNT];
     kw_gemm_fn gemm[KW_TYPE_COUNT];
     kw_pack_fn pack;
 } kw_kernel_set;
@@ -106,10 +114,13 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
                            const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy);
 
 /* gemm_avx512.c: F16 matrices as packed int16 blocks (format KW_FMT_F16_I16),
- * F16 activations as F32 values followed by int16 blocks. */
+ * F16 activations as F32 values followed by int16 blocks (kw_act_f16_i16;
+ * kw_act_f16_i16_only writes the int16 blocks alone, for runs that use no
+ * unpacked F16 kernel). */
 #define KW_FMT_F16_I16 0x10u
 int kw_pack_f16_i16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 void kw_act_f16_i16(const float *x, void *dst, int64_t n);
+void kw_act_f16_i16_only(const float *x, void *dst, int64_t n);
 size_t kw_act_f16_i16_bytes(int64_t n);
 int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy);

@@ -567,6 +567,8 @@ void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->pack = pack_avx512;
     k->quant[KW_TYPE_Q8_0] = act_q8_0_split;
     k->quant[KW_TYPE_F16] = kw_act_f16_i16;   /* act_f16_as_f32's values + int16 blocks for packed F16 */
+    k->quant_packed[KW_TYPE_F16] = kw_act_f16_i16_only;
+    k->packed_fmt[KW_TYPE_F16] = KW_FMT_F16_I16;
     k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[KW_TYPE_Q5_0] = gemm_q5_0;
     k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;

@@ -70,6 +70,7 @@ typedef struct {
     uint32_t dt;
     const void *xq;
     size_t xq_stride;
+    kw_act_quant_fn quant;   /* ks->quant[dt], or quant_packed[dt] when every matrix is packed */
     _Atomic int64_t next_chunk;
     int n_mats;
     const kw_matrix *Ws[KW_MM_MULTI_MAX];
@@ -80,7 +81,7 @@ typedef struct {
 
 static void quantize_task(void *v, int ith, int nth) {
     mm_task *t = v;
-    kw_act_quant_fn q = t->ks->quant[t->dt];
+    kw_act_quant_fn q = t->quant;
     for (int64_t i = ith; i < t->n; i += nth) q(t->X + i * t->cols, (char *)t->xq + (size_t)i * t->xq_stride, t->cols);
 }
 
@@ -187,6 +188,17 @@ static void stream_parts(mm_task *t, mm_part *parts, int nth) {
     }
 }
 
+/* Whether the family has a packed-only quantizer for dt and every matrix
+ * has all its rows in that family's packed format. */
+static bool all_packed(const kw_kernel_set *ks, uint32_t dt, const kw_matrix *const *W, int n_mats) {
+    if (!ks->quant_packed[dt]) return false;
+    for (int m = 0; m < n_mats; m++) {
+        const kw_pack_hdr *h = kw_packed_hdr(W[m], ks->packed_fmt[dt]);
+        if (!h || h->packed_rows < W[m]->rows) return false;
+    }
+    return true;
+}
+
 /* Runs n_mats matrices (same type and width, each with a kernel and a dot
  * type that has rows) against X: activations quantized once (or read in
  * place for F32), then every matrix's row chunks in one pool run. Each
@@ -207,6 +219,7 @@ static void run_mats(kw_pool *pool, const kw_kernel_set *ks, const kw_matrix *co
     } else {
         t.xq = scratch;
         t.xq_stride = act_row_stride(t.dt, t.cols);
+        t.quant = all_packed(ks, t.dt, W, n_mats) ? ks->quant_packed[t.dt] : ks->quant[t.dt];
         if (n * t.cols >= KW_MM_QUANT_PARALLEL_MIN && kw_pool_size(pool) > 1) kw_pool_run(pool, quantize_task, &t);
         else quantize_task(&t, 0, 1);
     }
