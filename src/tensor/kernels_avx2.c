@@ -12,7 +12,9 @@
  * of up to 4 x 4 (quantized) or 3 x 3 (float) weight rows x activation
  * rows share loads (KW_GEMM_AVX2); every output is
  * computed by the same instruction sequence in any tile, so the thread
- * split never changes results. Other types use the scalar kernels. */
+ * split never changes results. Q4_K/Q5_K/Q6_K x Q8_K: one weight row x up
+ * to 4 activation rows, exact integers per super-block (see "K-quants"
+ * below). Other types (Q4_1, Q5_1, BF16) use the scalar kernels. */
 #include "tensor/kernels.h"
 #include "tensor/quant_blocks.h"
 #include <immintrin.h>
@@ -332,6 +334,177 @@ static void gemm_q8_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
     if (r0 < r1) gemm_q8_0_rows(W, r0, r1, X, xs, nx, Y, ldy);
 }
 
+/* ---------------- K-quants: Q4_K, Q5_K, Q6_K x Q8_K (standard block layout) ----------------
+ * One weight row x up to 4 activation rows per tile (the unpacked weights
+ * of a super-block serve every activation row). Per super-block of 256
+ * values everything up to the final scaling is exact integer work, as in
+ * the scalar reference: maddubs of the unsigned levels with the Q8_K
+ * bytes gives 16-bit pair sums (Q4_K <= 2*15*128, Q5_K <= 2*31*128, Q6_K
+ * <= 2*63*128: no saturation), madd with the sub-block's scale (as int16,
+ * broadcast per lane) widens and scales them into 8 int32 lanes. The Q4_K/
+ * Q5_K min term (sum_j m_j * bsums) and the Q6_K offset (32 * sum_j sc_j
+ * * bsum_j, levels stored as q + 32) are one madd of the Q8_K bsums with
+ * the block's mins / scales. Then per super-block the lanes are converted
+ * and scaled by d*dx (and dmin*dx) into float lanes, summed across lanes
+ * at the end: the same instruction sequence for every output whatever the
+ * tile, so results do not depend on the thread split. */
+
+/* The 8 six-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K/Q5_K
+ * block's 12 packed bytes: kw_get_scale_min_k4 for all j at once, on
+ * 32-bit words (j < 4: low 6 bits of bytes j, j+4; j >= 4: nibbles of
+ * byte j+4 with the top 2 bits of bytes j-4 / j above them). */
+KW_INLINE __m128i k4_scale_min_bytes(const uint8_t *s) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&a2, s + 8, 4);
+    uint32_t sc_lo = a0 & 0x3f3f3f3fu, m_lo = a1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (a2 & 0x0f0f0f0fu) | (((a0 >> 6) & 0x03030303u) << 4);
+    uint32_t m_hi = ((a2 >> 4) & 0x0f0f0f0fu) | (((a1 >> 6) & 0x03030303u) << 4);
+    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
+}
+
+/* int16 lane j of each 128-bit half of v in every lane of that half. */
+#define KW_BCAST16(v, j) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(0x0100 + 0x0202 * (j))))
+
+/* Q4_K (q5 = 0) / Q5_K: sub-block j (32 values) is the low (even j) or
+ * high (odd j) nibbles of qs[32 * (j / 2) ...], Q5_K's fifth bit is bit j
+ * of qh[l]. */
+KW_INLINE void k45_tile(const uint8_t *w, const uint8_t *x0, size_t xs, int64_t nb, float *y, int64_t ldy,
+                        const int q5, const int C) {
+    const size_t bsz = q5 ? sizeof(kw_block_q5_K) : sizeof(kw_block_q4_K);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    /* m_0 m_0 m_1 m_1 .. m_3 m_3 | m_4 m_4 .. m_7 m_7 from the mins in both halves: each pair of Q8_K bsums */
+    const __m256i mpair = _mm256_setr_epi8(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,
+                                           8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = w + (size_t)i * bsz;
+        uint16_t dh, dmh;
+        memcpy(&dh, blk, 2);
+        memcpy(&dmh, blk + 2, 2);
+        const uint8_t *qs = blk + (q5 ? 48 : 16);
+        __m256i sm = _mm256_cvtepu8_epi16(k4_scale_min_bytes(blk + 4));   /* scales | mins as int16 */
+        __m256i scb = _mm256_permute2x128_si256(sm, sm, 0x00);
+        __m256i mp = _mm256_shuffle_epi8(_mm256_permute2x128_si256(sm, sm, 0x11), mpair);
+        const float d = h2f(dh), dmin = h2f(dmh);
+        const kw_block_q8_K *xb[4];
+        __m256i sumi[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+            xb[c] = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
+            __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[c]->bsums), mp);
+            acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_set1_ps(dmin * xb[c]->d), acc[c]);
+            sumi[c] = _mm256_setzero_si256();
+        }
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (q5) {   /* bit 2p of each qh byte, then bit 2p+1, into bit 4 */
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+                hb = _mm256_srli_epi16(hb, 1);
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+                hb = _mm256_srli_epi16(hb, 1);
+            }
+            __m256i slo = KW_BCAST16(scb, 2 * p), shi = KW_BCAST16(scb, 2 * p + 1);
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                const int8_t *xq = xb[c]->qs + 64 * p;
+                __m256i a = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq)), slo);
+                __m256i b = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32))), shi);
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(a, b));
+            }
+        }
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_set1_ps(d * xb[c]->d), acc[c]);
+    }
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) y[c * ldy] = hsum8(acc[c]);
+}
+
+/* Q6_K: per half h of the block (128 values), quarter t (32 values) is the
+ * low (t = 0, 1) or high (t = 2, 3) nibbles of ql[64h + 32(t & 1) ...]
+ * with bits 2t, 2t+1 of qh[32h + l] above them; its two 16-value
+ * sub-blocks have int8 scales 8h+2t, 8h+2t+1 (lanes 0-7 and 8-15 of the
+ * pair sums). */
+KW_INLINE void q6k_tile(const uint8_t *w, const uint8_t *x0, size_t xs, int64_t nb, float *y, int64_t ldy,
+                        const int C) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const kw_block_q6_K *b = (const kw_block_q6_K *)w + i;
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)b->scales);
+        const float d = h2f(b->d);
+        const kw_block_q8_K *xb[4];
+        __m256i sumi[4];
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {   /* minus 32 * sum_j sc_j * bsum_j */
+            xb[c] = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
+            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[c]->bsums), _mm256_cvtepi8_epi16(sc8));
+            sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+        }
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+                __m256i l = t & 1 ? ql1 : ql0;
+                if (t & 2) l = _mm256_srli_epi16(l, 4);
+                __m256i u = _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+                qh = _mm256_srli_epi16(qh, 2);
+                const int j = 8 * h + 2 * t;
+                __m256i scv = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, _mm_setr_epi8(j, j, j, j, j, j, j, j, j + 1, j + 1,
+                                                                                       j + 1, j + 1, j + 1, j + 1, j + 1, j + 1)));
+                _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(xb[c]->qs + 128 * h + 32 * t));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), scv));
+                }
+            }
+        }
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_set1_ps(d * xb[c]->d), acc[c]);
+    }
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) y[c * ldy] = hsum8(acc[c]);
+}
+
+#define KW_KQ_PASS_BYTES (256u * 1024u)   /* weight bytes of one pass: stays in L2 across the activation tiles */
+
+/* Rows [r0, r1) x nx activation rows: passes of rows whose weights stay in
+ * cache while every activation tile of 4 rows runs over them (decode: one
+ * tile, the rows stream once). kind: 4 (Q4_K), 5 (Q5_K), 6 (Q6_K). */
+static void gemm_kq(const kw_matrix *W, const int kind, int64_t r0, int64_t r1, const void *X, size_t xs,
+                    int64_t nx, float *Y, int64_t ldy) {
+    const int64_t nb = W->cols / KW_QK_K;
+    int64_t pass = (int64_t)(KW_KQ_PASS_BYTES / W->row_bytes);
+    if (pass < 1) pass = 1;
+    for (int64_t rb = r0; rb < r1; rb += pass) {
+        int64_t re = rb + pass < r1 ? rb + pass : r1;
+        for (int64_t i = 0; i < nx; i += 4) {
+            const int C = (int)(nx - i < 4 ? nx - i : 4);
+            const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
+            for (int64_t r = rb; r < re; r++) {
+                const uint8_t *w = (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+                float *y = Y + i * ldy + r;
+                if (kind == 6) { KW_X8_SWITCH(C, q6k_tile, w, x0, xs, nb, y, ldy) }
+                else if (kind == 5) { KW_X8_SWITCH(C, k45_tile, w, x0, xs, nb, y, ldy, 1) }
+                else { KW_X8_SWITCH(C, k45_tile, w, x0, xs, nb, y, ldy, 0) }
+            }
+        }
+    }
+}
+
+static void gemm_q4_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    gemm_kq(W, 4, r0, r1, X, xs, nx, Y, ldy);
+}
+static void gemm_q5_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    gemm_kq(W, 5, r0, r1, X, xs, nx, Y, ldy);
+}
+static void gemm_q6_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    gemm_kq(W, 6, r0, r1, X, xs, nx, Y, ldy);
+}
+
 static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
     float *y = dst;
     int64_t i = 0;
@@ -348,5 +521,8 @@ void kw_kernels_avx2_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;
     k->gemm[KW_TYPE_F32] = gemm_f32;
     k->gemm[KW_TYPE_F16] = gemm_f16;
+    k->gemm[KW_TYPE_Q4_K] = gemm_q4_K;
+    k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
+    k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
     k->pack = pack_avx2;
 }
