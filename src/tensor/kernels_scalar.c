@@ -165,26 +165,36 @@ static float dot_q8_0(const void *w, const void *x, int64_t n) {
     return s;
 }
 
+/* Integer dot of n weight levels with n activation bytes: a plain loop
+ * the compiler vectorizes (exact integers, any order). */
+static int dot_levels(const int8_t *q, const int8_t *y, int n) {
+    int dot = 0;
+    for (int l = 0; l < n; l++) dot += q[l] * y[l];
+    return dot;
+}
+
 /* Q4_K/Q5_K: per super-block, sum_j sc_j * (q . y)_j in int, minus the min
  * term sum_j m_j * (bsums of sub-block j), both scaled by the block's d.
  * Sub-block j's 4-bit values are the low (even j) or high (odd j) nibbles
  * of qs[32 * (j / 2) ...]; Q5_K adds bit j of qh[l] as the fifth bit (qh
- * NULL for Q4_K). */
+ * NULL for Q4_K). The levels are unpacked first, in loops without
+ * branches per value, then dotted per sub-block. */
 static float dot_k4_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, uint16_t d, uint16_t dmin,
                           const kw_block_q8_K *b) {
+    int8_t v[KW_QK_K];
+    for (int p = 0; p < 4; p++)
+        for (int l = 0; l < 32; l++) {
+            v[64 * p + l] = (int8_t)(qs[32 * p + l] & 0xF);
+            v[64 * p + 32 + l] = (int8_t)(qs[32 * p + l] >> 4);
+        }
+    if (qh)
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 32; l++) v[32 * j + l] |= (int8_t)(((qh[l] >> j) & 1) << 4);
     int sumi = 0, summ = 0;
     for (int j = 0; j < 8; j++) {
         uint8_t sc, m;
         kw_get_scale_min_k4(j, scales, &sc, &m);
-        const uint8_t *q = qs + 32 * (j / 2);
-        const int8_t *y = b->qs + 32 * j;
-        int dot = 0;
-        for (int l = 0; l < 32; l++) {
-            int v = (j & 1) ? (q[l] >> 4) : (q[l] & 0xF);
-            if (qh) v |= ((qh[l] >> j) & 1) << 4;
-            dot += v * y[l];
-        }
-        sumi += sc * dot;
+        sumi += sc * dot_levels(v + 32 * j, b->qs + 32 * j, 32);
         summ += m * (b->bsums[2 * j] + b->bsums[2 * j + 1]);
     }
     return kw_f16_to_f32(d) * b->d * (float)sumi - kw_f16_to_f32(dmin) * b->d * (float)summ;
@@ -206,27 +216,31 @@ static float dot_q5_K(const void *w, const void *x, int64_t n) {
     return s;
 }
 
-/* Q6_K value at index k (0..255) of a block, in -32..31. */
-static int q6_at(const kw_block_q6_K *a, int k) {
-    int h = k / 128, r = k % 128, quarter = r / 32, l = r % 32;
-    const uint8_t *ql = a->ql + 64 * h, *qh = a->qh + 32 * h;
-    int lo = (quarter & 1) ? ql[l + 32] : ql[l];
-    lo = (quarter & 2) ? (lo >> 4) : (lo & 0xF);
-    int hi = (qh[l] >> (2 * quarter)) & 3;
-    return (lo | (hi << 4)) - 32;
+/* Q6_K levels of a block, in -32..31: per half h (128 values) and l, ql
+ * byte l / l+32 gives the low nibbles of values l / l+32 and the high ones
+ * of l+64 / l+96, and qh byte l their top 2 bits (2 bits per quarter). */
+static void q6_levels(const kw_block_q6_K *a, int8_t *v) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = a->ql + 64 * h, *qh = a->qh + 32 * h;
+        int8_t *o = v + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            o[l] = (int8_t)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+            o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
 }
 
 static float dot_q6_K(const void *w, const void *x, int64_t n) {
     const kw_block_q6_K *a = w;
     const kw_block_q8_K *b = x;
     float s = 0;
+    int8_t v[KW_QK_K];
     for (int64_t i = 0; i < n / KW_QK_K; i++) {
+        q6_levels(&a[i], v);
         int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int dot = 0;
-            for (int l = 0; l < 16; l++) dot += q6_at(&a[i], 16 * j + l) * b[i].qs[16 * j + l];
-            sumi += a[i].scales[j] * dot;
-        }
+        for (int j = 0; j < 16; j++) sumi += a[i].scales[j] * dot_levels(v + 16 * j, b[i].qs + 16 * j, 16);
         s += kw_f16_to_f32(a[i].d) * b[i].d * (float)sumi;
     }
     return s;
