@@ -269,6 +269,70 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
+/* Q6_K for one activation row (decode). Per half h and k = 0..7 the parts
+ * ql 16h+k, ql 16h+8+k and qh 8h+k are loaded once and give the levels of
+ * all four quarters (a = 0..3: values 128h + 32a + 4k..+3; ql low / high
+ * nibbles, qh bits 2a, 2a+1), where q6k_tile loads and unpacks them per
+ * quarter (~600 uops per 16 rows and super-block: one thread streamed only
+ * 17 GB/s, Q4_K's tile 28). The sub-block dots are exact integers either
+ * way and the float steps after them are q6k_tile's, in its order, so the
+ * outputs are q6k_tile's bit for bit (results do not depend on batch size).
+ * Loading a half's parts up front only pays with the next block
+ * prefetched into L2 as this one starts (without: 11.6 GB/s on one
+ * thread; with: 22.6). Decode of the 1B Q6_K model, 2 threads, bench/ab.sh
+ * against q6k_tile, three runs: 1.19-1.25x in the fast host state, 0.93-
+ * 0.95x in the slow one (median of rounds 1.00-1.09x); the original tile
+ * with the same prefetch gained 1.04x fast and lost to 0.88x slow, the hint
+ * T2 as T1, half a block ahead 0.99x, every other line 0.70x. */
+KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = grp + (size_t)i * Q6K_X16_BLK;
+        const kw_block_q8_K *xb = (const kw_block_q8_K *)x0 + i;
+        _Pragma("GCC unroll 53") for (size_t o = 0; o < Q6K_X16_BLK; o += 64)
+            _mm_prefetch((const char *)blk + Q6K_X16_BLK + o, _MM_HINT_T1);
+        __m512 accb = _mm512_setzero_ps();
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            __m512i d[4][2];
+            _Pragma("GCC unroll 4") for (int a = 0; a < 4; a++) d[a][0] = d[a][1] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                __m512i l0 = _mm512_loadu_si512(blk + q6k_ql_off(16 * h + k));
+                __m512i l1 = _mm512_loadu_si512(blk + q6k_ql_off(16 * h + 8 + k));
+                __m512i hq = _mm512_loadu_si512(blk + q6k_qh_off(8 * h + k));
+                __m512i w[4];
+                w[0] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(hq, 4), m30));
+                w[1] = _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(hq, 2), m30));
+                w[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(hq, m30));
+                w[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                       _mm512_and_si512(_mm512_srli_epi16(hq, 2), m30));
+                _Pragma("GCC unroll 4") for (int a = 0; a < 4; a++)
+                    d[a][k >> 2] = kw_dpbusd_bcst(d[a][k >> 2], w[a], (const int32_t *)(xb->qs + 128 * h + 32 * a + 4 * k));
+            }
+            _Pragma("GCC unroll 4") for (int aa = 0; aa < 4; aa++) {   /* q6k_tile's float steps, in its order */
+                const int a = (aa & 1) * 2 + (aa >> 1);
+                __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * (4 * h + a))));
+                __m512 fs0 = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16));
+                __m512 fs1 = _mm512_cvtepi32_ps(_mm512_srai_epi32(sp, 16));
+                __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[a][0]), fs0);
+                accb = h == 0 && aa == 0 ? p0 : _mm512_add_ps(accb, p0);
+                accb = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[a][1]), fs1, accb);
+            }
+        }
+        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_D)));
+        const int32_t *bs = (const int32_t *)xb->bsums;
+        __m512i im = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+            __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * t)));
+            im = _mm512_dpwssd_epi32(im, sp, _mm512_set1_epi32(bs[t]));
+        }
+        __m512 ddx = _mm512_mul_ps(dv, _mm512_set1_ps(xb->d));
+        acc = _mm512_fmadd_ps(accb, ddx, acc);
+        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ddx, _mm512_set1_ps(32.0f)), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
 enum { KQ_Q4K, KQ_Q5K, KQ_Q6K };
 
 /* Packed groups of rows [r0, min(r1, packed_rows)) (r0 a multiple of 16,
@@ -289,7 +353,8 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
             int C = (int)(nx - i < 8 ? nx - i : 8);
             const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
             float *y = Y + i * ldy + r;
-            if (kind == KQ_Q6K) { KW_TILE_ROWS_SWITCH(C, q6k_tile, grp, h->nb, x0, xs, y, ldy) }
+            if (kind == KQ_Q6K && C == 1) q6k_tile_row(grp, h->nb, x0, y);
+            else if (kind == KQ_Q6K) { KW_TILE_ROWS_SWITCH(C, q6k_tile, grp, h->nb, x0, xs, y, ldy) }
             else if (kind == KQ_Q5K) { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 1) }
             else { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 0) }
         }
