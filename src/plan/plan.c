@@ -273,13 +273,18 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
     if (m->n_experts > 0)
         warn(p, "mixture of experts: a token reads only %d of %d experts, so decode can beat the ceiling shown "
              "(it divides by all weights)", m->n_experts_used, m->n_experts);
-    if (!strcmp(m->source, "hf-config") &&
-        (plan_pack_probe(KW_TYPE_Q4_0, 256, 64) > 0 || plan_pack_probe(KW_TYPE_Q8_0, 256, 64) > 0 ||
-         plan_pack_probe(KW_TYPE_F16, 256, 64) > 0 || plan_pack_probe(KW_TYPE_Q4_K, 256, 64) > 0))
-        warn(p, "on this CPU (%s kernels) Q4_0/Q8_0/F16 and Q4_K/Q5_K/Q6_K weights get a repacked heap copy at load "
-             "(about their size; "
-             "the mapped pages it replaces are dropped), not counted in --weights-bytes: plan the GGUF file for the "
-             "exact weights line", kw_kernel_name());
+    if (!strcmp(m->source, "hf-config")) {
+        /* the types this CPU's kernel family repacks, as the family's own pack function says */
+        static const uint32_t types[] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0, KW_TYPE_F16, KW_TYPE_Q4_K, KW_TYPE_Q5_K, KW_TYPE_Q6_K};
+        char list[96] = "";
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+            if (plan_pack_probe(types[i], 256, 64) > 0)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? "/" : "", kw_type_name(types[i]));
+        if (list[0])
+            warn(p, "on this CPU (%s kernels) %s weights get a repacked heap copy at load (about their size; "
+                 "the mapped pages it replaces are dropped), not counted in --weights-bytes: plan the GGUF file for the "
+                 "exact weights line", kw_kernel_name(), list);
+    }
     if (m->kv_layers_sliding_as_full)
         warn(p, "sliding-window layers are counted as full attention (an upper bound on KV)");
 }

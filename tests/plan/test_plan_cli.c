@@ -127,6 +127,18 @@ static void test_hf_config_json(void) {
                  "%s", out ? out : "");
     free(out);
 
+    /* the repacking warning names the types the active kernel family repacks: none for the
+     * scalar family; Q4_0, Q8_0 and Q4_K (not F16) for AVX2, where this CPU runs it */
+    snprintf(cmd, sizeof cmd, "KW_KERNEL=scalar %s plan --hf-config %s --weights-bytes 20GB --ram 64GiB 2>&1", bin(), cfg);
+    KW_CHECK_EQ_INT(run(cmd, &out), 0);
+    KW_CHECK_MSG(out && !strstr(out, "repacked heap copy"), "%s", out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "KW_KERNEL=avx2 %s plan --hf-config %s --weights-bytes 20GB --ram 64GiB 2>&1", bin(), cfg);
+    KW_CHECK_EQ_INT(run(cmd, &out), 0);
+    if (out && strstr(out, "(avx2 kernels)"))
+        KW_CHECK_MSG(strstr(out, "(avx2 kernels) q4_0/q8_0/q4_k weights get a repacked heap copy"), "%s", out);
+    free(out);
+
     /* bad usage: exit 2 with a one-line message */
     const char *bad[] = {"--hf-config /nonexistent/config.json --weights-bytes 1GB --ram 1GiB",
                          "--hf-config x.json", "--ram 8GiB", "-m a.gguf --hf-config b.json",
