@@ -291,16 +291,23 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
     default: TILE(__VA_ARGS__, 4); break;   \
     }
 
+/* The end of the whole 8-row groups of h's packed rows in [r0, r1) (r0
+ * itself when r0 is not a group start or no whole group is there). */
+static int64_t x8_packed_end(const kw_pack_hdr *h, int64_t r0, int64_t r1) {
+    if (r0 % 8) return r0;
+    int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
+    if (end <= r0) return r0;
+    return end - (end - r0) % 8;
+}
+
 /* Packed rows [r0, end) in groups of 8 (r0 a multiple of 8: kw_matmul's
  * chunks are 16-aligned); returns the first row not done. Activation tiles
  * of 4 rows outside, groups inside: a thread's chunk of weights stays in
  * cache across a prefill's activation tiles. */
 static int64_t gemm_x8(const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
                        float *Y, int64_t ldy) {
-    if (r0 % 8) return r0;
-    int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
+    const int64_t end = x8_packed_end(h, r0, r1);
     if (end <= r0) return r0;
-    end -= (end - r0) % 8;
     const int64_t nb = h->nb;
     const uint8_t *base = (const uint8_t *)h + KW_PACK_HDR_BYTES;
     int32_t sx[4 * KW_X8_MAX_NB];
@@ -608,10 +615,8 @@ KW_INLINE void q4k_x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, si
  * 2 rows; returns the first row not done. */
 static int64_t gemm_q4k_x8(const kw_pack_hdr *h, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
                            float *Y, int64_t ldy) {
-    if (r0 % 8) return r0;
-    int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
+    const int64_t end = x8_packed_end(h, r0, r1);
     if (end <= r0) return r0;
-    end -= (end - r0) % 8;
     const int64_t nb = h->nb;
     const size_t gbytes = (size_t)nb * Q4K_X8_BLK;
     const uint8_t *base = (const uint8_t *)h + KW_PACK_HDR_BYTES;
