@@ -215,6 +215,37 @@ KW_INLINE __m512i q6k_hbits(__m512i h, const int a) {
     }
 }
 
+/* Row L's int8 scales of sub-blocks 2t and 2t+1 (the pair at t = 4h + a)
+ * as floats, lanes = rows. */
+KW_INLINE void q6k_scale_pair(const uint8_t *blk, int t, __m512 *fs0, __m512 *fs1) {
+    __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * t)));
+    *fs0 = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16));
+    *fs1 = _mm512_cvtepi32_ps(_mm512_srai_epi32(sp, 16));
+}
+
+/* accb + dot0 * sc0 + dot1 * sc1 for one quarter (the first quarter of a
+ * super-block starts accb): the float steps both Q6_K tiles share, in this
+ * order, so they give the same bits. */
+KW_INLINE __m512 q6k_add_quarter(__m512 accb, int first, __m512i d0, __m512i d1, __m512 fs0, __m512 fs1) {
+    __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d0), fs0);   /* exact (see the top) */
+    accb = first ? p0 : _mm512_add_ps(accb, p0);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), fs1, accb);
+}
+
+/* acc + (accb - 32 * sum_j sc_j * bsum_j) * d * dx for one super-block:
+ * the offset is an exact vpdpwssd of the scale pairs with the Q8_K bsums. */
+KW_INLINE __m512 q6k_finish(const uint8_t *blk, __m512 dv, const kw_block_q8_K *xb, __m512 accb, __m512 acc) {
+    const int32_t *bs = (const int32_t *)xb->bsums;
+    __m512i im = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+        __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * t)));
+        im = _mm512_dpwssd_epi32(im, sp, _mm512_set1_epi32(bs[t]));   /* exact: <= 16*128*2048 */
+    }
+    __m512 ddx = _mm512_mul_ps(dv, _mm512_set1_ps(xb->d));
+    acc = _mm512_fmadd_ps(accb, ddx, acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ddx, _mm512_set1_ps(32.0f)), acc);
+}
+
 KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                         const int C) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -229,9 +260,8 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
         _Pragma("GCC unroll 4") for (int aa = 0; aa < 4; aa++) {
             const int a = (aa & 1) * 2 + (aa >> 1);   /* 0, 2, 1, 3: values 128h + 32a .. +31 */
-            __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * (4 * h + a))));
-            __m512 fs0 = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16));
-            __m512 fs1 = _mm512_cvtepi32_ps(_mm512_srai_epi32(sp, 16));
+            __m512 fs0, fs1;
+            q6k_scale_pair(blk, 4 * h + a, &fs0, &fs1);
             __m512i w[8];
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
                 __m512i l = _mm512_loadu_si512(blk + q6k_ql_off(16 * h + 8 * (a & 1) + k));
@@ -247,24 +277,12 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
                     d0 = kw_dpbusd_bcst(d0, w[k], xi + k);
                     d1 = kw_dpbusd_bcst(d1, w[k + 4], xi + k + 4);
                 }
-                __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d0), fs0);   /* exact (see the top) */
-                accb[c] = h == 0 && aa == 0 ? p0 : _mm512_add_ps(accb[c], p0);
-                accb[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), fs1, accb[c]);
+                accb[c] = q6k_add_quarter(accb[c], h == 0 && aa == 0, d0, d1, fs0, fs1);
             }
         }
         __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_D)));
-        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
-            const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
-            const int32_t *bs = (const int32_t *)xb->bsums;
-            __m512i im = _mm512_setzero_si512();
-            _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
-                __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * t)));
-                im = _mm512_dpwssd_epi32(im, sp, _mm512_set1_epi32(bs[t]));   /* exact: <= 16*128*2048 */
-            }
-            __m512 ddx = _mm512_mul_ps(dv, _mm512_set1_ps(xb->d));
-            acc[c] = _mm512_fmadd_ps(accb[c], ddx, acc[c]);
-            acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ddx, _mm512_set1_ps(32.0f)), acc[c]);
-        }
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+            acc[c] = q6k_finish(blk, dv, (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i, accb[c], acc[c]);
     }
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
@@ -311,24 +329,12 @@ KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, f
             }
             _Pragma("GCC unroll 4") for (int aa = 0; aa < 4; aa++) {   /* q6k_tile's float steps, in its order */
                 const int a = (aa & 1) * 2 + (aa >> 1);
-                __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * (4 * h + a))));
-                __m512 fs0 = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16));
-                __m512 fs1 = _mm512_cvtepi32_ps(_mm512_srai_epi32(sp, 16));
-                __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[a][0]), fs0);
-                accb = h == 0 && aa == 0 ? p0 : _mm512_add_ps(accb, p0);
-                accb = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[a][1]), fs1, accb);
+                __m512 fs0, fs1;
+                q6k_scale_pair(blk, 4 * h + a, &fs0, &fs1);
+                accb = q6k_add_quarter(accb, h == 0 && aa == 0, d[a][0], d[a][1], fs0, fs1);
             }
         }
-        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_D)));
-        const int32_t *bs = (const int32_t *)xb->bsums;
-        __m512i im = _mm512_setzero_si512();
-        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
-            __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_SC + 32 * t)));
-            im = _mm512_dpwssd_epi32(im, sp, _mm512_set1_epi32(bs[t]));
-        }
-        __m512 ddx = _mm512_mul_ps(dv, _mm512_set1_ps(xb->d));
-        acc = _mm512_fmadd_ps(accb, ddx, acc);
-        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(ddx, _mm512_set1_ps(32.0f)), acc);
+        acc = q6k_finish(blk, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + Q6K_OFF_D))), xb, accb, acc);
     }
     _mm512_storeu_ps(y, acc);
 }
