@@ -2,7 +2,8 @@
  * VNNI), i.e. many activation rows against the 16-row interleaved copy that
  * kw_matrix_pack makes (format in kernels_avx512.c: per group of 16 rows
  * and per 32-value block, 4 (Q4_0) or 8 (Q8_0) 64-byte parts whose lane L
- * holds 4 values of row L, then the 16 F16 scales).
+ * holds 4 values of row L; blocks in pairs, the pair's F16 scales before
+ * its two blocks' quants).
  *
  * Owns kw_gemm_x16_avx512(). Loop order: tiles of up to 12 activation rows
  * outside, the 16-row groups of the caller's chunk inside, so the tile's
@@ -34,14 +35,12 @@
 /* One 16-row group x C activation rows over all nb blocks. */
 KW_INLINE void gx_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xq, const int32_t *offs,
                        float *y, int64_t ldy, const int C, const int q4) {
-    const size_t blkb = q4 ? 288 : 544, qsb = q4 ? 256 : 512;
     __m512 acc[KW_GX_TILE];
     _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (size_t)b * blkb;
         __m512i w[8];
-        kw_x16_unpack(blk, q4, w);
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + qsb)));
+        kw_x16_unpack(kw_x16_quants(grp, q4, b), q4, 0, w);
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_x16_scales(grp, q4, b)));
         /* the C chains of 8 vpdpbusd advance together (no dependency between rows) */
         __m512i d[KW_GX_TILE];
         _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
@@ -84,10 +83,10 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
     if (r0 % 16 || end <= r0 || nb > KW_GX_MAX_NB) return r0;
     end -= (end - r0) % 16;
     if (end <= r0) return r0;
-    const size_t blkb = q4 ? 288 : 544;
+    const size_t gb = kw_x16_group_bytes(q4, nb);
     const int32_t off = q4 ? 8 : 128;
     /* rows per pass: their weights (<= ~150 KB at 2048 values) stay in L2 while every tile runs over them */
-    const int64_t rowblk = 16 * (int64_t)(KW_GX_PASS_BYTES / ((size_t)nb * blkb) > 1 ? KW_GX_PASS_BYTES / ((size_t)nb * blkb) : 1);
+    const int64_t rowblk = 16 * (int64_t)(KW_GX_PASS_BYTES / gb > 1 ? KW_GX_PASS_BYTES / gb : 1);
     int32_t ot[KW_GX_TILE * KW_GX_MAX_NB];   /* 48 KiB of stack (threads have the default 8 MiB) */
     for (int64_t rb = r0; rb < end; rb += rowblk) {
         int64_t re = rb + rowblk < end ? rb + rowblk : end;
@@ -97,7 +96,7 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
             for (int c = 0; c < C; c++) xq[c] = (const uint8_t *)X + (size_t)(i + c) * xs;
             offsets(xq, C, nb, off, ot);
             for (int64_t r = rb; r < re; r += 16) {
-                const uint8_t *grp = packed + (size_t)(r / 16) * (size_t)nb * blkb;
+                const uint8_t *grp = packed + (size_t)(r / 16) * gb;
                 float *y = Y + i * ldy + r;
                 const int32_t *offs = ot;
                 if (q4) { KW_GX_SWITCH(1) }

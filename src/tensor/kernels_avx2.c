@@ -229,8 +229,10 @@ static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
                                (size_t)groups * (size_t)nb * blkb, err);
     if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++)
-        for (int64_t b = 0; b < nb; b++)
-            kw_pack_q0_group_block(W, 8, g, b, 0u, p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb);
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *dst = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb;
+            kw_pack_q0_group_block(W, 8, g, b, 0u, dst, (uint16_t *)(dst + (q4 ? 128 : 256)));
+        }
     W->packed = p;
     return 0;
 }

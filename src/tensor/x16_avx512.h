@@ -33,17 +33,24 @@ static inline __attribute__((always_inline)) __m512i kw_dpwssd(__m512i acc, __m5
     return acc;
 }
 
-/* w[k] = part k of the block as unsigned bytes (lane L: row L's values 4k..4k+3). */
-static inline __attribute__((always_inline)) void kw_x16_unpack(const uint8_t *blk, int q4, __m512i w[8]) {
+/* One 64-byte line of packed weights: a plain load, or with nt a
+ * non-temporal one (vmovntdqa; the line must be 64-byte aligned). */
+static inline __attribute__((always_inline)) __m512i kw_x16_load(const uint8_t *p, int nt) {
+    return nt ? _mm512_stream_load_si512((void *)p) : _mm512_load_si512(p);
+}
+
+/* w[k] = part k of the block whose quants start at q (64-byte aligned) as
+ * unsigned bytes (lane L: row L's values 4k..4k+3); nt: see kw_x16_load. */
+static inline __attribute__((always_inline)) void kw_x16_unpack(const uint8_t *q, int q4, int nt, __m512i w[8]) {
     if (q4) {
         const __m512i m4 = _mm512_set1_epi8(0x0F);
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-            __m512i p = _mm512_loadu_si512(blk + 64 * j);
+            __m512i p = kw_x16_load(q + 64 * j, nt);
             w[j] = _mm512_and_si512(p, m4);
             w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
         }
     } else {
-        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(blk + 64 * k);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] = kw_x16_load(q + 64 * k, nt);
     }
 }
 
