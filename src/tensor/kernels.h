@@ -49,6 +49,10 @@ typedef struct kw_kernel_set {
     uint32_t packed_fmt[KW_TYPE_COUNT];
     kw_gemm_fn gemm[KW_TYPE_COUNT];
     kw_pack_fn pack;
+    /* Optional: a sum of the bytes [p, p + bytes) (p 64-byte aligned, bytes
+     * a multiple of 256) read with non-temporal loads, as the family's
+     * decode kernels read packed weights; the bandwidth probe times it. */
+    uint64_t (*read_nt)(const void *p, size_t bytes);
 } kw_kernel_set;
 
 /* Header at the start of every packed buffer: kernels use a packed copy

@@ -584,9 +584,23 @@ static void gemm_q6_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
     }
 }
 
+/* The bandwidth probe's non-temporal read (kernel set read_nt), as x16_tile reads a pair. */
+static uint64_t read_nt_avx512(const void *p, size_t bytes) {
+    const uint8_t *q = p;
+    __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+    for (size_t o = 0; o + 256 <= bytes; o += 256) {
+        a = _mm512_add_epi64(a, kw_x16_load(q + o, 1));
+        b = _mm512_add_epi64(b, kw_x16_load(q + o + 64, 1));
+        c = _mm512_add_epi64(c, kw_x16_load(q + o + 128, 1));
+        d = _mm512_add_epi64(d, kw_x16_load(q + o + 192, 1));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+}
+
 void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->name = "avx512";
     k->pack = pack_avx512;
+    k->read_nt = read_nt_avx512;
     k->quant[KW_TYPE_Q8_0] = act_q8_0_split;
     k->quant[KW_TYPE_F16] = kw_act_f16_i16;   /* act_f16_as_f32's values + int16 blocks for packed F16 */
     k->quant_packed[KW_TYPE_F16] = kw_act_f16_i16_only;
