@@ -116,7 +116,10 @@ KW_INLINE __m512i q5k_hbit(__m512i h, const int s) {
 }
 
 /* One group of 16 rows x C activation rows (Q8_K, xs bytes apart): y[c*ldy + L].
- * Q5_K (q5): each level also gets bit s of its qh byte as 16. */
+ * Q5_K (q5): each level also gets bit s of its qh byte as 16. One row
+ * (decode) reads the quants with non-temporal loads, as the packed Q4_0 /
+ * Q8_0 tile does (kernels_avx512.c): Q4_K decode 1.02x (bench/ab.sh). The
+ * Q6_K row tile gained nothing from them (0.997x) and keeps plain loads. */
 KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                          const int q5, const int C) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
@@ -134,10 +137,10 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
             __m512 fsc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + K45_OFF_SC(q5) + 16 * s))));
             __m512i w[8];
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                __m512i p = _mm512_loadu_si512(blk + 64 * (8 * j + k));
+                __m512i p = kw_x16_load(blk + 64 * (8 * j + k), C == 1);
                 w[k] = _mm512_and_si512(hi ? _mm512_srli_epi16(p, 4) : p, m4);
                 if (q5)
-                    w[k] = _mm512_or_si512(w[k], _mm512_and_si512(q5k_hbit(_mm512_loadu_si512(blk + 2048 + 64 * k), s), m10));
+                    w[k] = _mm512_or_si512(w[k], _mm512_and_si512(q5k_hbit(kw_x16_load(blk + 2048 + 64 * k, C == 1), s), m10));
             }
             _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
                 const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
