@@ -247,7 +247,10 @@ int kw_pack_f16_i16(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
  * not depend on NCH) to hide vpdpwssd latency. Then per block
  * acc = fma(float(dot), d_w * d_x, acc), blocks in order. `left` = rows of
  * the output still inside the caller's range (the last group may be
- * partial). */
+ * partial). One activation row (decode) reads the weights with
+ * non-temporal loads, as the packed Q4_0 / Q8_0 tile does
+ * (kernels_avx512.c; blocks are 4160 bytes, on cache lines): F16 decode
+ * 1.04x (bench/ab.sh). */
 KW_INLINE void i16_tile(const uint8_t *grp, size_t gstride, int64_t nb, const int16_t *const *xq,
                         const float *const *xd, float *y, int64_t ldy, int64_t left, const int R, const int C,
                         const int NCH) {
@@ -260,7 +263,7 @@ KW_INLINE void i16_tile(const uint8_t *grp, size_t gstride, int64_t nb, const in
         _Pragma("GCC unroll 4") for (int k = 0; k < KW_I16_QK / 2; k += NCH)
         _Pragma("GCC unroll 4") for (int h = 0; h < NCH; h++) {
             __m512i w[KW_I16_R];
-            _Pragma("GCC unroll 4") for (int g = 0; g < R; g++) w[g] = _mm512_loadu_si512(blk + (size_t)g * gstride + 64 * (k + h));
+            _Pragma("GCC unroll 4") for (int g = 0; g < R; g++) w[g] = kw_x16_load(blk + (size_t)g * gstride + 64 * (k + h), C == 1);
             _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
                 __m512i x = _mm512_set1_epi32(((const int32_t *)(xq[c] + (size_t)b * KW_I16_QK))[k + h]);
                 _Pragma("GCC unroll 4") for (int g = 0; g < R; g++)
