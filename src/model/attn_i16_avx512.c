@@ -23,7 +23,10 @@
  * decode where a block follows the one before it in memory (attn_rows.h:
  * kw_attn_i16_hw_prefetch): there the hardware prefetcher is already
  * streaming the head's run and software prefetches only got in its way
- * (bench_attn at depth 4096: 0.91-0.93x the time without them). */
+ * (bench_attn at depth 4096: 0.91-0.93x the time without them). Decode
+ * reads K and V with non-temporal loads (ld_line), as the packed weights
+ * are read: 1B Q4_0 decode at depth 4096 1.023x (bench/ab.sh); prefill
+ * tiles read a block once per tile of queries and keep plain loads. */
 #include "attn_rows.h"
 #include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst, kw_dpwssd */
 #include <immintrin.h>
@@ -65,10 +68,17 @@ bool kw_attn_i16_supported(int nq, int hk, int hv) {
     return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
 }
 
+/* 64 bytes of K or V from p: with nt (decode: each line read once per
+ * token) a non-temporal load, which needs p 64-byte aligned (the pool's
+ * blocks and their K groups and V rows are). */
+KW_INLINE __m512i ld_line(const uint8_t *p, const int nt) {
+    return nt ? _mm512_stream_load_si512((void *)p) : _mm512_loadu_si512(p);
+}
+
 /* 16 dword lanes of V integer pairs from p: 64 bytes of int16 (i16), or 32
  * bytes of int8 widened to int16 (i8), so both types meet vpdpwssd the same. */
-KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8) {
-    return w8 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)) : _mm512_loadu_si512(p);
+KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8, const int nt) {
+    return w8 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)) : ld_line(p, nt);
 }
 
 /* Raw int32 dots of nq queries with 16 keys.
@@ -83,7 +93,7 @@ KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8) {
  * with pf, nrow lines from pf on are prefetched, one per step (the
  * caller's share of the block ahead). */
 KW_INLINE void dots16(const uint8_t *kp, const uint32_t *qp, int nrow, const int32_t *qc,
-                      const uint8_t *pf, const int nq, const int w8, __m512i *out) {
+                      const uint8_t *pf, const int nq, const int w8, const int nt, __m512i *out) {
     /* up to 8 queries, two sums per query over alternate rows: 4 queries
      * alone would be 4 dependent chains, bound by the instruction's latency */
     const int two = nq <= 8;
@@ -93,7 +103,7 @@ KW_INLINE void dots16(const uint8_t *kp, const uint32_t *qp, int nrow, const int
     if (two) KW_UNROLL for (int q = 0; q < nq; q++) A2[q] = _mm512_setzero_si512();
     for (int p = 0; p < nrow; p++, qp += NQ_MAX) {
         if (pf) _mm_prefetch((const char *)(pf + (size_t)p * 64), _MM_HINT_T1);
-        __m512i kz = _mm512_loadu_si512(kp + (size_t)p * 64);
+        __m512i kz = ld_line(kp + (size_t)p * 64, nt);
         if (w8) kz = _mm512_xor_si512(kz, flip);
         if (two && (p & 1)) {
             KW_UNROLL for (int q = 0; q < nq; q++)
@@ -109,10 +119,12 @@ KW_INLINE void dots16(const uint8_t *kp, const uint32_t *qp, int nrow, const int
 }
 
 static void dots16_n(const uint8_t *kp, const uint32_t *qp, int nrow, const int32_t *qc, const uint8_t *pf, int nq,
-                     int w8, __m512i *out) {
-    switch (nq * 2 + w8) {
-#define KW_DOTS_CASE(N) case N * 2: dots16(kp, qp, nrow, qc, pf, N, 0, out); break; \
-                        case N * 2 + 1: dots16(kp, qp, nrow, qc, pf, N, 1, out); break;
+                     int w8, int nt, __m512i *out) {
+    switch ((nq * 2 + w8) * 2 + nt) {
+#define KW_DOTS_CASE(N) case N * 4: dots16(kp, qp, nrow, qc, pf, N, 0, 0, out); break;     \
+                        case N * 4 + 1: dots16(kp, qp, nrow, qc, pf, N, 0, 1, out); break; \
+                        case N * 4 + 2: dots16(kp, qp, nrow, qc, pf, N, 1, 0, out); break; \
+                        case N * 4 + 3: dots16(kp, qp, nrow, qc, pf, N, 1, 1, out); break;
         KW_DOTS_CASE(1) KW_DOTS_CASE(2) KW_DOTS_CASE(3) KW_DOTS_CASE(4) KW_DOTS_CASE(5) KW_DOTS_CASE(6)
         KW_DOTS_CASE(7) KW_DOTS_CASE(8) KW_DOTS_CASE(9) KW_DOTS_CASE(10) KW_DOTS_CASE(11) KW_DOTS_CASE(12)
         KW_DOTS_CASE(13) KW_DOTS_CASE(14) KW_DOTS_CASE(15) KW_DOTS_CASE(16)
@@ -127,7 +139,7 @@ static void dots16_n(const uint8_t *kp, const uint32_t *qp, int nrow, const int3
  * probability pair k. With pf, the chunk ahead's rows are prefetched, one
  * per step. */
 KW_INLINE void pv_block(const uint8_t *vp, size_t rowb, int d0, int npair, const uint32_t *pp, const float *sp,
-                        float *acc, int hv, const uint8_t *pf, const int gq, const int nv, const int w8) {
+                        float *acc, int hv, const uint8_t *pf, const int gq, const int nv, const int w8, const int nt) {
     const size_t eb = w8 ? 2 : 4;   /* bytes of one dimension's slot pair */
     __m512i B[4][4];
     KW_UNROLL for (int q = 0; q < gq; q++)
@@ -137,7 +149,7 @@ KW_INLINE void pv_block(const uint8_t *vp, size_t rowb, int d0, int npair, const
             for (size_t o = 0; o < rowb; o += 64) _mm_prefetch((const char *)(pf + (size_t)k * rowb + o), _MM_HINT_T1);
         const uint8_t *row = vp + (size_t)k * rowb + (size_t)d0 * eb;
         __m512i vz[4];
-        KW_UNROLL for (int v = 0; v < nv; v++) vz[v] = ld_pairs(row + 16 * eb * (size_t)v, w8);
+        KW_UNROLL for (int v = 0; v < nv; v++) vz[v] = ld_pairs(row + 16 * eb * (size_t)v, w8, nt);
         KW_UNROLL for (int q = 0; q < gq; q++) {
             __m512i pb = _mm512_set1_epi32((int)pp[q * 16 + k]);
             KW_UNROLL for (int v = 0; v < nv; v++) B[q][v] = kw_dpwssd(B[q][v], vz[v], pb);
@@ -152,10 +164,12 @@ KW_INLINE void pv_block(const uint8_t *vp, size_t rowb, int d0, int npair, const
 }
 
 static void pv_block_n(const uint8_t *vp, size_t rowb, int d0, int npair, const uint32_t *pp, const float *sp,
-                       float *acc, int hv, const uint8_t *pf, int gq, int nv, int w8) {
-    switch ((gq * 4 + nv) * 2 + w8) {
-#define KW_PV_CASE(G, V) case (G * 4 + V) * 2: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 0); break; \
-                         case (G * 4 + V) * 2 + 1: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 1); break;
+                       float *acc, int hv, const uint8_t *pf, int gq, int nv, int w8, int nt) {
+    switch (((gq * 4 + nv) * 2 + w8) * 2 + nt) {
+#define KW_PV_CASE(G, V) case (G * 4 + V) * 4: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 0, 0); break;     \
+                         case (G * 4 + V) * 4 + 1: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 0, 1); break; \
+                         case (G * 4 + V) * 4 + 2: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 1, 0); break; \
+                         case (G * 4 + V) * 4 + 3: pv_block(vp, rowb, d0, npair, pp, sp, acc, hv, pf, G, V, 1, 1); break;
         KW_PV_CASE(1, 1) KW_PV_CASE(1, 2) KW_PV_CASE(1, 3) KW_PV_CASE(1, 4)
         KW_PV_CASE(2, 1) KW_PV_CASE(2, 2) KW_PV_CASE(2, 3) KW_PV_CASE(2, 4)
         KW_PV_CASE(3, 1) KW_PV_CASE(3, 2) KW_PV_CASE(3, 3) KW_PV_CASE(3, 4)
@@ -174,6 +188,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     kw_kv_pool *kv = a->kv;
     const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
     const int w8 = kv->lay.type == KW_TYPE_KV_I8;
+    const int nt = a->n_tok == 1;   /* decode: K and V lines read once (ld_line) */
     const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
     /* K: 16-slot groups of nrow rows (dimension pairs (i16) or quads (i8)), 64 bytes each; V rows: slot pairs */
     const size_t vrowb = (size_t)hv * 2 * eb;
@@ -227,7 +242,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
         if (jf % bt == 0) pfk = kw_attn_i16_k_block_ahead(a, j, n_max);   /* NULL past the context */
         const uint8_t *pf = pfk && jf < n_max ? pfk + kw_kv_int_k_group(hk, jf % bt, w8) : NULL;
         __m512i d[NQ_MAX];
-        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + kw_kv_int_k_group(hk, s0, w8), qp, nrow, qc, pf, nq, w8, d);
+        dots16_n((const uint8_t *)kw_kv_i16_ints(kr, bt) + kw_kv_int_k_group(hk, s0, w8), qp, nrow, qc, pf, nq, w8, nt, d);
         __m512 sk = _mm512_loadu_ps(kw_kv_i16_scales(kr) + s0);
         for (int q = 0; q < nq; q++) {
             __mmask16 m = lanes_below(j, nl[q]);
@@ -292,7 +307,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
             for (int d0 = 0; d0 < hv; d0 += 64) {
                 int nv = (hv - d0) / 16 < 4 ? (hv - d0) / 16 : 4;
                 pv_block_n(vp, vrowb, d0, npair, pp + (size_t)q0 * 16, sp + q0, acc + (size_t)q0 * (size_t)hv, hv,
-                           q0 == 0 && d0 == 0 ? pfv : NULL, gq, nv, w8);
+                           q0 == 0 && d0 == 0 ? pfv : NULL, gq, nv, w8, nt);
             }
         }
     }
