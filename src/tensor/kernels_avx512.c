@@ -594,7 +594,10 @@ static uint64_t read_nt_avx512(const void *p, size_t bytes) {
         c = _mm512_add_epi64(c, kw_x16_load(q + o + 128, 1));
         d = _mm512_add_epi64(d, kw_x16_load(q + o + 192, 1));
     }
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+    uint64_t lane[8], sum = 0;   /* unsigned: the sums wrap (_mm512_reduce_add_epi64 adds signed: UB) */
+    _mm512_storeu_si512(lane, _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+    for (int i = 0; i < 8; i++) sum += lane[i];
+    return sum;
 }
 
 void kw_kernels_avx512_init(kw_kernel_set *k) {
