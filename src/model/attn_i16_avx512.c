@@ -24,11 +24,11 @@
  * kw_attn_i16_hw_prefetch): there the hardware prefetcher is already
  * streaming the head's run and software prefetches only got in its way
  * (bench_attn at depth 4096: 0.91-0.93x the time without them). Decode
- * reads K and V with non-temporal loads (ld_line), as the packed weights
+ * reads K and V with non-temporal loads (kw_x16_load), as the packed weights
  * are read: 1B Q4_0 decode at depth 4096 1.023x (bench/ab.sh); prefill
  * tiles read a block once per tile of queries and keep plain loads. */
 #include "attn_rows.h"
-#include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst, kw_dpwssd */
+#include "tensor/x16_avx512.h"   /* kw_dpbusd_bcst, kw_dpwssd, kw_x16_load */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -68,17 +68,10 @@ bool kw_attn_i16_supported(int nq, int hk, int hv) {
     return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
 }
 
-/* 64 bytes of K or V from p: with nt (decode: each line read once per
- * token) a non-temporal load, which needs p 64-byte aligned (the pool's
- * blocks and their K groups and V rows are). */
-KW_INLINE __m512i ld_line(const uint8_t *p, const int nt) {
-    return nt ? _mm512_stream_load_si512((void *)p) : _mm512_loadu_si512(p);
-}
-
 /* 16 dword lanes of V integer pairs from p: 64 bytes of int16 (i16), or 32
  * bytes of int8 widened to int16 (i8), so both types meet vpdpwssd the same. */
 KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8, const int nt) {
-    return w8 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)) : ld_line(p, nt);
+    return w8 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)) : kw_x16_load(p, nt);
 }
 
 /* Raw int32 dots of nq queries with 16 keys.
@@ -103,7 +96,7 @@ KW_INLINE void dots16(const uint8_t *kp, const uint32_t *qp, int nrow, const int
     if (two) KW_UNROLL for (int q = 0; q < nq; q++) A2[q] = _mm512_setzero_si512();
     for (int p = 0; p < nrow; p++, qp += NQ_MAX) {
         if (pf) _mm_prefetch((const char *)(pf + (size_t)p * 64), _MM_HINT_T1);
-        __m512i kz = ld_line(kp + (size_t)p * 64, nt);
+        __m512i kz = kw_x16_load(kp + (size_t)p * 64, nt);
         if (w8) kz = _mm512_xor_si512(kz, flip);
         if (two && (p & 1)) {
             KW_UNROLL for (int q = 0; q < nq; q++)
@@ -188,7 +181,8 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     kw_kv_pool *kv = a->kv;
     const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
     const int w8 = kv->lay.type == KW_TYPE_KV_I8;
-    const int nt = a->n_tok == 1;   /* decode: K and V lines read once (ld_line) */
+    const int nt = a->n_tok == 1;   /* decode: K and V lines read once, non-temporally (the pool's blocks,
+                                     * their K groups and V rows are 64-byte aligned) */
     const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
     /* K: 16-slot groups of nrow rows (dimension pairs (i16) or quads (i8)), 64 bytes each; V rows: slot pairs */
     const size_t vrowb = (size_t)hv * 2 * eb;

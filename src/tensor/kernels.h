@@ -86,9 +86,9 @@ uint8_t *kw_pack_alloc(const kw_matrix *W, kw_pack_arena *a, uint32_t format, in
  * bytes) holds in word L row L's k-th quant word xor xor_word; the rows'
  * F16 scales at dst_d. For Q4_0 the byte holding values 4j+t (low nibble)
  * and 16+4j+t (high) is exactly stored byte 4j+t. The AVX-512 (16 rows,
- * Q8_0 words xor 0x80808080: +128 per byte; scales apart from the quants)
- * and AVX2 (8 rows, as stored; scales right after the quants) families
- * pack with it. */
+ * Q8_0 words xor 0x80808080: +128 per byte; scales where kw_x16_scales
+ * puts them) and AVX2 (8 rows, as stored; scales right after the quants)
+ * families pack with it. */
 void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *dst,
                             uint16_t *dst_d);
 

@@ -169,17 +169,18 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  * 4k..4k+3 broadcast.
  * Pairs put every block's quants on a cache-line start, so decode (one
  * activation row) reads them with non-temporal loads (vmovntdqa, which
- * needs 64-byte alignment): on this host (AMD EPYC, 32 MiB L3 that L2
- * evictions fill) a plain two-thread read stream gains ~2% from them, and
- * the decode tile more. The earlier layout (each block's scales right after
- * its quants, 288 / 544 bytes) left every other block 32 bytes off a line.
- * Measured in one process alternating 16-token decode bursts (1B shape,
- * two threads, bench/ab.sh --same), ratios to the earlier layout: these
- * pairs Q8_0 1.03-1.05x, Q4_0 1.07x (its output matrix is Q8_0), 4-row
- * prefill (the batch-of-4 tile) Q8_0 1.02x, Q4_0 0.99x; the same pairs
- * with plain loads 0.95x Q8_0 decode; the scales after the pair's quants (reads go line 0-7, 16, 8-15:
- * not monotonic) 0.72x with plain loads; all scales of a group after all
- * its quants (a second stream) 0.93x. */
+ * needs 64-byte alignment): on this host (AMD EPYC, whose 32 MiB L3 takes
+ * every line L2 evicts) two threads stream 68.5 GB/s with them against
+ * 56.9 with plain loads in the host's fast state (bandwidth.c). The
+ * earlier layout (each block's scales right after its quants, 288 / 544
+ * bytes) left every other block 32 bytes off a line. Measured in one
+ * process alternating 16-token decode bursts (1B shape, two threads,
+ * bench/ab.sh --same), ratios to the earlier layout: these pairs Q8_0
+ * 1.05-1.10x, Q4_0 1.07x (its output matrix is Q8_0), 4-row prefill (the
+ * batch-of-4 tile) Q8_0 1.02x, Q4_0 0.99x; the same pairs with plain
+ * loads 0.95x Q8_0 decode; the scales after the pair's quants (reads go
+ * lines 0-7, 16, 8-15: not monotonic) 0.72x with plain loads; all scales
+ * of a group after all its quants (a second stream) 0.93x. */
 /* Activation rows from which the tiled GEMM (gemm_avx512.c) takes over; up
  * to 16 rows (batched decode, short prefill chunks) the per-group tile
  * streams each block once for all rows (tiles of 8) with its far prefetch.

@@ -33,10 +33,12 @@ static inline __attribute__((always_inline)) __m512i kw_dpwssd(__m512i acc, __m5
     return acc;
 }
 
-/* One 64-byte line of packed weights: a plain load, or with nt a
- * non-temporal one (vmovntdqa; the line must be 64-byte aligned). */
+/* 64 bytes read once per token (packed weights, or K/V in decode): a plain
+ * load, or with nt a non-temporal one (vmovntdqa: p must be 64-byte
+ * aligned), which on AMD EPYC keeps the line out of the L3 that L2
+ * evictions fill and streams faster (bandwidth.c). */
 static inline __attribute__((always_inline)) __m512i kw_x16_load(const uint8_t *p, int nt) {
-    return nt ? _mm512_stream_load_si512((void *)p) : _mm512_load_si512(p);
+    return nt ? _mm512_stream_load_si512((void *)p) : _mm512_loadu_si512(p);
 }
 
 /* w[k] = part k of the block whose quants start at q (64-byte aligned) as
