@@ -10,7 +10,7 @@
  * the weights no longer pay, and so under-stated the ceiling. Passes
  * alternate between plain loads and, where the kernel family has them, the
  * non-temporal loads its decode kernels read packed weights with (kernel
- * set read_nt): on this host (AMD EPYC, whose L3 takes every line L2
+ * set read_nt; the AVX-512 and AVX2 families): on this host (AMD EPYC, whose L3 takes every line L2
  * evicts) they read 68.5 GB/s where plain loads read 56.9 in the host's
  * fast state (alike in the slow one, ~38), and a probe of plain loads
  * alone put decode at 103% of its ceiling. */

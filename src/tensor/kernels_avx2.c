@@ -210,12 +210,27 @@ KW_GEMM_AVX2(f16, 1, 3, 3)
  * activation block's sum, is the same for every row (sums computed once
  * per activation row and call, at most KW_X8_MAX_NB blocks: wider matrices
  * are not packed). Rows past the last whole group use the tile. Q8_0
- * takes the same layout with 8 parts per block (x8_tile). */
+ * takes the same layout with 8 parts per block (x8_tile).
+ * Blocks go in quads: the four blocks' scales (4 x 16 bytes) first, then
+ * their quants (128 or 256 bytes each), so every block's quants start on
+ * a cache line and decode (one activation row) reads them with
+ * non-temporal loads (vmovntdqa ymm), as the AVX-512 family's pairs; a
+ * group's last quad is filled up with zero blocks. The earlier layout
+ * (144 / 272 bytes per block, scales after quants) let decode use them on
+ * every other block only: Q8_0 decode 1.024x (fast host state 1.054x). */
 #define KW_FMT_Q4_0_X8 3u
 #define KW_FMT_Q8_0_X8 4u
-#define KW_X8_BLK 144
-#define KW_X8_BLK8 272
 #define KW_X8_MAX_NB 1024
+
+static size_t x8_quant_bytes(int q4) { return q4 ? 128 : 256; }
+static size_t x8_quad_bytes(int q4) { return 4 * x8_quant_bytes(q4) + 64; }
+static size_t x8_group_bytes(int q4, int64_t nb) { return (size_t)((nb + 3) / 4) * x8_quad_bytes(q4); }
+KW_INLINE const uint8_t *x8_quants(const uint8_t *grp, int q4, int64_t b) {
+    return grp + (size_t)(b >> 2) * x8_quad_bytes(q4) + 64 + (size_t)(b & 3) * x8_quant_bytes(q4);
+}
+KW_INLINE const uint16_t *x8_scales(const uint8_t *grp, int q4, int64_t b) {
+    return (const uint16_t *)(grp + (size_t)(b >> 2) * x8_quad_bytes(q4)) + 8 * (b & 3);
+}
 
 static int pack_q4k_x8(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 
@@ -223,16 +238,15 @@ static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (W->type == KW_TYPE_Q4_K) return pack_q4k_x8(W, a, err);
     const int q4 = W->type == KW_TYPE_Q4_0;
     if ((!q4 && W->type != KW_TYPE_Q8_0) || W->cols % KW_QK || W->cols / KW_QK > KW_X8_MAX_NB) return 1;
-    const size_t blkb = q4 ? KW_X8_BLK : KW_X8_BLK8;
     int64_t groups = W->rows / 8, nb = W->cols / KW_QK;
-    uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X8 : KW_FMT_Q8_0_X8, groups * 8, nb,
-                               (size_t)groups * (size_t)nb * blkb, err);
+    const size_t gb = x8_group_bytes(q4, nb);
+    uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X8 : KW_FMT_Q8_0_X8, groups * 8, nb, (size_t)groups * gb, err);
     if (!p) return kw_pack_missing(a);
-    for (int64_t g = 0; g < groups; g++)
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *dst = p + KW_PACK_HDR_BYTES + (size_t)(g * nb + b) * blkb;
-            kw_pack_q0_group_block(W, 8, g, b, 0u, dst, (uint16_t *)(dst + (q4 ? 128 : 256)));
-        }
+    for (int64_t g = 0; g < groups; g++) {
+        const uint8_t *grp = p + KW_PACK_HDR_BYTES + (size_t)g * gb;
+        for (int64_t b = 0; b < nb; b++)
+            kw_pack_q0_group_block(W, 8, g, b, 0u, (uint8_t *)x8_quants(grp, q4, b), (uint16_t *)x8_scales(grp, q4, b));
+    }
     W->packed = p;
     return 0;
 }
@@ -245,17 +259,17 @@ static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
  * each is widened by madd before adding. */
 KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, const int32_t *sx, float *y,
                        int64_t ldy, const int q4, const int C) {
-    const size_t blkb = q4 ? KW_X8_BLK : KW_X8_BLK8, qsb = q4 ? 128 : 256;
     const int parts = q4 ? 4 : 8;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (size_t)b * blkb;
+        const uint8_t *blk = x8_quants(grp, q4, b);
         __m256i s[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
         _Pragma("GCC unroll 8") for (int k = 0; k < parts; k++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 * k));
+            __m256i v = C == 1 ? _mm256_stream_load_si256((const __m256i *)(blk + 32 * k))   /* decode */
+                               : _mm256_loadu_si256((const __m256i *)(blk + 32 * k));
             __m256i lo = q4 ? _mm256_and_si256(v, m4) : _mm256_sign_epi8(v, v);   /* Q8_0: |w| */
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
@@ -272,7 +286,7 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
                 }
             }
         }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + qsb)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x8_scales(grp, q4, b)));
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
             const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;
             __m256i d = q4 ? _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones),
@@ -324,7 +338,7 @@ static int64_t gemm_x8(const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1, con
                 sx[(size_t)c * (size_t)nb + (size_t)b] = t;
             }
         for (int64_t r = r0; r < end; r += 8) {
-            const uint8_t *grp = base + (size_t)(r / 8) * (size_t)nb * (q4 ? KW_X8_BLK : KW_X8_BLK8);
+            const uint8_t *grp = base + (size_t)(r / 8) * x8_group_bytes(q4, nb);
             float *y = Y + i * ldy + r;
             if (q4) { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy, 1) }
             else { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy, 0) }
@@ -708,8 +722,29 @@ static void act_f16_as_f32(const float *x, void *dst, int64_t n) {
     for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
 }
 
+/* The bandwidth probe's non-temporal read (kernel set read_nt), as x8_tile reads in decode. */
+static uint64_t read_nt_avx2(const void *p, size_t bytes) {
+    const uint8_t *q = p;
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t o = 0; o + 256 <= bytes; o += 256) {
+        a = _mm256_add_epi64(_mm256_add_epi64(a, _mm256_stream_load_si256((const __m256i *)(q + o))),
+                             _mm256_stream_load_si256((const __m256i *)(q + o + 32)));
+        b = _mm256_add_epi64(_mm256_add_epi64(b, _mm256_stream_load_si256((const __m256i *)(q + o + 64))),
+                             _mm256_stream_load_si256((const __m256i *)(q + o + 96)));
+        c = _mm256_add_epi64(_mm256_add_epi64(c, _mm256_stream_load_si256((const __m256i *)(q + o + 128))),
+                             _mm256_stream_load_si256((const __m256i *)(q + o + 160)));
+        d = _mm256_add_epi64(_mm256_add_epi64(d, _mm256_stream_load_si256((const __m256i *)(q + o + 192))),
+                             _mm256_stream_load_si256((const __m256i *)(q + o + 224)));
+    }
+    uint64_t lane[4], sum = 0;   /* unsigned: the sums wrap */
+    _mm256_storeu_si256((__m256i *)lane, _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d)));
+    for (int i = 0; i < 4; i++) sum += lane[i];
+    return sum;
+}
+
 void kw_kernels_avx2_init(kw_kernel_set *k) {
     k->name = "avx2";
+    k->read_nt = read_nt_avx2;
     k->quant[KW_TYPE_F16] = act_f16_as_f32;
     k->quant[KW_TYPE_Q8_K] = act_q8_K;   /* the AVX-512 family inherits it */
     k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
