@@ -39,8 +39,8 @@ KW_INLINE void gx_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xq,
     _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i w[8];
-        kw_x16_unpack(kw_x16_quants(grp, q4, b), q4, 0, w);
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_x16_scales(grp, q4, b)));
+        kw_x16_unpack(kw_q0_quants(grp, 16, q4, b), q4, 0, w);
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp, 16, q4, b)));
         /* the C chains of 8 vpdpbusd advance together (no dependency between rows) */
         __m512i d[KW_GX_TILE];
         _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
@@ -83,7 +83,7 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
     if (r0 % 16 || end <= r0 || nb > KW_GX_MAX_NB) return r0;
     end -= (end - r0) % 16;
     if (end <= r0) return r0;
-    const size_t gb = kw_x16_group_bytes(q4, nb);
+    const size_t gb = kw_q0_group_bytes(16, q4, nb);
     const int32_t off = q4 ? 8 : 128;
     /* rows per pass: their weights (<= ~150 KB at 2048 values) stay in L2 while every tile runs over them */
     const int64_t rowblk = 16 * (int64_t)(KW_GX_PASS_BYTES / gb > 1 ? KW_GX_PASS_BYTES / gb : 1);

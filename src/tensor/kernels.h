@@ -81,16 +81,37 @@ static inline const kw_pack_hdr *kw_packed_hdr(const kw_matrix *W, uint32_t fmt)
  * function then returns kw_pack_missing(a). */
 uint8_t *kw_pack_alloc(const kw_matrix *W, kw_pack_arena *a, uint32_t format, int64_t packed_rows, int64_t nb,
                        size_t data_bytes, kw_err *err);
-/* pack.c: block b of Q4_0/Q8_0 rows rows*g .. rows*g + rows-1 (W's type) as
- * a rows x (4 or 8) transpose of 32-bit words at dst: part k (4 * rows
- * bytes) holds in word L row L's k-th quant word xor xor_word; the rows'
- * F16 scales at dst_d. For Q4_0 the byte holding values 4j+t (low nibble)
- * and 16+4j+t (high) is exactly stored byte 4j+t. The AVX-512 (16 rows,
- * Q8_0 words xor 0x80808080: +128 per byte; scales where kw_x16_scales
- * puts them) and AVX2 (8 rows, as stored; scales right after the quants)
- * families pack with it. */
-void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *dst,
-                            uint16_t *dst_d);
+/* The packed Q4_0 / Q8_0 group of `rows` rows (16: the AVX-512 family,
+ * 8: AVX2), as a rows x (4 or 8) transpose of 32-bit words per block: part
+ * k (4 * rows bytes) holds in word L row L's k-th quant word. Blocks go in
+ * runs of 32 / rows (2 or 4), a run being the run's blocks' F16 row scales
+ * (2 * rows bytes each: one 64-byte line in all) and then their quants, so
+ * every block's quants start on a cache line and decode can read them with
+ * non-temporal loads (vmovntdqa, which needs the alignment); a group's last
+ * run is filled up with zero blocks. */
+static inline size_t kw_q0_quant_bytes(int rows, int q4) { return (size_t)rows * (q4 ? 16 : 32); }
+static inline int64_t kw_q0_run_blocks(int rows) { return 32 / rows; }
+static inline size_t kw_q0_run_bytes(int rows, int q4) {
+    return 64 + (size_t)kw_q0_run_blocks(rows) * kw_q0_quant_bytes(rows, q4);
+}
+static inline size_t kw_q0_group_bytes(int rows, int q4, int64_t nb) {
+    return (size_t)((nb + kw_q0_run_blocks(rows) - 1) / kw_q0_run_blocks(rows)) * kw_q0_run_bytes(rows, q4);
+}
+static inline const uint8_t *kw_q0_quants(const uint8_t *grp, int rows, int q4, int64_t b) {
+    const int64_t R = kw_q0_run_blocks(rows);
+    return grp + (size_t)(b / R) * kw_q0_run_bytes(rows, q4) + 64 + (size_t)(b % R) * kw_q0_quant_bytes(rows, q4);
+}
+static inline const uint16_t *kw_q0_scales(const uint8_t *grp, int rows, int q4, int64_t b) {
+    const int64_t R = kw_q0_run_blocks(rows);
+    return (const uint16_t *)(grp + (size_t)(b / R) * kw_q0_run_bytes(rows, q4)) + (size_t)rows * (size_t)(b % R);
+}
+/* pack.c: block b of Q4_0/Q8_0 rows rows*g .. rows*g + rows-1 (W's type)
+ * into the group at grp (the layout above), each quant word xor xor_word.
+ * For Q4_0 the byte holding values 4j+t (low nibble) and 16+4j+t (high) is
+ * exactly stored byte 4j+t. The AVX-512 (16 rows, Q8_0 words xor
+ * 0x80808080: +128 per byte) and AVX2 (8 rows, as stored) families pack
+ * with it. */
+void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *grp);
 
 /* What a pack function returns when kw_pack_alloc gave NULL: 0 in a sizing pass, else -1. */
 static inline int kw_pack_missing(const kw_pack_arena *a) { return a && !a->base ? 0 : -1; }
@@ -114,20 +135,6 @@ const kw_kernel_set *kw_kernels_active(void);
 /* The detected features, without the one-time init (for family init code
  * that runs inside it). */
 const kw_cpu_info *kw_cpu_info_raw(void);
-
-/* The AVX-512 packed Q4_0 / Q8_0 group (layout in kernels_avx512.c):
- * blocks in pairs, a pair being both blocks' 16 F16 scales (2 x 32 bytes)
- * and then their quants (256 or 512 bytes each), so every block's quants
- * start on a 64-byte line; an odd last block has a zero pair mate. */
-static inline size_t kw_x16_quant_bytes(int q4) { return q4 ? 256 : 512; }
-static inline size_t kw_x16_pair_bytes(int q4) { return 2 * kw_x16_quant_bytes(q4) + 64; }
-static inline size_t kw_x16_group_bytes(int q4, int64_t nb) { return (size_t)((nb + 1) / 2) * kw_x16_pair_bytes(q4); }
-static inline const uint8_t *kw_x16_quants(const uint8_t *grp, int q4, int64_t b) {
-    return grp + (size_t)(b >> 1) * kw_x16_pair_bytes(q4) + 64 + (size_t)(b & 1) * kw_x16_quant_bytes(q4);
-}
-static inline const uint16_t *kw_x16_scales(const uint8_t *grp, int q4, int64_t b) {
-    return (const uint16_t *)(grp + (size_t)(b >> 1) * kw_x16_pair_bytes(q4)) + 16 * (b & 1);
-}
 
 /* gemm_avx512.c: packed Q4_0 (q4 = 1) / Q8_0 16-row groups [r0, end) x nx
  * activation rows (split Q8_0 layout); returns the first row not done. */

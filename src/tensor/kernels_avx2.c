@@ -212,25 +212,16 @@ KW_GEMM_AVX2(f16, 1, 3, 3)
  * are not packed). Rows past the last whole group use the tile. Q8_0
  * takes the same layout with 8 parts per block (x8_tile).
  * Blocks go in quads: the four blocks' scales (4 x 16 bytes) first, then
- * their quants (128 or 256 bytes each), so every block's quants start on
- * a cache line and decode (one activation row) reads them with
- * non-temporal loads (vmovntdqa ymm), as the AVX-512 family's pairs; a
- * group's last quad is filled up with zero blocks. The earlier layout
+ * their quants (128 or 256 bytes each; kw_q0_quants / kw_q0_scales in
+ * kernels.h), so every block's quants start on a cache line and decode
+ * (one activation row) reads them with non-temporal loads (vmovntdqa ymm),
+ * as the AVX-512 family's pairs; a group's last quad is filled up with
+ * zero blocks. The earlier layout
  * (144 / 272 bytes per block, scales after quants) let decode use them on
  * every other block only: Q8_0 decode 1.024x (fast host state 1.054x). */
 #define KW_FMT_Q4_0_X8 3u
 #define KW_FMT_Q8_0_X8 4u
 #define KW_X8_MAX_NB 1024
-
-static size_t x8_quant_bytes(int q4) { return q4 ? 128 : 256; }
-static size_t x8_quad_bytes(int q4) { return 4 * x8_quant_bytes(q4) + 64; }
-static size_t x8_group_bytes(int q4, int64_t nb) { return (size_t)((nb + 3) / 4) * x8_quad_bytes(q4); }
-KW_INLINE const uint8_t *x8_quants(const uint8_t *grp, int q4, int64_t b) {
-    return grp + (size_t)(b >> 2) * x8_quad_bytes(q4) + 64 + (size_t)(b & 3) * x8_quant_bytes(q4);
-}
-KW_INLINE const uint16_t *x8_scales(const uint8_t *grp, int q4, int64_t b) {
-    return (const uint16_t *)(grp + (size_t)(b >> 2) * x8_quad_bytes(q4)) + 8 * (b & 3);
-}
 
 static int pack_q4k_x8(kw_matrix *W, kw_pack_arena *a, kw_err *err);
 
@@ -239,13 +230,12 @@ static int pack_avx2(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     const int q4 = W->type == KW_TYPE_Q4_0;
     if ((!q4 && W->type != KW_TYPE_Q8_0) || W->cols % KW_QK || W->cols / KW_QK > KW_X8_MAX_NB) return 1;
     int64_t groups = W->rows / 8, nb = W->cols / KW_QK;
-    const size_t gb = x8_group_bytes(q4, nb);
+    const size_t gb = kw_q0_group_bytes(8, q4, nb);
     uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X8 : KW_FMT_Q8_0_X8, groups * 8, nb, (size_t)groups * gb, err);
     if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *grp = p + KW_PACK_HDR_BYTES + (size_t)g * gb;
-        for (int64_t b = 0; b < nb; b++)
-            kw_pack_q0_group_block(W, 8, g, b, 0u, (uint8_t *)x8_quants(grp, q4, b), (uint16_t *)x8_scales(grp, q4, b));
+        uint8_t *grp = p + KW_PACK_HDR_BYTES + (size_t)g * gb;
+        for (int64_t b = 0; b < nb; b++) kw_pack_q0_group_block(W, 8, g, b, 0u, grp);
     }
     W->packed = p;
     return 0;
@@ -264,7 +254,7 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
     __m256 acc[4];
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = x8_quants(grp, q4, b);
+        const uint8_t *blk = kw_q0_quants(grp, 8, q4, b);
         __m256i s[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
         _Pragma("GCC unroll 8") for (int k = 0; k < parts; k++) {
@@ -286,7 +276,7 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
                 }
             }
         }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x8_scales(grp, q4, b)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kw_q0_scales(grp, 8, q4, b)));
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
             const kw_block_q8_0 *xb = (const kw_block_q8_0 *)(x0 + (size_t)c * xs) + b;
             __m256i d = q4 ? _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones),
@@ -338,7 +328,7 @@ static int64_t gemm_x8(const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1, con
                 sx[(size_t)c * (size_t)nb + (size_t)b] = t;
             }
         for (int64_t r = r0; r < end; r += 8) {
-            const uint8_t *grp = base + (size_t)(r / 8) * x8_group_bytes(q4, nb);
+            const uint8_t *grp = base + (size_t)(r / 8) * kw_q0_group_bytes(8, q4, nb);
             float *y = Y + i * ldy + r;
             if (q4) { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy, 1) }
             else { KW_X8_SWITCH(C, x8_tile, grp, nb, x0, xs, sx, y, ldy, 0) }

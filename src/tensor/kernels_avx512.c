@@ -163,7 +163,7 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  *   Q4_0: 4 x 64 bytes; byte 4L+t of part j holds row L's value 4j+t in the
  *         low nibble and value 16+4j+t in the high nibble (unsigned 0..15);
  *   Q8_0: 8 x 64 bytes; byte 4L+t of part k is row L's value 4k+t + 128;
- * an odd last block's mate is zeros (kw_x16_quants / kw_x16_scales in
+ * an odd last block's mate is zeros (kw_q0_quants / kw_q0_scales in
  * kernels.h). Unpacked, part k is a vector whose lane L holds row L's
  * values 4k..4k+3, which vpdpbusd multiplies with activation bytes
  * 4k..4k+3 broadcast.
@@ -216,12 +216,12 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
 
 KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                         const int q4, const int C) {
-    const size_t pb = kw_x16_pair_bytes(q4);
+    const size_t pb = kw_q0_run_bytes(16, q4);
     const int off = q4 ? 8 : 128;
     __m512 acc[8];
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = kw_x16_quants(grp, q4, b);
+        const uint8_t *blk = kw_q0_quants(grp, 16, q4, b);
         if (C > 1 || !q4) {   /* fetch ahead so DRAM streams meanwhile (see KW_X16_PREFETCH) */
             /* the pair's lines ahead, the first half at its even block, the rest at the odd one
              * (all at the even block: decode 0.98x, 4 rows 0.95x on Q8_0) */
@@ -233,7 +233,7 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
         }
         __m512i w[8];
         kw_x16_unpack(blk, q4, C == 1, w);
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_x16_scales(grp, q4, b)));
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp, 16, q4, b)));
         _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
             const uint8_t *xq = x0 + (size_t)c * xs;
             const float *xd = (const float *)(xq + 32 * nb);
@@ -258,7 +258,7 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
     if (r0 % 16) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     end -= (end - r0) % 16;
-    const size_t gb = kw_x16_group_bytes(q4, h->nb);
+    const size_t gb = kw_q0_group_bytes(16, q4, h->nb);
     const uint8_t *base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
     if (nx >= KW_X16_GEMM_MIN_ROWS) {   /* prefill: gemm_avx512.c */
         int64_t done = kw_gemm_x16_avx512(base, q4, h->nb, r0, end, X, xs, nx, Y, ldy);
@@ -299,15 +299,14 @@ static int pack_avx512(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
-    const size_t gb = kw_x16_group_bytes(q4, nb);
+    const size_t gb = kw_q0_group_bytes(16, q4, nb);
     uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16, groups * 16, nb, (size_t)groups * gb,
                                err);
     if (!p) return kw_pack_missing(a);
     for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *grp = p + KW_PACK_HDR_BYTES + (size_t)g * gb;
+        uint8_t *grp = p + KW_PACK_HDR_BYTES + (size_t)g * gb;
         for (int64_t b = 0; b < nb; b++)
-            kw_pack_q0_group_block(W, 16, g, b, q4 ? 0u : 0x80808080u,   /* Q8_0: +128 per byte */
-                                   (uint8_t *)kw_x16_quants(grp, q4, b), (uint16_t *)kw_x16_scales(grp, q4, b));
+            kw_pack_q0_group_block(W, 16, g, b, q4 ? 0u : 0x80808080u, grp);   /* Q8_0: +128 per byte */
     }
     W->packed = p;
     return 0;

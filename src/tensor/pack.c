@@ -125,10 +125,11 @@ size_t kw_whole_pages(uint64_t addr, uint64_t bytes, uint64_t *start) {
     return e > s ? (size_t)(e - s) : 0;
 }
 
-void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *dst,
-                            uint16_t *dd) {
+void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *grp) {
     const int q4 = W->type == KW_TYPE_Q4_0;
     const int nwords = q4 ? 4 : 8;
+    uint8_t *dst = (uint8_t *)kw_q0_quants(grp, rows, q4, b);
+    uint16_t *dd = (uint16_t *)kw_q0_scales(grp, rows, q4, b);
     for (int L = 0; L < rows; L++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)((int64_t)rows * g + L) * W->row_bytes;
         const uint8_t *qs = q4 ? ((const kw_block_q4_0 *)row + b)->qs : (const uint8_t *)((const kw_block_q8_0 *)row + b)->qs;
