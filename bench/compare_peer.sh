@@ -6,6 +6,10 @@
 #   bench/compare_peer.sh -m MODEL [--peer PATH/llama-bench [--peer-args "..."]]
 #                         [--peer2 PATH/llama-bench [--peer2-args "-fa 1 -rtr 1"]]
 #                         [-p 512] [-n 128] [-t 2] [-k ROUNDS] [--no-probe]
+#                         [--json FILE]
+#
+# --json FILE also writes the medians and ratios as one JSON object (what
+# bench/targets.sh reads).
 #
 # Prints per round pp/tg of each and, at the end, the median of each and the
 # ratio kvwise/peer, the median of the per-round tg ratios (each engine's
@@ -28,7 +32,7 @@
 # the same state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model= p=512 n=128 t=2 k=3 probe=1
+model= p=512 n=128 t=2 k=3 probe=1 json=
 peers=() pargs=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,7 +46,8 @@ while [ $# -gt 0 ]; do
     -t) t=$2; shift 2 ;;
     -k) k=$2; shift 2 ;;
     --no-probe) probe=0; shift ;;
-    *) echo "usage: $0 -m MODEL [--peer llama-bench] [--peer-args ARGS] [--peer2 llama-bench] [--peer2-args ARGS] [-p N] [-n N] [-t N] [-k ROUNDS]" >&2; exit 2 ;;
+    --json) json=$2; shift 2 ;;
+    *) echo "usage: $0 -m MODEL [--peer llama-bench] [--peer-args ARGS] [--peer2 llama-bench] [--peer2-args ARGS] [-p N] [-n N] [-t N] [-k ROUNDS] [--no-probe] [--json FILE]" >&2; exit 2 ;;
   esac
 done
 [ -n "$model" ] || { echo "compare_peer.sh: -m MODEL is required" >&2; exit 2; }
@@ -75,9 +80,9 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 names=()
 for i in "${list[@]}"; do names+=("$i=${peers[$i]}"); done
-node - "$tmp" "$k" "${names[@]}" <<'JS'
+node - "$tmp" "$k" "$json" "${names[@]}" <<'JS'
 const fs = require('fs');
-const [dir, k, ...peerSpecs] = process.argv.slice(2);
+const [dir, k, jsonOut, ...peerSpecs] = process.argv.slice(2);
 const peers = peerSpecs.map(s => { const i = s.indexOf('='); return { id: s.slice(0, i), path: s.slice(i + 1), pp: [], tg: [], pct: [], rel: [], same: [] }; });
 const med = a => { const s = [...a].sort((x, y) => x - y); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 const f = x => (x === undefined ? '-' : x.toFixed(1));
@@ -125,5 +130,20 @@ for (const pe of peers) {
       ? `${pe.same.length} of ${pe.rel.length}, median ${med(pe.same.map(x => x.ratio)).toFixed(2)}x (` +
         pe.same.map(x => `round ${x.r} ${x.ratio.toFixed(2)}x at ${x.bw.toFixed(0)} GB/s`).join(', ') + ')'
       : `none of ${pe.rel.length}`));
+}
+if (jsonOut) {
+  const opt = a => (a.length ? med(a) : null);
+  const out = { rounds: +k, kvwise: { pp: opt(kw.pp), tg: opt(kw.tg), bandwidth_gb_s: opt(kw.bw), tg_pct_of_ceiling: opt(kw.pct),
+                                      pp_rounds: kw.pp, tg_rounds: kw.tg }, peers: [] };
+  for (const pe of peers) {
+    const rr = pe.tg.length === kw.tg.length ? kw.tg.map((x, i) => x / pe.tg[i]) : [];
+    const rp = pe.pp.length === kw.pp.length ? kw.pp.map((x, i) => x / pe.pp[i]) : [];
+    out.peers.push({ path: pe.path, pp: opt(pe.pp), tg: opt(pe.tg), pp_rounds: pe.pp, tg_rounds: pe.tg,
+                     pp_ratio: pe.pp.length && kw.pp.length ? med(kw.pp) / med(pe.pp) : null,
+                     tg_ratio: pe.tg.length && kw.tg.length ? med(kw.tg) / med(pe.tg) : null,
+                     pp_ratio_per_round: opt(rp), tg_ratio_per_round: opt(rr),
+                     tg_pct_of_ceiling: opt(pe.pct) });
+  }
+  fs.writeFileSync(jsonOut, JSON.stringify(out, null, 1) + '\n');
 }
 JS
