@@ -22,7 +22,9 @@
  *   -d D   prefill D tokens once per variant and decode on top of them
  *   -s S   seconds of alternating bursts
  * A library given twice is loaded twice (a private copy is made), so the
- * same build against itself measures the method's noise. The libraries
+ * same build against itself measures the method's noise (and, here, where
+ * each copy's weights landed: see share_variant). LIB.so@VALUE variants
+ * of one experimental build share one copy (share_variant). The libraries
  * must share this tree's public API (kw_session_opts, kw_err). A build
  * with KW_SHARED (on by default, off with the sanitizers) has one in
  * build/libkvwise.so; bench/ab.sh builds one for any git revision. */
@@ -55,6 +57,10 @@ typedef struct {
     kw_pool *pool;
     kw_model *model;
     kw_session *sess;
+    int *knob;      /* the library's kw_ab_knob, set to knob_val before each burst (LIB@VALUE) */
+    int knob_val;
+    int owner;      /* 1: this variant opened the copy and loaded the model (others share them) */
+    int copy_of;    /* the variant whose copy and model this one uses (itself when owner) */
     double t[AB_ROUNDS], total;
 } variant;
 
@@ -94,10 +100,44 @@ static char *private_copy(const char *path) {
         if (!(v)->field) { fprintf(stderr, "bench_ab: %s: no symbol %s\n", (v)->path, name); return -1; } \
     } while (0)
 
-static int open_variant(variant *v, const char *path) {
+/* LIB.so@VALUE: the variant is LIB's build with its global `int
+ * kw_ab_knob` set to VALUE before each of its bursts. Variants that name
+ * the same LIB with a knob share one loaded copy and one model, so they
+ * read the same pages: on this host two copies of the same build differ
+ * by up to 26% in decode speed from where their weights landed (four
+ * copies of one build, 60 s: 1.00x 1.00x 1.01x 1.06x; six, 150 s: the
+ * last three 1.26x the first). Only an experimental build (one that
+ * reads kw_ab_knob in the code under test) defines the symbol; knob
+ * variants let one such build be compared against itself. */
+static int share_variant(variant *v, const variant *all, int nv, const char *arg) {
+    const char *at = strrchr(arg, '@');
+    if (!at) return 0;
+    v->knob_val = atoi(at + 1);
+    for (int i = 0; i < nv; i++) {
+        const char *o = strrchr(all[i].path, '@');
+        if (o && o - all[i].path == at - arg && !strncmp(all[i].path, arg, (size_t)(at - arg))) {
+            const char *path = v->path;
+            int val = v->knob_val;
+            *v = all[i];
+            v->path = path;
+            v->knob_val = val;
+            v->owner = 0;
+            v->copy_of = i;
+            v->total = 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int open_variant(variant *v, const char *arg) {
+    char path[4096];
+    const char *at = strrchr(arg, '@');
+    snprintf(path, sizeof path, "%.*s", at ? (int)(at - arg) : (int)strlen(arg), arg);
     char *copy = private_copy(path);
     if (!copy) { fprintf(stderr, "bench_ab: cannot read %s\n", path); return -1; }
-    v->path = path;
+    v->path = arg;
+    v->owner = 1;
     v->dl = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
     unlink(copy);   /* the mapping stays */
     free(copy);
@@ -113,6 +153,11 @@ static int open_variant(variant *v, const char *path) {
     AB_SYM(v, eval, "kw_session_eval");
     AB_SYM(v, logits, "kw_session_logits");
     AB_SYM(v, rewind, "kw_session_rewind");
+    if (at) {
+        v->knob = dlsym(v->dl, "kw_ab_knob");
+        if (!v->knob) { fprintf(stderr, "bench_ab: %s: no symbol kw_ab_knob (not an experimental build)\n", path); return -1; }
+        v->knob_val = atoi(at + 1);
+    }
     return 0;
 }
 
@@ -140,6 +185,7 @@ static int setup_variant(variant *v, const char *model, int threads, int32_t n_c
 static int burst(variant *v, int32_t depth, int n, int p, double *secs) {
     kw_err err = {{0}};
     int32_t vocab = v->hparams(v->model)->n_vocab;
+    if (v->knob) *v->knob = v->knob_val;
     v->rewind(v->sess, p ? 0 : depth);
     double t0 = now_sec();
     if (p) {
@@ -160,7 +206,7 @@ static int burst(variant *v, int32_t depth, int n, int p, double *secs) {
 
 static void usage(const char *argv0) {
     fprintf(stderr, "usage: %s -m MODEL [-t THREADS] [-n TOKENS] [-p TOKENS] [-d DEPTH] [-s SECONDS] [--same] "
-                    "LIB.so LIB.so [LIB.so ...]\n", argv0);
+                    "LIB.so[@KNOB] LIB.so[@KNOB] [...]\n", argv0);
 }
 
 int main(int argc, char **argv) {
@@ -183,10 +229,16 @@ int main(int argc, char **argv) {
     if (!model || nv < 2 || threads < 1 || n < 1 || p < 0 || depth < 0 || secs <= 0) { usage(argv[0]); return 2; }
     static variant V[AB_MAX];
     int32_t n_ctx = (p ? p : depth + n) + 16;
-    for (int v = 0; v < nv; v++)
+    for (int v = 0; v < nv; v++) {
+        V[v].path = libs[v];
+        V[v].copy_of = v;
+        if (share_variant(&V[v], V, v, libs[v])) continue;
         if (open_variant(&V[v], libs[v]) != 0 || setup_variant(&V[v], model, threads, n_ctx, p ? 0 : depth) != 0) return 1;
+    }
     printf("%d variants, %s, %d threads, %s %d tokens%s, %.1f s of alternating bursts\n", nv, model, threads,
            p ? "prefill" : "decode", p ? p : n, p ? "" : " per burst", secs);
+    for (int v = 0; v < nv; v++)
+        if (!V[v].owner) printf("[%d] shares the library copy and the model of [%d]\n", v, V[v].copy_of);
     static double bw[AB_ROUNDS];
     int rounds = 0;
     double start = now_sec();
@@ -229,6 +281,7 @@ int main(int argc, char **argv) {
     for (int32_t i = 0; i < check; i++) tk[i] = ab_token(i, vocab);
     for (int v = 0; v < nv; v++) {
         kw_err err = {{0}};
+        if (V[v].knob) *V[v].knob = V[v].knob_val;
         V[v].rewind(V[v].sess, 0);
         const float *lg = V[v].eval(V[v].sess, tk, check, false, &err) == 0 ? V[v].logits(V[v].sess, -1) : NULL;
         if (!lg) { fprintf(stderr, "bench_ab: %s: %s\n", V[v].path, err.msg); free(tk); free(ref); return 1; }
@@ -239,6 +292,7 @@ int main(int argc, char **argv) {
     free(tk);
     free(ref);
     for (int v = 0; v < nv; v++) {
+        if (!V[v].owner) continue;
         V[v].session_free(V[v].sess);
         V[v].model_free(V[v].model);
         V[v].pool_destroy(V[v].pool);
