@@ -201,18 +201,17 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  * keeps enough outstanding to hide the latency. Measured on 65536 x 2048,
  * one thread, CPU time, 4 rows: Q4_0 4.31 -> 3.33 ms (compute alone ~3.25),
  * Q8_0 10.4 -> 5.2 ms; 2 rows: Q4_0 3.19 -> 2.18, Q8_0 7.38 -> 6.60 ms.
- * One row (decode, memory-bound) is different: far prefetches cost there.
- * Q8_0 prefetches KW_X16_PREFETCH_ROW1 blocks ahead (3.3 KiB), Q4_0 not at
- * all. Measured in one process that alternates 16-token decode bursts of
- * the variants (1B shape, two threads, weights on huge pages, so all see
- * the same host bandwidth; medians of per-burst ratios to no prefetch),
- * Q8_0: 2 blocks +0%, 4 +6%, 6 +7%, 8 +7%, 11 +3% and -6% in the fast
- * state, 16 KiB (the previous setting, 30 blocks) -9% (median 0.90x: 26.5
- * against 28.9 tok/s); Q4_0: 2 blocks +1%, 4-6 +0% but -3-4% in the fast
- * state, 8 -12% in the fast state, 4 KiB -14%. A Q4_0 model's tied Q8_0
- * output matrix gains nothing measurable from either setting. */
+ * One row (decode, memory-bound) is different: there the hardware
+ * prefetcher alone is best, for Q4_0 and Q8_0. Measured on the same pages
+ * (bench_ab knob variants of one build sharing one model copy, 1B shape,
+ * 2 threads, 16-token decode bursts; session 15): Q8_0 without against 6
+ * blocks ahead (3.3 KiB, the setting since session 6) 1.047x over 180 s
+ * (both pairs of variants), 1.119x in a fast-state run, 1.00x in a slow
+ * one; 12 and 24 blocks 0.96x and 0.90x of 6; Q4_0 with 4, 8 or 16 blocks
+ * 0.78x, 0.78x, 0.87x of none. Session 6 had measured 6 blocks at +7% for
+ * Q8_0, across two copies of the model: a copy's placement alone moves
+ * decode by up to 26% on this host (docs/PERFORMANCE.md, session 15). */
 #define KW_X16_PREFETCH 16384
-#define KW_X16_PREFETCH_ROW1 6
 
 KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                         const int q4, const int C) {
@@ -222,11 +221,11 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = kw_q0_quants(grp, 16, q4, b);
-        if (C > 1 || !q4) {   /* fetch ahead so DRAM streams meanwhile (see KW_X16_PREFETCH) */
+        if (C > 1) {   /* fetch ahead so DRAM streams meanwhile (see KW_X16_PREFETCH) */
             /* the pair's lines ahead, the first half at its even block, the rest at the odd one
-             * (all at the even block: decode 0.98x, 4 rows 0.95x on Q8_0) */
+             * (all at the even block: 4 rows 0.95x on Q8_0) */
             const uint8_t *pair = grp + (size_t)(b >> 1) * pb;
-            const size_t ahead = C > 1 ? KW_X16_PREFETCH : KW_X16_PREFETCH_ROW1 * pb / 2;
+            const size_t ahead = KW_X16_PREFETCH;
             const size_t half = (pb / 64 + 1) / 2 * 64, o0 = (b & 1) ? half : 0, o1 = (b & 1) ? pb : half;
             for (size_t o = o0; o < o1; o += 64)
                 _mm_prefetch((const char *)pair + ahead + o, _MM_HINT_T1);
