@@ -299,12 +299,15 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
  * way and the float steps after them are q6k_tile's, in its order, so the
  * outputs are q6k_tile's bit for bit (results do not depend on batch size).
  * Loading a half's parts up front only pays with the next block
- * prefetched into L2 as this one starts (without: 11.6 GB/s on one
- * thread; with: 22.6). Decode of the 1B Q6_K model, 2 threads, bench/ab.sh
- * against q6k_tile, three runs: 1.19-1.25x in the fast host state, 0.93-
- * 0.95x in the slow one (median of rounds 1.00-1.09x); the original tile
- * with the same prefetch gained 1.04x fast and lost to 0.88x slow, the hint
- * T2 as T1, half a block ahead 0.99x, every other line 0.70x. */
+ * prefetched as this one starts (without: 11.6 GB/s on one thread; with:
+ * 22.6). Decode of the 1B Q6_K model, 2 threads, bench/ab.sh against
+ * q6k_tile, three runs: 1.19-1.25x in the fast host state, 0.93-0.95x in
+ * the slow one (median of rounds 1.00-1.09x); the original tile with the
+ * same prefetch gained 1.04x fast and lost to 0.88x slow, the hint T2 as
+ * T1, half a block ahead 0.99x, every other line 0.70x. Into L1 (T0)
+ * rather than L2 (T1), on the same pages (bench_ab knob variants, session
+ * 15): 1.10x and 1.12x in two runs; NTA as T0, two blocks ahead 1.01x of
+ * one, half a block 0.90x, none 0.79x of T1. */
 KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc = _mm512_setzero_ps();
@@ -312,7 +315,7 @@ KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, f
         const uint8_t *blk = grp + (size_t)i * Q6K_X16_BLK;
         const kw_block_q8_K *xb = (const kw_block_q8_K *)x0 + i;
         _Pragma("GCC unroll 53") for (size_t o = 0; o < Q6K_X16_BLK; o += 64)
-            _mm_prefetch((const char *)blk + Q6K_X16_BLK + o, _MM_HINT_T1);
+            _mm_prefetch((const char *)blk + Q6K_X16_BLK + o, _MM_HINT_T0);
         __m512 accb = _mm512_setzero_ps();
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             __m512i d[4][2];
