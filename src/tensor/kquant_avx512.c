@@ -60,7 +60,12 @@
 #define K45_OFF_DMIN(q5) (K45_OFF_SC(q5) + 288)
 /* Bytes ahead the batched tile prefetches into L2 (as kernels_avx512.c's
  * KW_X16_PREFETCH: with 2..8 rows the tile is compute-bound, so DRAM needs
- * requests issued far ahead). One row gets no software prefetch. */
+ * requests issued far ahead). One row (decode) prefetches the next block
+ * into L1 (T0) as it starts a block: on the same pages (bench_ab knob
+ * variants, 1B models, 2 threads, session 15) Q4_K 1.18x and Q5_K 1.17x
+ * against none, two blocks ahead 1.17x / 1.12x. (Session 13 had measured
+ * a next-block prefetch into L2 at 0.83x; packed Q4_0 / Q8_0 lose with T0
+ * too, 0.95x / 0.91x: their tiles do less work per line.) */
 #define Q4K_PREFETCH 16384
 
 /* Packs super-block i of rows 16g..16g+15 (Q4_K, or Q5_K when q5). */
@@ -131,6 +136,9 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
         if (C > 1)
             _Pragma("GCC unroll 45") for (size_t o = 0; o < blkb; o += 64)
                 _mm_prefetch((const char *)blk + Q4K_PREFETCH + o, _MM_HINT_T1);
+        else
+            _Pragma("GCC unroll 45") for (size_t o = 0; o < blkb; o += 64)
+                _mm_prefetch((const char *)blk + blkb + o, _MM_HINT_T0);
         __m512 accb[8];
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
             const int j = s >> 1, hi = s & 1;
