@@ -20,7 +20,8 @@
 #
 # Decode is bound by memory bandwidth, and a shared host's swings between
 # minutes (here 37 <-> 57 GB/s) decide which engine "wins" a round. So,
-# unless --no-probe, the read bandwidth is probed (kvwise's probe, about 4 s)
+# unless --no-probe, the read bandwidth is probed (kvwise bench's probe of
+# the model's weights in its own process, about 4 s)
 # right before each peer run as kvwise probes before its own, every engine's
 # tg is also put as a percentage of the ceiling that probe allows (bytes per
 # decoded token from kvwise's report, the same file), and the median of the

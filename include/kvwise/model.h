@@ -62,6 +62,14 @@ const kw_hparams *kw_model_hparams(const kw_model *m);
 const kw_tokenizer *kw_model_tokenizer(const kw_model *m);
 const char *kw_model_tokenizer_error(const kw_model *m);
 const kw_gguf *kw_model_gguf(const kw_model *m);
+/* The memory a decoded token streams: every layer's matrices and the LM
+ * head, as their matmuls read them (packed copies where made: kw_matrix_span),
+ * in the order the forward pass reads them. Writes at most max spans and
+ * returns how many there are. */
+int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max);
+/* kw_measure_spans_bandwidth over those spans: how fast pool's threads read
+ * the very pages decode reads (0 if none). */
+double kw_model_read_bandwidth(const kw_model *m, kw_pool *pool, double seconds);
 /* The KV layout this model needs for a given element type and block size. */
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens);
 /* kv_type, or for KW_KV_TYPE_AUTO what it resolves to for this shape

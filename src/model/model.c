@@ -360,6 +360,28 @@ const kw_tokenizer *kw_model_tokenizer(const kw_model *m) { return m ? m->tok : 
 const char *kw_model_tokenizer_error(const kw_model *m) { return m && !m->tok ? m->tok_error : ""; }
 const kw_gguf *kw_model_gguf(const kw_model *m) { return m ? m->gguf : NULL; }
 
+int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max) {
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        kw_matrix *ws[KW_LAYER_MATRICES];
+        layer_matrices(&m->layers[il], ws);   /* the layers array is not const inside the model */
+        for (int i = 0; i < KW_LAYER_MATRICES; i++, n++)
+            if (n < max) out[n] = kw_matrix_span(ws[i]);
+    }
+    if (n < max) out[n] = kw_matrix_span(&m->output);
+    return n + 1;
+}
+
+double kw_model_read_bandwidth(const kw_model *m, kw_pool *pool, double seconds) {
+    int n = kw_model_decode_spans(m, NULL, 0);
+    kw_mem_span *s = malloc(sizeof *s * (size_t)n);
+    if (!s) return 0;
+    kw_model_decode_spans(m, s, n);
+    double bw = kw_measure_spans_bandwidth(pool, s, n, seconds);
+    free(s);
+    return bw;
+}
+
 uint32_t kw_hparams_kv_type(const kw_hparams *hp, uint32_t kv_type, int32_t block_tokens) {
     if (kv_type != KW_KV_TYPE_AUTO) return kv_type;
     return kw_kv_type_auto(hp->head_dim_k, hp->head_dim_v, block_tokens, hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 0);

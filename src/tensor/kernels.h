@@ -116,6 +116,12 @@ void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, 
 /* What a pack function returns when kw_pack_alloc gave NULL: 0 in a sizing pass, else -1. */
 static inline int kw_pack_missing(const kw_pack_arena *a) { return a && !a->base ? 0 : -1; }
 
+/* bandwidth.c: thread ith's part of span s in kw_measure_spans_bandwidth:
+ * the span's 64-byte aligned interior cut into 256-byte units, one
+ * contiguous run of units per thread (the last ones may get none). Sets
+ * *p and returns the bytes (0: nothing for this thread). */
+size_t kw_span_slice(kw_mem_span s, int ith, int nth, const char **p);
+
 /* matmul.c, for tests: with on, every thread of a streaming (decode) split
  * first takes pieces from the back of the other threads' parts and only
  * then its own, so the helping path runs on every call (it otherwise runs

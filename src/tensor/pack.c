@@ -142,3 +142,8 @@ void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, 
         dd[L] = q4 ? ((const kw_block_q4_0 *)row + b)->d : ((const kw_block_q8_0 *)row + b)->d;
     }
 }
+
+kw_mem_span kw_matrix_span(const kw_matrix *W) {
+    if (W->packed) return (kw_mem_span){W->packed, kw_matrix_pack_bytes(W)};
+    return (kw_mem_span){W->data, W->row_bytes * (size_t)W->rows};
+}

@@ -15,6 +15,7 @@ out=$("$BIN" bench -m "$tmp/t.gguf" -p 16 -n 4 -t 2 -r 2 --json 2>/dev/null); rc
 check "json exit 0" '[ $rc -eq 0 ]'
 check "rates positive" '[ "$(j "j.pp_tok_s.median>0 && j.tg_tok_s.median>0 && j.bandwidth_bytes_s.median>1e8" <<<"$out")" = true ]'
 check "min <= median <= max" '[ "$(j "j.tg_tok_s.min<=j.tg_tok_s.median && j.tg_tok_s.median<=j.tg_tok_s.max" <<<"$out")" = true ]'
+check "bandwidth from the weights' pages, the 256 MiB buffer beside it" '[ "$(j "j.bandwidth_source === \"weights\" && j.probe_buffer_bytes_s.median>1e8" <<<"$out")" = true ]'
 check "ceiling = bw / bytes" '[ "$(j "Math.abs(j.tg_ceiling_tok_s - j.bandwidth_bytes_s.median/j.decode_bytes_per_token) < 1e-6*j.tg_ceiling_tok_s" <<<"$out")" = true ]'
 check "pct consistent" '[ "$(j "Math.abs(j.tg_pct_of_ceiling - 100*j.tg_tok_s.median/j.tg_ceiling_tok_s) < 1e-6" <<<"$out")" = true ]'
 check "bytes <= weights" '[ "$(j "j.weight_bytes_per_token>0 && j.weight_bytes_per_token<=j.weight_bytes" <<<"$out")" = true ]'

@@ -2,7 +2,11 @@
  * read_nt, timed by the bandwidth probe) visits every byte it is given and
  * nothing beyond: its sum of 64-bit words equals a plain sum over several
  * lengths, with words past the end set to values that would show. Also
- * the probe, with each family forced, returns a positive bandwidth. */
+ * the probe, with each family forced, returns a positive bandwidth; the
+ * span probe's slices (kw_span_slice) are aligned, disjoint and cover a
+ * span's aligned interior exactly for any start, length and thread count,
+ * and the span probe measures what it is given and nothing when given
+ * nothing. */
 #include "testutil.h"
 #include <stdlib.h>
 #include <string.h>
@@ -43,5 +47,44 @@ int main(void) {
         KW_CHECK_MSG(bw > 1e8, "%s probe: %.0f bytes/s", families[f], bw);
     }
     free(buf);
+
+    /* kw_span_slice: over starts 0..255 bytes off a 64-byte boundary, lengths around unit edges, 1..5 threads */
+    static char mem[64 * 1024] __attribute__((aligned(64)));
+    const size_t span_lens[] = {0, 100, 255, 256, 319, 320, 511, 5000, 64 * 1024 - 256};
+    int bad = 0;
+    for (size_t off = 0; off < 256; off += 7)
+        for (size_t k = 0; k < sizeof span_lens / sizeof span_lens[0]; k++)
+            for (int nth = 1; nth <= 5; nth++) {
+                kw_mem_span sp = {mem + off, span_lens[k]};
+                uintptr_t a0 = ((uintptr_t)sp.p + 63) & ~(uintptr_t)63, end = (uintptr_t)sp.p + sp.bytes;
+                size_t want = end >= a0 + 256 ? (size_t)(end - a0) / 256 * 256 : 0, got = 0;
+                uintptr_t next = a0;
+                for (int t = 0; t < nth; t++) {
+                    const char *p = NULL;
+                    size_t n = kw_span_slice(sp, t, nth, &p);
+                    if (n == 0) continue;
+                    /* in thread order, contiguous, aligned, whole units, inside the span */
+                    if ((uintptr_t)p != next || (uintptr_t)p % 64 || n % 256 || (uintptr_t)p + n > end) bad++;
+                    next = (uintptr_t)p + n;
+                    got += n;
+                }
+                if (got != want) bad++;
+            }
+    KW_CHECK_MSG(bad == 0, "%d bad span slices", bad);
+    const char *q = NULL;
+    KW_CHECK(kw_span_slice((kw_mem_span){mem, sizeof mem}, 2, 2, &q) == 0);   /* no thread 2 of 2 */
+    KW_CHECK(kw_span_slice((kw_mem_span){NULL, 4096}, 0, 1, &q) == 0);
+
+    /* the span probe: a real span reads at some positive rate, nothing readable gives 0 */
+    kw_pool *pool = kw_pool_create(2);
+    KW_CHECK(pool != NULL);
+    if (pool) {
+        kw_mem_span one = {mem, sizeof mem}, tiny[2] = {{mem, 100}, {mem + 1, 200}};
+        KW_CHECK_MSG(kw_measure_spans_bandwidth(pool, &one, 1, 0.01) > 1e8, "span probe rate");
+        KW_CHECK(kw_measure_spans_bandwidth(pool, tiny, 2, 0.01) == 0);
+        KW_CHECK(kw_measure_spans_bandwidth(pool, &one, 0, 0.01) == 0);
+        KW_CHECK(kw_measure_spans_bandwidth(NULL, &one, 1, 0.01) == 0);
+        kw_pool_destroy(pool);
+    }
     return kw_test_finish();
 }
