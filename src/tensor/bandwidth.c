@@ -46,26 +46,48 @@ static double now_sec(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Sums a slice with four independent vector accumulators so the loads,
- * not the adds, are the bottleneck. */
+/* Sums the whole 128-byte units of bytes at p (32-byte aligned) with four
+ * independent vector accumulators, so the loads, not the adds, are the
+ * bottleneck. */
+static uint64_t plain_sum(const void *p, size_t bytes) {
+    const kw_v4i *q = p;
+    size_t n = bytes / sizeof(kw_v4i);
+    kw_v4i a = {0}, b = {0}, c = {0}, d = {0};
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        a += q[i];
+        b += q[i + 1];
+        c += q[i + 2];
+        d += q[i + 3];
+    }
+    kw_v4i s = a + b + c + d;
+    return s[0] + s[1] + s[2] + s[3];
+}
+
 static void read_task(void *v, int ith, int nth) {
     bw_task *t = v;
     size_t per = t->bytes / (size_t)nth / 128 * 128;
-    const kw_v4i *p = (const kw_v4i *)(t->buf + per * (size_t)ith);
-    if (t->read_nt) {
-        t->sink[ith % 64] = t->read_nt(p, per / 256 * 256);
-        return;
-    }
-    size_t n = per / sizeof(kw_v4i);
-    kw_v4i a = {0}, b = {0}, c = {0}, d = {0};
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        a += p[i];
-        b += p[i + 1];
-        c += p[i + 2];
-        d += p[i + 3];
-    }
-    kw_v4i s = a + b + c + d;
-    t->sink[ith % 64] = s[0] + s[1] + s[2] + s[3];
+    const char *p = t->buf + per * (size_t)ith;
+    t->sink[ith % 64] = t->read_nt ? t->read_nt(p, per / 256 * 256) : plain_sum(p, per);
+}
+
+/* Runs task (whose read_nt field is *nt_slot) for about `seconds`, passes
+ * alternating between plain loads and the kernel family's non-temporal
+ * read, so both see the same host state; returns the best pass's
+ * bytes / s for `bytes` read per pass. */
+static double best_pass(kw_pool *pool, kw_task_fn task, void *arg, uint64_t (**nt_slot)(const void *, size_t),
+                        double bytes, double seconds) {
+    uint64_t (*nt)(const void *, size_t) = kw_kernels_active()->read_nt;
+    double best = 0, start = now_sec();
+    int passes = 0;
+    do {
+        *nt_slot = passes % 2 ? nt : NULL;
+        double t0 = now_sec();
+        kw_pool_run(pool, task, arg);
+        double dt = now_sec() - t0;
+        if (dt > 0 && bytes / dt > best) best = bytes / dt;
+        passes++;
+    } while (now_sec() - start < seconds || passes < 3);
+    return best;
 }
 
 double kw_measure_read_bandwidth(kw_pool *pool, double seconds) {
@@ -82,17 +104,7 @@ double kw_measure_read_bandwidth(kw_pool *pool, double seconds) {
     t.buf = buf;
     t.bytes = KW_BW_BYTES;
     kw_pool_run(pool, read_task, &t);            /* warm-up pass */
-    double best = 0, start = now_sec();
-    int passes = 0;
-    uint64_t (*nt)(const void *, size_t) = kw_kernels_active()->read_nt;
-    do {
-        t.read_nt = passes % 2 ? nt : NULL;   /* alternate, so both see the same host state */
-        double t0 = now_sec();
-        kw_pool_run(pool, read_task, &t);
-        double dt = now_sec() - t0;
-        if (dt > 0 && (double)KW_BW_BYTES / dt > best) best = (double)KW_BW_BYTES / dt;
-        passes++;
-    } while (now_sec() - start < seconds || passes < 3);
+    double best = best_pass(pool, read_task, &t, &t.read_nt, (double)KW_BW_BYTES, seconds);
     kw_mem_free(buf);
     kw_pool_destroy(own);
     return best;
@@ -125,21 +137,7 @@ static void span_read_task(void *v, int ith, int nth) {
         const char *p = NULL;
         size_t n = kw_span_slice(t->s[i], ith, nth, &p);
         if (n == 0) continue;
-        if (t->read_nt) {
-            sum += t->read_nt(p, n);
-        } else {
-            const kw_v4i *q = (const kw_v4i *)p;
-            kw_v4i acc = {0}, b = {0};
-            for (size_t k = 0; k + 2 <= n / sizeof(kw_v4i); k += 2) {
-                kw_v4i x, y;
-                memcpy(&x, q + k, sizeof x);   /* 32-byte aligned by construction; memcpy keeps it defined */
-                memcpy(&y, q + k + 1, sizeof y);
-                acc += x;
-                b += y;
-            }
-            kw_v4i c = acc + b;
-            sum += c[0] + c[1] + c[2] + c[3];
-        }
+        sum += t->read_nt ? t->read_nt(p, n) : plain_sum(p, n);
         got += n;
     }
     if (ith < 64) {
@@ -158,16 +156,5 @@ double kw_measure_spans_bandwidth(kw_pool *pool, const kw_mem_span *spans, int n
     uint64_t total = 0;
     for (int i = 0; i < 64; i++) total += t.bytes[i];
     if (total == 0) return 0;
-    uint64_t (*nt)(const void *, size_t) = kw_kernels_active()->read_nt;
-    double best = 0, start = now_sec();
-    int passes = 0;
-    do {
-        t.read_nt = passes % 2 ? nt : NULL;
-        double t0 = now_sec();
-        kw_pool_run(pool, span_read_task, &t);
-        double dt = now_sec() - t0;
-        if (dt > 0 && (double)total / dt > best) best = (double)total / dt;
-        passes++;
-    } while (now_sec() - start < seconds || passes < 3);
-    return best;
+    return best_pass(pool, span_read_task, &t, &t.read_nt, (double)total, seconds);
 }
