@@ -131,7 +131,7 @@ double kw_measure_read_bandwidth(kw_pool *pool, double seconds);
  * every span (in 256-byte units on 64-byte aligned addresses; a span
  * shorter than that is skipped), spans in order, plain and non-temporal
  * passes alternating for about `seconds`; the best pass in bytes/s. 0 when
- * nothing is readable, pool is NULL or has more than 64 threads. */
+ * nothing is readable or pool is NULL. */
 typedef struct kw_mem_span { const void *p; size_t bytes; } kw_mem_span;
 double kw_measure_spans_bandwidth(kw_pool *pool, const kw_mem_span *spans, int n, double seconds);
 /* The bytes a matmul against W reads: its packed copy when it has one,

@@ -114,7 +114,6 @@ typedef struct {
     const kw_mem_span *s;
     int n;
     uint64_t (*read_nt)(const void *p, size_t bytes);
-    uint64_t bytes[64];               /* read by thread ith (ith < 64) */
     unsigned long long sink[64];
 } span_task;
 
@@ -132,29 +131,29 @@ size_t kw_span_slice(kw_mem_span s, int ith, int nth, const char **p) {
 /* Thread ith reads its slice of every span (kw_span_slice). */
 static void span_read_task(void *v, int ith, int nth) {
     span_task *t = v;
-    uint64_t got = 0, sum = 0;
+    uint64_t sum = 0;
     for (int i = 0; i < t->n; i++) {
         const char *p = NULL;
         size_t n = kw_span_slice(t->s[i], ith, nth, &p);
-        if (n == 0) continue;
-        sum += t->read_nt ? t->read_nt(p, n) : plain_sum(p, n);
-        got += n;
+        if (n) sum += t->read_nt ? t->read_nt(p, n) : plain_sum(p, n);
     }
-    if (ith < 64) {
-        t->bytes[ith] = got;
-        t->sink[ith] = sum;
-    }
+    t->sink[ith % 64] = sum;
 }
 
 double kw_measure_spans_bandwidth(kw_pool *pool, const kw_mem_span *spans, int n, double seconds) {
-    if (!pool || !spans || n <= 0 || kw_pool_size(pool) > 64) return 0;
+    if (!pool || !spans || n <= 0) return 0;
+    const int nth = kw_pool_size(pool);
+    uint64_t total = 0;   /* what a pass reads: the threads' slices */
+    for (int i = 0; i < n; i++)
+        for (int ith = 0; ith < nth; ith++) {
+            const char *p;
+            total += kw_span_slice(spans[i], ith, nth, &p);
+        }
+    if (total == 0) return 0;
     span_task t;
     memset(&t, 0, sizeof t);
     t.s = spans;
     t.n = n;
-    kw_pool_run(pool, span_read_task, &t);      /* warm-up pass (and the byte count) */
-    uint64_t total = 0;
-    for (int i = 0; i < 64; i++) total += t.bytes[i];
-    if (total == 0) return 0;
+    kw_pool_run(pool, span_read_task, &t);      /* warm-up pass */
     return best_pass(pool, span_read_task, &t, &t.read_nt, (double)total, seconds);
 }
