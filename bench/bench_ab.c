@@ -112,15 +112,12 @@ static char *private_copy(const char *path) {
 static int share_variant(variant *v, const variant *all, int nv, const char *arg) {
     const char *at = strrchr(arg, '@');
     if (!at) return 0;
-    v->knob_val = atoi(at + 1);
     for (int i = 0; i < nv; i++) {
         const char *o = strrchr(all[i].path, '@');
         if (o && o - all[i].path == at - arg && !strncmp(all[i].path, arg, (size_t)(at - arg))) {
-            const char *path = v->path;
-            int val = v->knob_val;
             *v = all[i];
-            v->path = path;
-            v->knob_val = val;
+            v->path = arg;
+            v->knob_val = atoi(at + 1);
             v->owner = 0;
             v->copy_of = i;
             v->total = 0;
@@ -230,7 +227,6 @@ int main(int argc, char **argv) {
     static variant V[AB_MAX];
     int32_t n_ctx = (p ? p : depth + n) + 16;
     for (int v = 0; v < nv; v++) {
-        V[v].path = libs[v];
         V[v].copy_of = v;
         if (share_variant(&V[v], V, v, libs[v])) continue;
         if (open_variant(&V[v], libs[v]) != 0 || setup_variant(&V[v], model, threads, n_ctx, p ? 0 : depth) != 0) return 1;
