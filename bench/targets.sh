@@ -6,6 +6,8 @@
 #
 #   bench/targets.sh --llama PATH/llama-bench --ik PATH/llama-bench
 #                    [--models DIR] [-k ROUNDS] [--types q4_0,q8_0,f16] [--out DIR]
+#   bench/targets.sh --report DIR [--llama PATH] [--ik PATH] [--types LIST]
+#                    (only the table, from the raw outputs an earlier run left in DIR)
 #
 # What runs, in this order (about 20 minutes with -k 3 on 2 cores):
 #   1. per model type: bench/compare_peer.sh three-way (kvwise, llama.cpp,
@@ -26,7 +28,7 @@
 # the peer targets were not measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-llama= ik= models=/tmp/kvwise-models k=3 types=q4_0,q8_0,f16 out=
+llama= ik= models=/tmp/kvwise-models k=3 types=q4_0,q8_0,f16 out= report=
 while [ $# -gt 0 ]; do
   case "$1" in
     --llama) llama=$2; shift 2 ;;
@@ -35,48 +37,61 @@ while [ $# -gt 0 ]; do
     -k) k=$2; shift 2 ;;
     --types) types=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "usage: $0 [--llama llama-bench] [--ik llama-bench] [--models DIR] [-k ROUNDS] [--types LIST] [--out DIR]" >&2; exit 2 ;;
+    --report) report=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: $0 [--llama llama-bench] [--ik llama-bench] [--models DIR] [-k ROUNDS] [--types LIST] [--out DIR] | --report DIR" >&2; exit 2 ;;
   esac
 done
-kw=${KW_BIN:-build/kvwise}
-[ -x "$kw" ] || { echo "targets.sh: $kw not built (scripts/build.sh)" >&2; exit 2; }
-out=${out:-$(mktemp -d /tmp/kvwise-targets.XXXXXX)}
-mkdir -p "$out" "$models"
-for p in llama ik; do
-  v=${!p}
-  if [ -n "$v" ] && [ ! -x "$v" ]; then echo "targets.sh: --$p '$v' is not executable; skipping it" >&2; eval "$p="; fi
-done
-peer_args=()
-[ -n "$llama" ] && peer_args+=(--peer "$llama")
-[ -n "$ik" ] && peer_args+=(--peer2 "$ik" --peer2-args "-fa 1 -rtr 1")
-[ ${#peer_args[@]} -gt 0 ] || echo "targets.sh: no peer llama-bench given: the peer targets are not measured"
+if [ -n "$report" ]; then
+  [ -d "$report" ] || { echo "targets.sh: --report '$report' is not a directory" >&2; exit 2; }
+  out=$report
+  # the peers the run compared against, unless given (compare_peer.sh's JSON names them by path)
+  if [ -f "$out/peers" ]; then
+    [ -n "$llama" ] || llama=$(sed -n 's/^llama=//p' "$out/peers")
+    [ -n "$ik" ] || ik=$(sed -n 's/^ik=//p' "$out/peers")
+  fi
+else
+  kw=${KW_BIN:-build/kvwise}
+  [ -x "$kw" ] || { echo "targets.sh: $kw not built (scripts/build.sh)" >&2; exit 2; }
+  out=${out:-$(mktemp -d /tmp/kvwise-targets.XXXXXX)}
+  mkdir -p "$out" "$models"
+  for p in llama ik; do
+    v=${!p}
+    if [ -n "$v" ] && [ ! -x "$v" ]; then echo "targets.sh: --$p '$v' is not executable; skipping it" >&2; eval "$p="; fi
+  done
+  peer_args=()
+  [ -n "$llama" ] && peer_args+=(--peer "$llama")
+  [ -n "$ik" ] && peer_args+=(--peer2 "$ik" --peer2-args "-fa 1 -rtr 1")
+  [ ${#peer_args[@]} -gt 0 ] || echo "targets.sh: no peer llama-bench given: the peer targets are not measured"
+  printf 'llama=%s\nik=%s\n' "$llama" "$ik" > "$out/peers"
 
-echo "kvwise $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+changes'), $(date -u '+%F %T') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), outputs in $out"
-IFS=, read -r -a tlist <<< "$types"
-for t in "${tlist[@]}" q4_0; do
-  f=$models/1b-$t.gguf
-  [ -f "$f" ] || "$kw" mkmodel --preset llama3.2-1b --type "$t" --seed 1 -o "$f" >&2
-done
+  echo "kvwise $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+changes'), $(date -u '+%F %T') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), outputs in $out"
+  IFS=, read -r -a tlist <<< "$types"
+  for t in "${tlist[@]}" q4_0; do
+    f=$models/1b-$t.gguf
+    [ -f "$f" ] || "$kw" mkmodel --preset llama3.2-1b --type "$t" --seed 1 -o "$f" >&2
+  done
 
-for t in "${tlist[@]}"; do
-  echo "== $t: pp512 / tg128 against the peers, $k rounds"
-  bench/compare_peer.sh -m "$models/1b-$t.gguf" "${peer_args[@]}" -p 512 -n 128 -t 2 -k "$k" \
-    --json "$out/peer-$t.json" | tee "$out/peer-$t.txt"
-done
-for t in q4_0 q8_0; do
-  case ",$types," in *",$t,"*) ;; *) continue ;; esac
-  echo "== $t: batch of 4 sequences"
-  "$kw" bench -m "$models/1b-$t.gguf" -p 0 -n 64 -t 2 -r 3 --batch 4 --json > "$out/batch-$t.json"
-done
-echo "== q4_0: pp512 and pp4096, 3 pairs"
-for i in 1 2 3; do
-  "$kw" bench -m "$models/1b-q4_0.gguf" -p 512 -n 0 -t 2 -r 1 --json > "$out/pp512.$i.json"
-  "$kw" bench -m "$models/1b-q4_0.gguf" -p 4096 -n 0 -t 2 -r 1 --json > "$out/pp4096.$i.json"
-done
-echo "== q4_0: tg at depth 4096 against depth 0"
-"$kw" bench -m "$models/1b-q4_0.gguf" -p 0 -n 128 -t 2 -r 5 -d 4096 --json > "$out/depth.json"
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for t in "${tlist[@]}"; do
+    echo "== $t: pp512 / tg128 against the peers, $k rounds"
+    bench/compare_peer.sh -m "$models/1b-$t.gguf" "${peer_args[@]}" -p 512 -n 128 -t 2 -k "$k" \
+      --json "$out/peer-$t.json" | tee "$out/peer-$t.txt"
+  done
+  for t in q4_0 q8_0; do
+    case ",$types," in *",$t,"*) ;; *) continue ;; esac
+    echo "== $t: batch of 4 sequences"
+    "$kw" bench -m "$models/1b-$t.gguf" -p 0 -n 64 -t 2 -r 3 --batch 4 --json > "$out/batch-$t.json"
+  done
+  echo "== q4_0: pp512 and pp4096, 3 pairs"
+  for i in 1 2 3; do
+    "$kw" bench -m "$models/1b-q4_0.gguf" -p 512 -n 0 -t 2 -r 1 --json > "$out/pp512.$i.json"
+    "$kw" bench -m "$models/1b-q4_0.gguf" -p 4096 -n 0 -t 2 -r 1 --json > "$out/pp4096.$i.json"
+  done
+  echo "== q4_0: tg at depth 4096 against depth 0"
+  "$kw" bench -m "$models/1b-q4_0.gguf" -p 0 -n 128 -t 2 -r 5 -d 4096 --json > "$out/depth.json"
+  echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+fi
 
 node - "$out" "$types" "$llama" "$ik" <<'JS'
 const fs = require('fs');
@@ -93,9 +108,12 @@ for (const t of types.split(',')) {
   const L = peerOf(j, llama), I = peerOf(j, ik);
   const decode = t === 'q4_0' || t === 'q8_0';
   if (decode) {
-    row(`${t} tg128 >= 1.2x llama.cpp`, L ? `${x(L.tg_ratio_per_round)} per round (medians ${j.kvwise.tg.toFixed(1)} / ${L.tg.toFixed(1)} tok/s = ${x(L.tg_ratio)})` : '-',
+    /* how close each engine came to the ceiling of that run: when both are near it (the host's slow
+     * state), a ratio target is out of reach for any engine */
+    const wall = P => `; kvwise ${j.kvwise.tg_pct_of_ceiling.toFixed(0)}%, peer ${P.tg_pct_of_ceiling.toFixed(0)}% of the ceiling at ${j.kvwise.bandwidth_gb_s.toFixed(0)} GB/s`;
+    row(`${t} tg128 >= 1.2x llama.cpp`, L ? `${x(L.tg_ratio_per_round)} per round (medians ${j.kvwise.tg.toFixed(1)} / ${L.tg.toFixed(1)} tok/s = ${x(L.tg_ratio)}${wall(L)})` : '-',
         L ? Math.min(L.tg_ratio_per_round, L.tg_ratio) >= 1.2 : null);
-    row(`${t} tg128 >= 1.0x ik_llama.cpp`, I ? `${x(I.tg_ratio_per_round)} per round (medians ${j.kvwise.tg.toFixed(1)} / ${I.tg.toFixed(1)} tok/s = ${x(I.tg_ratio)})` : '-',
+    row(`${t} tg128 >= 1.0x ik_llama.cpp`, I ? `${x(I.tg_ratio_per_round)} per round (medians ${j.kvwise.tg.toFixed(1)} / ${I.tg.toFixed(1)} tok/s = ${x(I.tg_ratio)}${wall(I)})` : '-',
         I ? Math.min(I.tg_ratio_per_round, I.tg_ratio) >= 1.0 : null);
     row(`${t} tg128 >= 75% of the bandwidth ceiling`, `${j.kvwise.tg_pct_of_ceiling.toFixed(0)}% (the weights' pages read at ${j.kvwise.bandwidth_gb_s.toFixed(1)} GB/s)`,
         j.kvwise.tg_pct_of_ceiling >= 75);
