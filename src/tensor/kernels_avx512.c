@@ -250,6 +250,78 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
+/* Decode of packed Q8_0 in several streams. One activation row against a
+ * run of groups: the run is cut into S contiguous lanes (S <= 4, each at
+ * least KW_X16_LANE_BYTES) and group i of every lane is computed at the
+ * same time, so a core has S sequential streams in flight instead of one.
+ * With the vpdpbusd work between its loads one stream does not keep a core's
+ * reads going (a bare read needs only one); several do. Measured (bench_ab
+ * knob variants of one build on the same pages, 1B Q8_0, 2 threads, 16-token
+ * bursts; session 17): 1.062-1.068x over 240 s at a 53.9 GB/s median probe
+ * (1.07-1.11x in the slower rounds), 1.024x over 120 s, 0.998x over 150 s
+ * in a steadily fast state; lanes of 128 KiB minimum against always 4
+ * alike. A synthetic one-thread Q8_0 stream in the slow state: 4 lanes
+ * 1.32-1.40x one, 4 adjacent groups at once (short runs) 1.01-1.33x. Q4_0
+ * does not gain (half the loads per product): 0.97x in the fast state, up
+ * to 1.03x in slower ones, so it keeps one stream. Each output is computed
+ * with the operations of x16_tile (C = 1) in the same order: identical
+ * results. */
+#define KW_X16_LANES 4
+#define KW_X16_LANE_BYTES ((size_t)128 * 1024)
+
+KW_INLINE void x16_q8_lanes_step(const uint8_t *const *grp, int64_t nb, const uint8_t *xq, float *const *y, const int S) {
+    const float *xd = (const float *)(xq + 32 * nb);
+    const int32_t *xsum = (const int32_t *)(xd + nb);
+    __m512 acc[KW_X16_LANES];
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int32_t *xi = (const int32_t *)(xq + 32 * b);
+        const __m512 dx = _mm512_set1_ps(xd[b]);
+        const __m512i d0 = _mm512_set1_epi32(-128 * xsum[b]);
+        _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
+            __m512i w[8];
+            kw_x16_unpack(kw_q0_quants(grp[s], 16, 0, b), 0, 1, w);
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp[s], 16, 0, b)));
+            __m512i d = d0, d1 = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {
+                d = kw_dpbusd_bcst(d, w[k], xi + k);
+                d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
+            }
+            d = _mm512_add_epi32(d, d1);
+            acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, dx), acc[s]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) _mm512_storeu_ps(y[s], acc[s]);
+}
+
+KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *xq,
+                                float *Y, const int S) {
+    int64_t len = (g1 - g0) / S, extra = (g1 - g0) % S, first[KW_X16_LANES];
+    for (int s = 0; s < S; s++) first[s] = g0 + s * len + (s < extra ? s : extra);   /* the first `extra` lanes are one longer */
+    for (int64_t i = 0; i < len; i++) {
+        const uint8_t *grp[KW_X16_LANES];
+        float *y[KW_X16_LANES];
+        for (int s = 0; s < S; s++) {
+            grp[s] = base + (size_t)(first[s] + i) * gb;
+            y[s] = Y + 16 * (first[s] + i);
+        }
+        x16_q8_lanes_step(grp, nb, xq, y, S);
+    }
+    for (int s = 0; s < extra; s++)
+        x16_tile(base + (size_t)(first[s] + len) * gb, nb, xq, 0, Y + 16 * (first[s] + len), 0, 0, 1);
+}
+
+/* Groups [g0, g1) of packed Q8_0 against one activation row in lanes;
+ * false (nothing done) when the run is too short for two. */
+static bool x16_q8_lanes(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *xq, float *Y) {
+    size_t lanes = (size_t)(g1 - g0) * gb / KW_X16_LANE_BYTES;
+    if (lanes < 2) return false;
+    if (lanes == 2) x16_q8_lanes_run(base, gb, nb, g0, g1, xq, Y, 2);
+    else if (lanes == 3) x16_q8_lanes_run(base, gb, nb, g0, g1, xq, Y, 3);
+    else x16_q8_lanes_run(base, gb, nb, g0, g1, xq, Y, KW_X16_LANES);
+    return true;
+}
+
 /* Packed rows [r0, min(r1, packed_rows)) in groups of 16 (r0 is a multiple
  * of 16: kw_matmul's chunks are); returns the first row not done. */
 static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_t r0, int64_t r1,
@@ -263,6 +335,7 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
         int64_t done = kw_gemm_x16_avx512(base, q4, h->nb, r0, end, X, xs, nx, Y, ldy);
         if (done > r0) return done;
     }
+    if (nx == 1 && !q4 && end > r0 && x16_q8_lanes(base, gb, h->nb, r0 / 16, end / 16, X, Y)) return end;
     for (int64_t r = r0; r < end; r += 16) {
         const uint8_t *grp = base + (size_t)(r / 16) * gb;
         for (int64_t i = 0; i < nx; i += 8) {

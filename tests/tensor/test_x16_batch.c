@@ -6,8 +6,10 @@
  * row (prefetch runs past the end of each group and of the matrix), 3
  * blocks (odd block count), 203 rows (11-row tail through the unpacked
  * kernel), and 1032 blocks per row, where the prefill GEMM declines (its
- * offset table holds 1024) and the small-batch path also takes 17..20 rows.
- * Skips (77) without AVX-512 VNNI. */
+ * offset table holds 1024) and the small-batch path also takes 17..20 rows;
+ * for Q8_0 also 1000 and 4104 rows of 2048, where one row (decode) goes
+ * through the lanes of x16_q8_lanes, and one row on two threads equals
+ * one row on one. Skips (77) without AVX-512 VNNI. */
 #include "testutil.h"
 #include <string.h>
 #include "kvwise/memory.h"
@@ -42,6 +44,10 @@ static void run(uint32_t type, int64_t rows, int64_t cols, int max_n, kw_pool *p
     void *scr = kw_mem_alloc(KW_MEM_SCRATCH, kw_matmul_scratch_bytes(&W, max_n));
     /* the reference: every activation row alone (per-row packed kernel) */
     for (int64_t i = 0; i < max_n; i++) kw_matmul(p1, &W, x + i * cols, 1, y1 + i * rows, scr);
+    /* one row on two threads (each thread's part in pieces, Q8_0 decode in lanes per piece) */
+    kw_matmul(p2, &W, x, 1, yb, scr);
+    KW_CHECK_MSG(memcmp(yb, y1, sizeof(float) * (size_t)rows) == 0, "%s %lldx%lld: one row on 2 threads != on 1",
+                 kw_type_name(type), (long long)rows, (long long)cols);
     for (int n = 2; n <= max_n; n++) {
         kw_pool *p = n % 2 ? p1 : p2;
         kw_matmul(p, &W, x, n, yb, scr);
@@ -70,6 +76,10 @@ int main(void) {
         run(types[t], 96, 96, 8, p1, p2);        /* 3 blocks */
         run(types[t], 48, 33024, 20, p1, p2);    /* 1032 blocks: the GEMM declines, the small-batch path takes 17..20 */
     }
+    /* Q8_0 decode in lanes (kernels_avx512.c x16_q8_lanes: runs of >= 2 x 128 KiB): one thread takes all
+     * 62 groups in 4 lanes of 15 plus 2 lanes' extra group; 257 groups on two threads: 4 lanes per piece */
+    run(KW_TYPE_Q8_0, 1000, 2048, 3, p1, p2);
+    run(KW_TYPE_Q8_0, 4104, 2048, 3, p1, p2);
     kw_pool_destroy(p1);
     kw_pool_destroy(p2);
     return kw_test_finish();
