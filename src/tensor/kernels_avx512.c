@@ -250,52 +250,65 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
-/* Decode of packed Q8_0 in several streams. One activation row against a
- * run of groups: the run is cut into S contiguous lanes (S <= 4, each at
- * least KW_X16_LANE_BYTES) and group i of every lane is computed at the
- * same time, so a core has S sequential streams in flight instead of one.
- * With the vpdpbusd work between its loads one stream does not keep a core's
- * reads going (a bare read needs only one); several do. Measured (bench_ab
- * knob variants of one build on the same pages, 1B Q8_0, 2 threads, 16-token
- * bursts; session 17): 1.062-1.068x over 240 s at a 53.9 GB/s median probe
+/* Decode of packed Q8_0 in several streams. C activation rows (1..4)
+ * against a run of groups: the run is cut into S contiguous lanes (each at
+ * least KW_X16_LANE_BYTES; S <= 4 for one row, 2 for 2..4 rows) and group
+ * i of every lane is computed at the same time, so a core has S sequential
+ * streams in flight instead of one. With the vpdpbusd work between its
+ * loads one stream does not keep a core's reads going (a bare read needs
+ * only one); several do. Measured (bench_ab knob variants of one build on
+ * the same pages, 1B Q8_0, 2 threads; session 17): one row (16-token
+ * decode bursts) 1.062-1.068x over 240 s at a 53.9 GB/s median probe
  * (1.07-1.11x in the slower rounds), 1.024x over 120 s, 0.998x over 150 s
  * in a steadily fast state; lanes of 128 KiB minimum against always 4
- * alike. A synthetic one-thread Q8_0 stream in the slow state: 4 lanes
+ * alike. Prefill bursts of 4 tokens (the batch-of-4 step's matmuls) with 2
+ * lanes 1.086x, 4 lanes 1.034x, 2 lanes without the far prefetch 0.972x; 2
+ * tokens 1.046x; 8 tokens 0.906x (16 accumulators), so 5..16 rows keep
+ * x16_tile. A synthetic one-thread Q8_0 stream in the slow state: 4 lanes
  * 1.32-1.40x one, 4 adjacent groups at once (short runs) 1.01-1.33x. Q4_0
- * does not gain (half the loads per product): 0.97x in the fast state, up
- * to 1.03x in slower ones, so it keeps one stream. Each output is computed
- * with the operations of x16_tile (C = 1) in the same order: identical
- * results. */
+ * does not gain (half the loads per product): one row 0.97x in the fast
+ * state and up to 1.03x in slower ones, 4 rows 0.94-0.97x, so it keeps
+ * one stream. Each output is computed with the operations of x16_tile in
+ * the same order: identical results. */
 #define KW_X16_LANES 4
 #define KW_X16_LANE_BYTES ((size_t)128 * 1024)
 
-KW_INLINE void x16_q8_lanes_step(const uint8_t *const *grp, int64_t nb, const uint8_t *xq, float *const *y, const int S) {
-    const float *xd = (const float *)(xq + 32 * nb);
-    const int32_t *xsum = (const int32_t *)(xd + nb);
-    __m512 acc[KW_X16_LANES];
-    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) acc[s] = _mm512_setzero_ps();
+KW_INLINE void x16_q8_lanes_step(const uint8_t *const *grp, int64_t nb, const uint8_t *x0, size_t xs, float *const *y,
+                                 int64_t ldy, const int C, const int S) {
+    const size_t pb = kw_q0_run_bytes(16, 0);
+    __m512 acc[KW_X16_LANES * 4];
+    _Pragma("GCC unroll 16") for (int t = 0; t < S * C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const int32_t *xi = (const int32_t *)(xq + 32 * b);
-        const __m512 dx = _mm512_set1_ps(xd[b]);
-        const __m512i d0 = _mm512_set1_epi32(-128 * xsum[b]);
         _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
-            __m512i w[8];
-            kw_x16_unpack(kw_q0_quants(grp[s], 16, 0, b), 0, 1, w);
-            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp[s], 16, 0, b)));
-            __m512i d = d0, d1 = _mm512_setzero_si512();
-            _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {
-                d = kw_dpbusd_bcst(d, w[k], xi + k);
-                d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
+            if (C > 1) {   /* as x16_tile: the pair's lines KW_X16_PREFETCH ahead, half at each block */
+                const uint8_t *pair = grp[s] + (size_t)(b >> 1) * pb;
+                const size_t half = (pb / 64 + 1) / 2 * 64, o0 = (b & 1) ? half : 0, o1 = (b & 1) ? pb : half;
+                for (size_t o = o0; o < o1; o += 64) _mm_prefetch((const char *)pair + KW_X16_PREFETCH + o, _MM_HINT_T1);
             }
-            d = _mm512_add_epi32(d, d1);
-            acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, dx), acc[s]);
+            __m512i w[8];
+            kw_x16_unpack(kw_q0_quants(grp[s], 16, 0, b), 0, C == 1, w);
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp[s], 16, 0, b)));
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+                const uint8_t *xq = x0 + (size_t)c * xs;
+                const float *xd = (const float *)(xq + 32 * nb);
+                const int32_t *xsum = (const int32_t *)(xd + nb);
+                const int32_t *xi = (const int32_t *)(xq + 32 * b);
+                __m512i d = _mm512_set1_epi32(-128 * xsum[b]), d1 = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {
+                    d = kw_dpbusd_bcst(d, w[k], xi + k);
+                    d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
+                }
+                d = _mm512_add_epi32(d, d1);
+                acc[s * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])), acc[s * C + c]);
+            }
         }
     }
-    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) _mm512_storeu_ps(y[s], acc[s]);
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) _mm512_storeu_ps(y[s] + (size_t)c * (size_t)ldy, acc[s * C + c]);
 }
 
-KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *xq,
-                                float *Y, const int S) {
+KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *X,
+                                size_t xs, float *Y, int64_t ldy, const int C, const int S) {
     int64_t len = (g1 - g0) / S, extra = (g1 - g0) % S, first[KW_X16_LANES];
     for (int s = 0; s < S; s++) first[s] = g0 + s * len + (s < extra ? s : extra);   /* the first `extra` lanes are one longer */
     for (int64_t i = 0; i < len; i++) {
@@ -305,20 +318,24 @@ KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int6
             grp[s] = base + (size_t)(first[s] + i) * gb;
             y[s] = Y + 16 * (first[s] + i);
         }
-        x16_q8_lanes_step(grp, nb, xq, y, S);
+        x16_q8_lanes_step(grp, nb, X, xs, y, ldy, C, S);
     }
     for (int s = 0; s < extra; s++)
-        x16_tile(base + (size_t)(first[s] + len) * gb, nb, xq, 0, Y + 16 * (first[s] + len), 0, 0, 1);
+        x16_tile(base + (size_t)(first[s] + len) * gb, nb, X, xs, Y + 16 * (first[s] + len), ldy, 0, C);
 }
 
-/* Groups [g0, g1) of packed Q8_0 against one activation row in lanes;
+/* Groups [g0, g1) of packed Q8_0 against nx <= 4 activation rows in lanes;
  * false (nothing done) when the run is too short for two. */
-static bool x16_q8_lanes(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *xq, float *Y) {
+static bool x16_q8_lanes(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *X, size_t xs,
+                         int64_t nx, float *Y, int64_t ldy) {
     size_t lanes = (size_t)(g1 - g0) * gb / KW_X16_LANE_BYTES;
-    if (lanes < 2) return false;
-    if (lanes == 2) x16_q8_lanes_run(base, gb, nb, g0, g1, xq, Y, 2);
-    else if (lanes == 3) x16_q8_lanes_run(base, gb, nb, g0, g1, xq, Y, 3);
-    else x16_q8_lanes_run(base, gb, nb, g0, g1, xq, Y, KW_X16_LANES);
+    if (lanes < 2 || nx < 1 || nx > 4) return false;
+    if (nx == 1 && lanes >= KW_X16_LANES) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 1, KW_X16_LANES);
+    else if (nx == 1 && lanes == 3) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 1, 3);
+    else if (nx == 1) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 1, 2);
+    else if (nx == 2) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 2, 2);
+    else if (nx == 3) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 3, 2);
+    else x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 4, 2);
     return true;
 }
 
@@ -335,7 +352,7 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
         int64_t done = kw_gemm_x16_avx512(base, q4, h->nb, r0, end, X, xs, nx, Y, ldy);
         if (done > r0) return done;
     }
-    if (nx == 1 && !q4 && end > r0 && x16_q8_lanes(base, gb, h->nb, r0 / 16, end / 16, X, Y)) return end;
+    if (!q4 && end > r0 && x16_q8_lanes(base, gb, h->nb, r0 / 16, end / 16, X, xs, nx, Y, ldy)) return end;
     for (int64_t r = r0; r < end; r += 16) {
         const uint8_t *grp = base + (size_t)(r / 16) * gb;
         for (int64_t i = 0; i < nx; i += 8) {

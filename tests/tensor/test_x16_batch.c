@@ -7,9 +7,9 @@
  * blocks (odd block count), 203 rows (11-row tail through the unpacked
  * kernel), and 1032 blocks per row, where the prefill GEMM declines (its
  * offset table holds 1024) and the small-batch path also takes 17..20 rows;
- * for Q8_0 also 1000 and 4104 rows of 2048, where one row (decode) goes
- * through the lanes of x16_q8_lanes, and one row on two threads equals
- * one row on one. Skips (77) without AVX-512 VNNI. */
+ * for Q8_0 also 1000 and 4104 rows of 2048, where 1..4 rows go through
+ * the lanes of x16_q8_lanes and 5..6 through x16_tile, and one row on two
+ * threads equals one row on one. Skips (77) without AVX-512 VNNI. */
 #include "testutil.h"
 #include <string.h>
 #include "kvwise/memory.h"
@@ -76,10 +76,11 @@ int main(void) {
         run(types[t], 96, 96, 8, p1, p2);        /* 3 blocks */
         run(types[t], 48, 33024, 20, p1, p2);    /* 1032 blocks: the GEMM declines, the small-batch path takes 17..20 */
     }
-    /* Q8_0 decode in lanes (kernels_avx512.c x16_q8_lanes: runs of >= 2 x 128 KiB): one thread takes all
-     * 62 groups in 4 lanes of 15 plus 2 lanes' extra group; 257 groups on two threads: 4 lanes per piece */
-    run(KW_TYPE_Q8_0, 1000, 2048, 3, p1, p2);
-    run(KW_TYPE_Q8_0, 4104, 2048, 3, p1, p2);
+    /* Q8_0 in lanes (kernels_avx512.c x16_q8_lanes: runs of >= 2 x 128 KiB, 1..4 activation rows): one
+     * thread takes all 62 groups, one row in 4 lanes of 15 plus 2 lanes' extra group, 2..4 rows in 2 lanes
+     * of 31; 257 groups on two threads: lanes per piece; 5 and 6 rows through x16_tile, the same bytes */
+    run(KW_TYPE_Q8_0, 1000, 2048, 6, p1, p2);
+    run(KW_TYPE_Q8_0, 4104, 2048, 6, p1, p2);
     kw_pool_destroy(p1);
     kw_pool_destroy(p2);
     return kw_test_finish();
