@@ -213,41 +213,53 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  * decode by up to 26% on this host (docs/PERFORMANCE.md, session 15). */
 #define KW_X16_PREFETCH 16384
 
-KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
-                        const int q4, const int C) {
+/* S groups (grp[s], outputs at y[s]) x C activation rows, block by block,
+ * every group's block of a step in turn: S = 1 is the tile, S > 1 the
+ * lanes of x16_q8_lanes below. S * C <= 8 (the accumulators). */
+KW_INLINE void x16_groups(const uint8_t *const *grp, int64_t nb, const uint8_t *x0, size_t xs, float *const *y,
+                          int64_t ldy, const int q4, const int C, const int S) {
     const size_t pb = kw_q0_run_bytes(16, q4);
     const int off = q4 ? 8 : 128;
     __m512 acc[8];
-    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int t = 0; t < S * C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = kw_q0_quants(grp, 16, q4, b);
-        if (C > 1) {   /* fetch ahead so DRAM streams meanwhile (see KW_X16_PREFETCH) */
-            /* the pair's lines ahead, the first half at its even block, the rest at the odd one
-             * (all at the even block: 4 rows 0.95x on Q8_0) */
-            const uint8_t *pair = grp + (size_t)(b >> 1) * pb;
-            const size_t ahead = KW_X16_PREFETCH;
-            const size_t half = (pb / 64 + 1) / 2 * 64, o0 = (b & 1) ? half : 0, o1 = (b & 1) ? pb : half;
-            for (size_t o = o0; o < o1; o += 64)
-                _mm_prefetch((const char *)pair + ahead + o, _MM_HINT_T1);
-        }
-        __m512i w[8];
-        kw_x16_unpack(blk, q4, C == 1, w);
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp, 16, q4, b)));
-        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
-            const uint8_t *xq = x0 + (size_t)c * xs;
-            const float *xd = (const float *)(xq + 32 * nb);
-            const int32_t *xsum = (const int32_t *)(xd + nb);
-            const int32_t *xi = (const int32_t *)(xq + 32 * b);
-            __m512i d = _mm512_set1_epi32(-off * xsum[b]), d1 = _mm512_setzero_si512();
-            _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {   /* two chains: dpbusd latency */
-                d = kw_dpbusd_bcst(d, w[k], xi + k);
-                d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
+        _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
+            const uint8_t *blk = kw_q0_quants(grp[s], 16, q4, b);
+            if (C > 1) {   /* fetch ahead so DRAM streams meanwhile (see KW_X16_PREFETCH) */
+                /* the pair's lines ahead, the first half at its even block, the rest at the odd one
+                 * (all at the even block: 4 rows 0.95x on Q8_0) */
+                const uint8_t *pair = grp[s] + (size_t)(b >> 1) * pb;
+                const size_t ahead = KW_X16_PREFETCH;
+                const size_t half = (pb / 64 + 1) / 2 * 64, o0 = (b & 1) ? half : 0, o1 = (b & 1) ? pb : half;
+                for (size_t o = o0; o < o1; o += 64)
+                    _mm_prefetch((const char *)pair + ahead + o, _MM_HINT_T1);
             }
-            d = _mm512_add_epi32(d, d1);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])), acc[c]);
+            __m512i w[8];
+            kw_x16_unpack(blk, q4, C == 1, w);
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp[s], 16, q4, b)));
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+                const uint8_t *xq = x0 + (size_t)c * xs;
+                const float *xd = (const float *)(xq + 32 * nb);
+                const int32_t *xsum = (const int32_t *)(xd + nb);
+                const int32_t *xi = (const int32_t *)(xq + 32 * b);
+                __m512i d = _mm512_set1_epi32(-off * xsum[b]), d1 = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {   /* two chains: dpbusd latency */
+                    d = kw_dpbusd_bcst(d, w[k], xi + k);
+                    d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
+                }
+                d = _mm512_add_epi32(d, d1);
+                acc[s * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])),
+                                                 acc[s * C + c]);
+            }
         }
     }
-    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y[s] + (size_t)c * (size_t)ldy, acc[s * C + c]);
+}
+
+KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
+                        const int q4, const int C) {
+    x16_groups(&grp, nb, x0, xs, &y, ldy, q4, C, 1);
 }
 
 /* Decode of packed Q8_0 in several streams. C activation rows (1..4)
@@ -268,44 +280,11 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
  * 1.32-1.40x one, 4 adjacent groups at once (short runs) 1.01-1.33x. Q4_0
  * does not gain (half the loads per product): one row 0.97x in the fast
  * state and up to 1.03x in slower ones, 4 rows 0.94-0.97x, so it keeps
- * one stream. Each output is computed with the operations of x16_tile in
- * the same order: identical results. */
+ * one stream. The lanes run x16_groups, the tile's own code, so every
+ * output is computed with the same operations in the same order:
+ * identical results. */
 #define KW_X16_LANES 4
 #define KW_X16_LANE_BYTES ((size_t)128 * 1024)
-
-KW_INLINE void x16_q8_lanes_step(const uint8_t *const *grp, int64_t nb, const uint8_t *x0, size_t xs, float *const *y,
-                                 int64_t ldy, const int C, const int S) {
-    const size_t pb = kw_q0_run_bytes(16, 0);
-    __m512 acc[KW_X16_LANES * 4];
-    _Pragma("GCC unroll 16") for (int t = 0; t < S * C; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
-            if (C > 1) {   /* as x16_tile: the pair's lines KW_X16_PREFETCH ahead, half at each block */
-                const uint8_t *pair = grp[s] + (size_t)(b >> 1) * pb;
-                const size_t half = (pb / 64 + 1) / 2 * 64, o0 = (b & 1) ? half : 0, o1 = (b & 1) ? pb : half;
-                for (size_t o = o0; o < o1; o += 64) _mm_prefetch((const char *)pair + KW_X16_PREFETCH + o, _MM_HINT_T1);
-            }
-            __m512i w[8];
-            kw_x16_unpack(kw_q0_quants(grp[s], 16, 0, b), 0, C == 1, w);
-            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp[s], 16, 0, b)));
-            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
-                const uint8_t *xq = x0 + (size_t)c * xs;
-                const float *xd = (const float *)(xq + 32 * nb);
-                const int32_t *xsum = (const int32_t *)(xd + nb);
-                const int32_t *xi = (const int32_t *)(xq + 32 * b);
-                __m512i d = _mm512_set1_epi32(-128 * xsum[b]), d1 = _mm512_setzero_si512();
-                _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {
-                    d = kw_dpbusd_bcst(d, w[k], xi + k);
-                    d1 = kw_dpbusd_bcst(d1, w[k + 1], xi + k + 1);
-                }
-                d = _mm512_add_epi32(d, d1);
-                acc[s * C + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])), acc[s * C + c]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
-    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) _mm512_storeu_ps(y[s] + (size_t)c * (size_t)ldy, acc[s * C + c]);
-}
 
 KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *X,
                                 size_t xs, float *Y, int64_t ldy, const int C, const int S) {
@@ -318,7 +297,7 @@ KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int6
             grp[s] = base + (size_t)(first[s] + i) * gb;
             y[s] = Y + 16 * (first[s] + i);
         }
-        x16_q8_lanes_step(grp, nb, X, xs, y, ldy, C, S);
+        x16_groups(grp, nb, X, xs, y, ldy, 0, C, S);
     }
     for (int s = 0; s < extra; s++)
         x16_tile(base + (size_t)(first[s] + len) * gb, nb, X, xs, Y + 16 * (first[s] + len), ldy, 0, C);
