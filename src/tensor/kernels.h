@@ -127,6 +127,9 @@ size_t kw_span_slice(kw_mem_span s, int ith, int nth, const char **p);
  * then its own, so the helping path runs on every call (it otherwise runs
  * only when a thread finishes early). Results must not change. */
 void kw_matmul_test_help_first(bool on);
+/* matmul.c: the groups a streaming part's next piece takes when `left`
+ * remain (1..min(left, piece)); exposed for its test. */
+uint32_t kw_mm_piece_groups(uint32_t left, uint32_t piece);
 
 /* The activation type llama.cpp's CPU backend uses for a weight type. */
 uint32_t kw_dot_type(uint32_t wtype);

@@ -44,7 +44,8 @@ size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n) {
  * chunks alternating between them got 29-31 GB/s where each reading its
  * own half got 34-37; bench_kernels GEMV at a 56.6 GB/s probe: the Q8_0
  * layer matrices 41 -> 46-50 GB/s, Q4_0 86% -> 99% of the probe). The
- * owner takes its part a piece (1/KW_MM_PIECES) at a time from the front;
+ * owner takes its part a piece (at most 1/KW_MM_PIECES, smaller toward the
+ * end: kw_mm_piece_groups) at a time from the front;
  * a thread done with its own parts helps from the back of the others', so
  * the owner keeps streaming forward and nobody idles while a part is
  * left: with fixed halves one thread waited for the other in 8-12% of the
@@ -117,6 +118,25 @@ static int64_t choose_chunk_rows(int64_t rows, int nth, int64_t n) {
     return c;
 }
 
+/* Groups the next piece of a part takes when `left` groups of it remain:
+ * a third of what is left, at most `piece` (1/KW_MM_PIECES of the part) and
+ * at least one. Full pieces while the owner streams its part; smaller ones
+ * toward its end, so the threads finish a run together: with fixed pieces
+ * the thread done first waited for the other's last piece, on average half
+ * a piece per pool run (a decode token of the 1B shape, Q4_0, two threads:
+ * 0.3-0.7 ms of ~15 ms in the driver's wait at the end of runs, ~0.9-1.5 ms
+ * of worker idle time; with this rule 0.2-0.35 and 0.8-0.95 ms). Measured
+ * on the same pages (bench_ab knob variants, 16-token decode bursts, 2
+ * threads): Q4_0 1.017x and 1.032x (a quarter: 1.020x, a half: 1.011x),
+ * Q8_0 1.039x; 4-token prefill bursts (the batch-of-4 step) 1.009x against
+ * 1.005x for the same build; logits identical. */
+uint32_t kw_mm_piece_groups(uint32_t left, uint32_t piece) {
+    uint32_t n = left / 3;
+    if (n > piece) n = piece;
+    if (n < 1) n = 1;
+    return n < left ? n : left;
+}
+
 /* Takes a piece of what is left of part *pt: from the front (its owner)
  * or the back (a helper, so the owner keeps streaming forward). Returns
  * false when nothing is left; else [*a, *b) in groups from the part's g0. */
@@ -125,7 +145,7 @@ static bool take_piece(mm_part *pt, bool front, uint32_t *a, uint32_t *b) {
     for (;;) {
         uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
         if (f >= e) return false;
-        uint32_t n = e - f < pt->piece ? e - f : pt->piece;
+        uint32_t n = kw_mm_piece_groups(e - f, pt->piece);
         uint64_t nv = front ? ((uint64_t)e << 32) | (f + n) : ((uint64_t)(e - n) << 32) | f;
         if (atomic_compare_exchange_weak_explicit(&pt->left, &v, nv, memory_order_relaxed, memory_order_relaxed)) {
             *a = front ? f : e - n;

@@ -3,7 +3,8 @@
  * not), mixed types (falls back), F32 (no quantized activations), 1, 2, 3
  * and 5 threads, decode / small-batch / prefill row counts. Up to 16
  * activation rows each thread streams its own part and then helps with
- * the others' (matmul.c take_piece), a piece of 1-4 row groups at a time:
+ * the others' (matmul.c take_piece), a piece of 1-4 row groups at a time
+ * (smaller toward a part's end; the rule itself is checked first):
  * the 1001-row matrix's 63 groups (the last one partial) split unevenly
  * over 2, 3 and 5 threads, so parts and pieces end mid-matrix and on the
  * partial group, and the 33-row one has fewer groups than 5 threads have
@@ -70,7 +71,35 @@ static void check(const char *what, const uint32_t types[3], unsigned pack_mask,
     free(X);
 }
 
+/* The piece rule of the streaming split: pieces taken from the front of a
+ * 256-group part with pieces of 32 cover it exactly, start full, shrink
+ * toward the end (the last one is a single group, so threads finish a run
+ * together) and never exceed the cap; left = 0..3 still give a piece. */
+static void check_piece_rule(void) {
+    uint32_t left = 256, taken = 0, count = 0, first = 0, last = 0, prev = 32;
+    int grew = 0;
+    while (left > 0) {
+        uint32_t n = kw_mm_piece_groups(left, 32);
+        KW_CHECK(n >= 1 && n <= 32 && n <= left);
+        if (count == 0) first = n;
+        if (n > prev) grew = 1;
+        prev = n;
+        last = n;
+        left -= n;
+        taken += n;
+        count++;
+    }
+    KW_CHECK(taken == 256);
+    KW_CHECK(first == 32);
+    KW_CHECK(last == 1);
+    KW_CHECK(!grew);
+    KW_CHECK(count > 8 && count < 32);
+    KW_CHECK(kw_mm_piece_groups(1, 32) == 1 && kw_mm_piece_groups(2, 32) == 1 && kw_mm_piece_groups(3, 1) == 1);
+    KW_CHECK(kw_mm_piece_groups(9, 32) == 3 && kw_mm_piece_groups(1000, 4) == 4);
+}
+
 int main(void) {
+    check_piece_rule();
     kw_pool *pools[] = {kw_pool_create(1), kw_pool_create(2), kw_pool_create(3), kw_pool_create(5)};
     const int64_t ns[] = {1, 4, 11, 16, 17};
     const uint32_t same[][3] = {{KW_TYPE_Q4_0, KW_TYPE_Q4_0, KW_TYPE_Q4_0}, {KW_TYPE_Q8_0, KW_TYPE_Q8_0, KW_TYPE_Q8_0},
