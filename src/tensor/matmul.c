@@ -125,7 +125,7 @@ static int64_t choose_chunk_rows(int64_t rows, int nth, int64_t n) {
  * the thread done first waited for the other's last piece, on average half
  * a piece per pool run (a decode token of the 1B shape, Q4_0, two threads:
  * 0.3-0.7 ms of ~15 ms in the driver's wait at the end of runs, ~0.9-1.5 ms
- * of worker idle time; with this rule 0.2-0.35 and 0.8-0.95 ms). Measured
+ * of worker idle time; with this rule 0.1-0.35 and 0.7-0.95 ms). Measured
  * on the same pages (bench_ab knob variants, 16-token decode bursts, 2
  * threads): Q4_0 1.017x and 1.032x (a quarter: 1.020x, a half: 1.011x),
  * Q8_0 1.039x; 4-token prefill bursts (the batch-of-4 step) 1.009x against

@@ -74,7 +74,7 @@ static void check(const char *what, const uint32_t types[3], unsigned pack_mask,
 /* The piece rule of the streaming split: pieces taken from the front of a
  * 256-group part with pieces of 32 cover it exactly, start full, shrink
  * toward the end (the last one is a single group, so threads finish a run
- * together) and never exceed the cap; left = 0..3 still give a piece. */
+ * together) and never exceed the cap; 1..3 groups left still give a piece. */
 static void check_piece_rule(void) {
     uint32_t left = 256, taken = 0, count = 0, first = 0, last = 0, prev = 32;
     int grew = 0;
