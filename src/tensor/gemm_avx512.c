@@ -32,38 +32,45 @@
 #define KW_GX_MAX_NB 1024
 #define KW_GX_PASS_BYTES (160u * 1024u)   /* weight bytes of the rows one pass keeps in L2 */             /* blocks per row the offset table holds (32768 values) */
 
-/* One 16-row group x C activation rows over all nb blocks. */
-KW_INLINE void gx_tile(const uint8_t *grp, int64_t nb, const uint8_t *const *xq, const int32_t *offs,
-                       float *y, int64_t ldy, const int C, const int q4) {
+/* One 16-row group x C activation rows over all nb blocks. The group's
+ * K-panels of pnb blocks (pnb = nb: one panel; kernels_avx512.c) are
+ * pstride bytes apart, the first at grp0; the sums stay in registers
+ * across panels, so a row gets the operations of the whole-row tile. */
+KW_INLINE void gx_tile(const uint8_t *grp0, size_t pstride, int64_t pnb, int64_t nb, const uint8_t *const *xq,
+                       const int32_t *offs, float *y, int64_t ldy, const int C, const int q4) {
     __m512 acc[KW_GX_TILE];
     _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i w[8];
-        kw_x16_unpack(kw_q0_quants(grp, 16, q4, b), q4, 0, w);
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp, 16, q4, b)));
-        /* the C chains of 8 vpdpbusd advance together (no dependency between rows) */
-        __m512i d[KW_GX_TILE];
-        _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
-            d[c] = _mm512_set1_epi32(offs[(size_t)c * (size_t)nb + (size_t)b]);
-        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
-        _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
-            d[c] = _mm512_dpbusd_epi32(d[c], w[k], _mm512_set1_epi32(((const int32_t *)(xq[c] + 32 * b))[k]));
-        _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
-            const float *xd = (const float *)(xq[c] + 32 * nb);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[c]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])), acc[c]);
+    for (int64_t b0 = 0; b0 < nb; b0 += pnb) {
+        const uint8_t *grp = grp0 + (size_t)(b0 / pnb) * pstride;
+        for (int64_t bl = 0; bl < pnb; bl++) {
+            const int64_t b = b0 + bl;
+            __m512i w[8];
+            kw_x16_unpack(kw_q0_quants(grp, 16, q4, bl), q4, 0, w);
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp, 16, q4, bl)));
+            /* the C chains of 8 vpdpbusd advance together (no dependency between rows) */
+            __m512i d[KW_GX_TILE];
+            _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
+                d[c] = _mm512_set1_epi32(offs[(size_t)c * (size_t)nb + (size_t)b]);
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+            _Pragma("GCC unroll 16") for (int c = 0; c < C; c++)
+                d[c] = _mm512_dpbusd_epi32(d[c], w[k], _mm512_set1_epi32(((const int32_t *)(xq[c] + 32 * b))[k]));
+            _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) {
+                const float *xd = (const float *)(xq[c] + 32 * nb);
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[c]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[b])), acc[c]);
+            }
         }
     }
     _Pragma("GCC unroll 16") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
 
 #define KW_GX_C(N) ((N) < KW_GX_TILE ? (N) : KW_GX_TILE)
-#define KW_GX_CASE(N, Q4) case N: gx_tile(grp, nb, xq, offs, y, ldy, KW_GX_C(N), Q4); break;
+#define KW_GX_CASE(N, Q4) case N: gx_tile(grp, pstride, pnb, nb, xq, offs, y, ldy, KW_GX_C(N), Q4); break;
 #define KW_GX_SWITCH(Q4)                                                                              \
     switch (C) {                                                                                      \
     KW_GX_CASE(1, Q4) KW_GX_CASE(2, Q4) KW_GX_CASE(3, Q4) KW_GX_CASE(4, Q4) KW_GX_CASE(5, Q4)         \
     KW_GX_CASE(6, Q4) KW_GX_CASE(7, Q4) KW_GX_CASE(8, Q4) KW_GX_CASE(9, Q4) KW_GX_CASE(10, Q4)        \
     KW_GX_CASE(11, Q4) KW_GX_CASE(12, Q4) KW_GX_CASE(13, Q4) KW_GX_CASE(14, Q4) KW_GX_CASE(15, Q4)    \
-    default: gx_tile(grp, nb, xq, offs, y, ldy, KW_GX_TILE, Q4); break;                              \
+    default: gx_tile(grp, pstride, pnb, nb, xq, offs, y, ldy, KW_GX_TILE, Q4); break;               \
     }
 
 /* The offset terms -o * sum(x) of C activation rows, row c at ot + c * nb. */
@@ -78,12 +85,12 @@ static void offsets(const uint8_t *const *xq, int C, int64_t nb, int32_t off, in
     }
 }
 
-int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0, int64_t end,
-                           const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy) {
-    if (r0 % 16 || end <= r0 || nb > KW_GX_MAX_NB) return r0;
+int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t pnb, size_t pstride, int64_t r0,
+                           int64_t end, const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy) {
+    if (r0 % 16 || end <= r0 || nb > KW_GX_MAX_NB || pnb <= 0 || nb % pnb) return r0;
     end -= (end - r0) % 16;
     if (end <= r0) return r0;
-    const size_t gb = kw_q0_group_bytes(16, q4, nb);
+    const size_t gbp = kw_q0_group_bytes(16, q4, pnb), gb = gbp * (size_t)(nb / pnb);
     const int32_t off = q4 ? 8 : 128;
     /* rows per pass: their weights (<= ~150 KB at 2048 values) stay in L2 while every tile runs over them */
     const int64_t rowblk = 16 * (int64_t)(KW_GX_PASS_BYTES / gb > 1 ? KW_GX_PASS_BYTES / gb : 1);
@@ -96,7 +103,7 @@ int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0
             for (int c = 0; c < C; c++) xq[c] = (const uint8_t *)X + (size_t)(i + c) * xs;
             offsets(xq, C, nb, off, ot);
             for (int64_t r = rb; r < re; r += 16) {
-                const uint8_t *grp = packed + (size_t)(r / 16) * gb;
+                const uint8_t *grp = packed + (size_t)(r / 16) * gbp;
                 float *y = Y + i * ldy + r;
                 const int32_t *offs = ot;
                 if (q4) { KW_GX_SWITCH(1) }

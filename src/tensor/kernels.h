@@ -48,6 +48,16 @@ typedef struct kw_kernel_set {
     kw_act_quant_fn quant_packed[KW_TYPE_COUNT];
     uint32_t packed_fmt[KW_TYPE_COUNT];
     kw_gemm_fn gemm[KW_TYPE_COUNT];
+    /* Optional: W's packed copy stored in K-panels (each row's blocks cut
+     * into panels of kw_pack_hdr.panel_nb, panel by panel over all rows):
+     * panels(W) is how many (1: not in panels, and then gemm_panel is not
+     * called), and gemm_panel[type] computes rows [r0, r1) over panel p
+     * only, adding into Y's values when p > 0. Panels 0..n-1 of a row in
+     * order give the bits gemm gives (the same operations: the sum is
+     * carried through Y as the float it is). */
+    int (*panels)(const kw_matrix *W);
+    void (*gemm_panel[KW_TYPE_COUNT])(const kw_matrix *W, int p, int64_t r0, int64_t r1, const void *X,
+                                       size_t x_stride, int64_t nx, float *Y, int64_t ldy);
     kw_pack_fn pack;
     /* Optional: a sum of the bytes [p, p + bytes) (p 64-byte aligned, bytes
      * a multiple of 256) read with non-temporal loads, as the family's
@@ -63,6 +73,7 @@ typedef struct kw_pack_hdr {
     int64_t packed_rows;     /* rows [0, packed_rows) are in the packed form */
     int64_t nb;              /* blocks per row */
     uint32_t shared;         /* a slot of a shared block (kw_matrices_pack): not freed alone */
+    uint32_t panel_nb;       /* 0, or the blocks of each K-panel when the rows are stored panel by panel */
     uint64_t block_off;      /* shared: the slot's offset in its block (kw_matrices_unpack knows its own) */
 } kw_pack_hdr;
 #define KW_PACK_MAGIC 0x6b77706bu
@@ -112,6 +123,10 @@ static inline const uint16_t *kw_q0_scales(const uint8_t *grp, int rows, int q4,
  * 0x80808080: +128 per byte) and AVX2 (8 rows, as stored) families pack
  * with it. */
 void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *grp);
+/* The same, stored as block `at` of the group at grp (a K-panel of the
+ * group, whose first block is b - at: kw_pack_hdr.panel_nb). */
+void kw_pack_q0_group_block_at(const kw_matrix *W, int rows, int64_t g, int64_t b, int64_t at, uint32_t xor_word,
+                               uint8_t *grp);
 
 /* What a pack function returns when kw_pack_alloc gave NULL: 0 in a sizing pass, else -1. */
 static inline int kw_pack_missing(const kw_pack_arena *a) { return a && !a->base ? 0 : -1; }
@@ -146,9 +161,11 @@ const kw_kernel_set *kw_kernels_active(void);
 const kw_cpu_info *kw_cpu_info_raw(void);
 
 /* gemm_avx512.c: packed Q4_0 (q4 = 1) / Q8_0 16-row groups [r0, end) x nx
- * activation rows (split Q8_0 layout); returns the first row not done. */
-int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t r0, int64_t end,
-                           const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy);
+ * activation rows (split Q8_0 layout); returns the first row not done.
+ * Rows of nb blocks, stored in K-panels of pnb blocks pstride bytes apart
+ * (pnb = nb: one panel; kernels_avx512.c). */
+int64_t kw_gemm_x16_avx512(const uint8_t *packed, int q4, int64_t nb, int64_t pnb, size_t pstride, int64_t r0,
+                           int64_t end, const void *X, size_t xs, int64_t nx, float *Y, int64_t ldy);
 
 /* gemm_avx512.c: F16 matrices as packed int16 blocks (format KW_FMT_F16_I16),
  * F16 activations as F32 values followed by int16 blocks (kw_act_f16_i16;

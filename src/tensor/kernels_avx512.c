@@ -213,15 +213,27 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  * decode by up to 26% on this host (docs/PERFORMANCE.md, session 15). */
 #define KW_X16_PREFETCH 16384
 
+/* The blocks a tile runs over: nb blocks from the group pointer given,
+ * which are the activation row's blocks b0.. of xnb (a K-panel of a
+ * matrix stored in panels, or the whole row: b0 = 0, xnb = nb), and
+ * whether the sums start from y's values (a panel after the first) or 0. */
+typedef struct {
+    int64_t nb, xnb, b0;
+    int carry;
+} x16_span;
+
 /* S groups (grp[s], outputs at y[s]) x C activation rows, block by block,
  * every group's block of a step in turn: S = 1 is the tile, S > 1 the
  * lanes of x16_q8_lanes below. S * C <= 8 (the accumulators). */
-KW_INLINE void x16_groups(const uint8_t *const *grp, int64_t nb, const uint8_t *x0, size_t xs, float *const *y,
+KW_INLINE void x16_groups(const uint8_t *const *grp, const x16_span *k, const uint8_t *x0, size_t xs, float *const *y,
                           int64_t ldy, const int q4, const int C, const int S) {
     const size_t pb = kw_q0_run_bytes(16, q4);
     const int off = q4 ? 8 : 128;
+    const int64_t nb = k->nb, xnb = k->xnb, b0 = k->b0;
     __m512 acc[8];
-    _Pragma("GCC unroll 8") for (int t = 0; t < S * C; t++) acc[t] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+        acc[s * C + c] = k->carry ? _mm512_loadu_ps(y[s] + (size_t)c * (size_t)ldy) : _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
             const uint8_t *blk = kw_q0_quants(grp[s], 16, q4, b);
@@ -239,9 +251,9 @@ KW_INLINE void x16_groups(const uint8_t *const *grp, int64_t nb, const uint8_t *
             __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp[s], 16, q4, b)));
             _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
                 const uint8_t *xq = x0 + (size_t)c * xs;
-                const float *xd = (const float *)(xq + 32 * nb);
-                const int32_t *xsum = (const int32_t *)(xd + nb);
-                const int32_t *xi = (const int32_t *)(xq + 32 * b);
+                const float *xd = (const float *)(xq + 32 * xnb) + b0;
+                const int32_t *xsum = (const int32_t *)((const float *)(xq + 32 * xnb) + xnb) + b0;
+                const int32_t *xi = (const int32_t *)(xq + 32 * (b0 + b));
                 __m512i d = _mm512_set1_epi32(-off * xsum[b]), d1 = _mm512_setzero_si512();
                 _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {   /* two chains: dpbusd latency */
                     d = kw_dpbusd_bcst(d, w[k], xi + k);
@@ -257,9 +269,9 @@ KW_INLINE void x16_groups(const uint8_t *const *grp, int64_t nb, const uint8_t *
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y[s] + (size_t)c * (size_t)ldy, acc[s * C + c]);
 }
 
-KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
+KW_INLINE void x16_tile(const uint8_t *grp, const x16_span *k, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                         const int q4, const int C) {
-    x16_groups(&grp, nb, x0, xs, &y, ldy, q4, C, 1);
+    x16_groups(&grp, k, x0, xs, &y, ldy, q4, C, 1);
 }
 
 /* Decode of packed Q8_0 in several streams. C activation rows (1..4)
@@ -286,8 +298,8 @@ KW_INLINE void x16_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
 #define KW_X16_LANES 4
 #define KW_X16_LANE_BYTES ((size_t)128 * 1024)
 
-KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *X,
-                                size_t xs, float *Y, int64_t ldy, const int C, const int S) {
+KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
+                                const uint8_t *X, size_t xs, float *Y, int64_t ldy, const int C, const int S) {
     int64_t len = (g1 - g0) / S, extra = (g1 - g0) % S, first[KW_X16_LANES];
     for (int s = 0; s < S; s++) first[s] = g0 + s * len + (s < extra ? s : extra);   /* the first `extra` lanes are one longer */
     for (int64_t i = 0; i < len; i++) {
@@ -297,25 +309,87 @@ KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int6
             grp[s] = base + (size_t)(first[s] + i) * gb;
             y[s] = Y + 16 * (first[s] + i);
         }
-        x16_groups(grp, nb, X, xs, y, ldy, 0, C, S);
+        x16_groups(grp, k, X, xs, y, ldy, 0, C, S);
     }
     for (int s = 0; s < extra; s++)
-        x16_tile(base + (size_t)(first[s] + len) * gb, nb, X, xs, Y + 16 * (first[s] + len), ldy, 0, C);
+        x16_tile(base + (size_t)(first[s] + len) * gb, k, X, xs, Y + 16 * (first[s] + len), ldy, 0, C);
 }
 
 /* Groups [g0, g1) of packed Q8_0 against nx <= 4 activation rows in lanes;
  * false (nothing done) when the run is too short for two. */
-static bool x16_q8_lanes(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *X, size_t xs,
-                         int64_t nx, float *Y, int64_t ldy) {
+static bool x16_q8_lanes(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1, const uint8_t *X,
+                         size_t xs, int64_t nx, float *Y, int64_t ldy) {
     size_t lanes = (size_t)(g1 - g0) * gb / KW_X16_LANE_BYTES;
     if (lanes < 2 || nx < 1 || nx > 4) return false;
-    if (nx == 1 && lanes >= KW_X16_LANES) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 1, KW_X16_LANES);
-    else if (nx == 1 && lanes == 3) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 1, 3);
-    else if (nx == 1) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 1, 2);
-    else if (nx == 2) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 2, 2);
-    else if (nx == 3) x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 3, 2);
-    else x16_q8_lanes_run(base, gb, nb, g0, g1, X, xs, Y, ldy, 4, 2);
+    if (nx == 1 && lanes >= KW_X16_LANES) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, KW_X16_LANES);
+    else if (nx == 1 && lanes == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 3);
+    else if (nx == 1) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 2);
+    else if (nx == 2) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 2, 2);
+    else if (nx == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 3, 2);
+    else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 4, 2);
     return true;
+}
+
+/* K-panels (kw_pack_hdr.panel_nb): a packed Q4_0 matrix of at least 2 *
+ * KW_X16_PANEL_NB blocks per row (a multiple of it, whole groups of 16
+ * rows) is stored panel by panel: panel p holds blocks p * KW_X16_PANEL_NB
+ * .. of every group, each group's panel in the layout above, so a run of
+ * groups over one panel is one sequential stream. Decode takes the
+ * panels one after the other (kw_matmul's streaming split calls
+ * gemm_panel per panel), so the activation a tile reads is one panel's,
+ * 2 KiB of quants, and stays in L1 under the weight stream: over a whole
+ * row of a wide matrix (down: 8192 values, a group of 16 rows 74 KB of
+ * Q4_0) the stream evicted it once a group, and down streamed 20-25%
+ * slower per byte than gate/up (decode timers, 1B Q4_0, 2 threads).
+ * Measured against the whole-row layout (two copies of each build in one
+ * bench_ab process, timers around the down and gate/up matmuls): down's
+ * time over gate/up's 0.628 / 0.604 / 0.642 / 0.621 -> 0.586 / 0.573 /
+ * 0.584 / 0.565 (0.5 is the bytes); pp512 1.04-1.07x (the prefill GEMM's
+ * group reads its panels in turn, the sum in registers: gx_tile). Q8_0
+ * keeps whole rows: its decode already reads down in 4 lanes (down / gate-up
+ * 0.52, in panels 0.55) and its pp512 was 0.98x in panels. */
+#define KW_X16_PANEL_NB 64
+
+static int64_t x16_panel_nb(int q4, int64_t rows, int64_t nb) {
+    return q4 && rows % 16 == 0 && nb >= 2 * KW_X16_PANEL_NB && nb % KW_X16_PANEL_NB == 0 ? KW_X16_PANEL_NB : 0;
+}
+
+/* Where panel p of group g starts, and the bytes of one group's panel. */
+typedef struct {
+    const uint8_t *base;   /* packed data */
+    int64_t nb, pnb, np;   /* blocks per row, per panel (nb when not in panels), panels */
+    size_t gbp;            /* bytes of a group's panel */
+    size_t pstride;        /* bytes of a panel over all groups */
+} x16_layout;
+
+static x16_layout x16_layout_of(const kw_matrix *W, const kw_pack_hdr *h, int q4) {
+    x16_layout L;
+    L.base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
+    L.nb = h->nb;
+    L.pnb = h->panel_nb ? (int64_t)h->panel_nb : h->nb;
+    L.np = L.nb / L.pnb;
+    L.gbp = kw_q0_group_bytes(16, q4, L.pnb);
+    L.pstride = (size_t)(h->packed_rows / 16) * L.gbp;
+    return L;
+}
+
+/* Packed rows [r0, end) (whole groups, r0 a multiple of 16) over panel p,
+ * one to 16 activation rows. */
+static void x16_rows_panel(const x16_layout *L, int q4, int64_t p, int64_t r0, int64_t end, const void *X, size_t xs,
+                           int64_t nx, float *Y, int64_t ldy) {
+    const uint8_t *base = L->base + (size_t)p * L->pstride;
+    x16_span k = {.nb = L->pnb, .xnb = L->nb, .b0 = p * L->pnb, .carry = p > 0};
+    if (!q4 && end > r0 && x16_q8_lanes(base, L->gbp, &k, r0 / 16, end / 16, X, xs, nx, Y, ldy)) return;
+    for (int64_t r = r0; r < end; r += 16) {
+        const uint8_t *grp = base + (size_t)(r / 16) * L->gbp;
+        for (int64_t i = 0; i < nx; i += 8) {
+            int C = (int)(nx - i < 8 ? nx - i : 8);
+            const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
+            float *y = Y + i * ldy + r;
+            if (q4) { KW_TILE_ROWS_SWITCH(C, x16_tile, grp, &k, x0, xs, y, ldy, 1) }
+            else { KW_TILE_ROWS_SWITCH(C, x16_tile, grp, &k, x0, xs, y, ldy, 0) }
+        }
+    }
 }
 
 /* Packed rows [r0, min(r1, packed_rows)) in groups of 16 (r0 is a multiple
@@ -325,24 +399,30 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
     if (r0 % 16) return r0;
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     end -= (end - r0) % 16;
-    const size_t gb = kw_q0_group_bytes(16, q4, h->nb);
-    const uint8_t *base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
+    if (end <= r0) return r0;
+    const x16_layout L = x16_layout_of(W, h, q4);
     if (nx >= KW_X16_GEMM_MIN_ROWS) {   /* prefill: gemm_avx512.c */
-        int64_t done = kw_gemm_x16_avx512(base, q4, h->nb, r0, end, X, xs, nx, Y, ldy);
+        int64_t done = kw_gemm_x16_avx512(L.base, q4, L.nb, L.pnb, L.pstride, r0, end, X, xs, nx, Y, ldy);
         if (done > r0) return done;
     }
-    if (!q4 && end > r0 && x16_q8_lanes(base, gb, h->nb, r0 / 16, end / 16, X, xs, nx, Y, ldy)) return end;
-    for (int64_t r = r0; r < end; r += 16) {
-        const uint8_t *grp = base + (size_t)(r / 16) * gb;
-        for (int64_t i = 0; i < nx; i += 8) {
-            int C = (int)(nx - i < 8 ? nx - i : 8);
-            const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
-            float *y = Y + i * ldy + r;
-            if (q4) { KW_TILE_ROWS_SWITCH(C, x16_tile, grp, h->nb, x0, xs, y, ldy, 1) }
-            else { KW_TILE_ROWS_SWITCH(C, x16_tile, grp, h->nb, x0, xs, y, ldy, 0) }
-        }
-    }
-    return end > r0 ? end : r0;
+    for (int64_t p = 0; p < L.np; p++) x16_rows_panel(&L, q4, p, r0, end, X, xs, nx, Y, ldy);
+    return end;
+}
+
+static int x16_panels(const kw_matrix *W) {
+    const kw_pack_hdr *h = kw_packed_hdr(W, W->type == KW_TYPE_Q4_0 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16);
+    return h && h->panel_nb && (W->type == KW_TYPE_Q4_0 || W->type == KW_TYPE_Q8_0) ? (int)(h->nb / h->panel_nb) : 1;
+}
+
+/* gemm_panel (kernels.h): only called for matrices x16_panels counts in
+ * panels, whose rows are all packed in whole groups. */
+static void gemm_panel_x16(const kw_matrix *W, int p, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
+                           float *Y, int64_t ldy) {
+    const int q4 = W->type == KW_TYPE_Q4_0;
+    const kw_pack_hdr *h = kw_packed_hdr(W, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16);
+    if (!h || !h->panel_nb || r0 % 16 || r1 > h->packed_rows || (r1 - r0) % 16) return;
+    const x16_layout L = x16_layout_of(W, h, q4);
+    x16_rows_panel(&L, q4, p, r0, r1, X, xs, nx, Y, ldy);
 }
 
 static void gemm_q4_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
@@ -367,15 +447,18 @@ static int pack_avx512(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
-    const size_t gb = kw_q0_group_bytes(16, q4, nb);
-    uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16, groups * 16, nb, (size_t)groups * gb,
-                               err);
+    const int64_t pnb = x16_panel_nb(q4, W->rows, nb) ? KW_X16_PANEL_NB : nb, np = nb / pnb;
+    const size_t gbp = kw_q0_group_bytes(16, q4, pnb);
+    uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16, groups * 16, nb,
+                               (size_t)groups * gbp * (size_t)np, err);
     if (!p) return kw_pack_missing(a);
-    for (int64_t g = 0; g < groups; g++) {
-        uint8_t *grp = p + KW_PACK_HDR_BYTES + (size_t)g * gb;
-        for (int64_t b = 0; b < nb; b++)
-            kw_pack_q0_group_block(W, 16, g, b, q4 ? 0u : 0x80808080u, grp);   /* Q8_0: +128 per byte */
-    }
+    ((kw_pack_hdr *)p)->panel_nb = np > 1 ? (uint32_t)pnb : 0;
+    for (int64_t q = 0; q < np; q++)
+        for (int64_t g = 0; g < groups; g++) {
+            uint8_t *grp = p + KW_PACK_HDR_BYTES + ((size_t)q * (size_t)groups + (size_t)g) * gbp;
+            for (int64_t b = 0; b < pnb; b++)   /* Q8_0: +128 per byte */
+                kw_pack_q0_group_block_at(W, 16, g, q * pnb + b, b, q4 ? 0u : 0x80808080u, grp);
+        }
     W->packed = p;
     return 0;
 }
@@ -679,6 +762,9 @@ void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[KW_TYPE_Q5_0] = gemm_q5_0;
     k->gemm[KW_TYPE_Q8_0] = gemm_q8_0;
+    k->panels = x16_panels;
+    k->gemm_panel[KW_TYPE_Q4_0] = gemm_panel_x16;
+    k->gemm_panel[KW_TYPE_Q8_0] = gemm_panel_x16;
     k->gemm[KW_TYPE_F32] = gemm_f32;
     k->gemm[KW_TYPE_F16] = gemm_f16;
     k->gemm[KW_TYPE_Q4_K] = gemm_q4_K;

@@ -58,7 +58,23 @@ typedef struct {
     _Atomic uint64_t left;
     int64_t g0;
     uint32_t piece;
+    _Atomic bool open;   /* helpers may take from it (see mm_unit) */
 } mm_part;
+
+/* What the streaming split streams: a matrix, or one K-panel of a matrix
+ * whose packed copy is stored in panels (kernels.h panels / gemm_panel:
+ * panel p adds into what panels 0..p-1 left in Y). A row's panels must run
+ * in order, so only the owner of a part computes its rows' panels before
+ * the last; the last panel's part opens to helpers when the owner starts
+ * it (all of its earlier panels done). Matrices not in panels: open from
+ * the start. */
+typedef struct {
+    const kw_matrix *W;
+    float *Y;
+    int panel;        /* -1: the whole matrix */
+    bool last;        /* a whole matrix or its last panel: helpers may join */
+} mm_unit;
+#define KW_MM_STREAM_UNITS 16
 
 /* One pool run over the rows of n_mats matrices of one type and width
  * (kw_matmul: n_mats = 1) against the same activations. Either chunks
@@ -77,6 +93,8 @@ typedef struct {
     const kw_matrix *Ws[KW_MM_MULTI_MAX];
     float *Ys[KW_MM_MULTI_MAX];
     int64_t rows_per_chunk[KW_MM_MULTI_MAX], first[KW_MM_MULTI_MAX + 1];
+    int n_units;                      /* the streaming split's units, parts[u * nth + p] */
+    mm_unit units[KW_MM_STREAM_UNITS];
     mm_part *parts;
 } mm_task;
 
@@ -155,11 +173,12 @@ static bool take_piece(mm_part *pt, bool front, uint32_t *a, uint32_t *b) {
     }
 }
 
-static void stream_piece(const mm_task *t, int m, const mm_part *pt, uint32_t a, uint32_t b) {
-    const kw_matrix *W = t->Ws[m];
+static void stream_piece(const mm_task *t, const mm_unit *u, const mm_part *pt, uint32_t a, uint32_t b) {
+    const kw_matrix *W = u->W;
     int64_t r0 = (pt->g0 + a) * KW_MM_ROW_ALIGN, r1 = (pt->g0 + b) * KW_MM_ROW_ALIGN;
     if (r1 > W->rows) r1 = W->rows;
-    t->ks->gemm[W->type](W, r0, r1, t->xq, t->xq_stride, t->n, t->Ys[m], W->rows);
+    if (u->panel >= 0) t->ks->gemm_panel[W->type](W, u->panel, r0, r1, t->xq, t->xq_stride, t->n, u->Y, W->rows);
+    else t->ks->gemm[W->type](W, r0, r1, t->xq, t->xq_stride, t->n, u->Y, W->rows);
 }
 
 static _Atomic bool g_help_first;   /* kw_matmul_test_help_first */
@@ -168,42 +187,75 @@ void kw_matmul_test_help_first(bool on) { atomic_store(&g_help_first, on); }
 
 static void own_parts(mm_task *t, int ith, int nth) {
     uint32_t a, b;
-    for (int m = 0; m < t->n_mats; m++) {
-        mm_part *pt = &t->parts[m * nth + ith];
-        while (take_piece(pt, true, &a, &b)) stream_piece(t, m, pt, a, b);
+    for (int u = 0; u < t->n_units; u++) {
+        mm_part *pt = &t->parts[u * nth + ith];
+        if (t->units[u].last) atomic_store_explicit(&pt->open, true, memory_order_release);   /* its rows' earlier panels are done */
+        while (take_piece(pt, true, &a, &b)) stream_piece(t, &t->units[u], pt, a, b);
     }
 }
 
-static void help_others(mm_task *t, int ith, int nth) {
+/* Pieces from the back of the other threads' open parts. With wait, a
+ * part whose owner has not yet reached it (the last panel of a matrix in
+ * panels) is waited for: the owner only streams its own parts, in order,
+ * so it gets there. */
+static void help_others(mm_task *t, int ith, int nth, bool wait) {
     uint32_t a, b;
-    for (int m = 0; m < t->n_mats; m++)
+    for (int u = 0; u < t->n_units; u++) {
+        if (!t->units[u].last) continue;
         for (int k = 1; k < nth; k++) {
-            mm_part *pt = &t->parts[m * nth + (ith + k) % nth];
-            while (take_piece(pt, false, &a, &b)) stream_piece(t, m, pt, a, b);
+            mm_part *pt = &t->parts[u * nth + (ith + k) % nth];
+            while (!atomic_load_explicit(&pt->open, memory_order_acquire)) {
+                if (!wait) break;
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+            }
+            if (!atomic_load_explicit(&pt->open, memory_order_acquire)) continue;
+            while (take_piece(pt, false, &a, &b)) stream_piece(t, &t->units[u], pt, a, b);
         }
+    }
 }
 
-/* Thread ith streams its own part of every matrix front to back, then
+/* Thread ith streams its own part of every unit front to back, then
  * helps with what the others have left, from the back of their parts. */
 static void stream_task(void *v, int ith, int nth) {
     mm_task *t = v;
-    if (atomic_load_explicit(&g_help_first, memory_order_relaxed)) help_others(t, ith, nth);
+    if (atomic_load_explicit(&g_help_first, memory_order_relaxed)) help_others(t, ith, nth, false);
     own_parts(t, ith, nth);
-    help_others(t, ith, nth);
+    help_others(t, ith, nth, true);
 }
 
-/* Sets up the streaming split of t's matrices over nth threads. */
+/* The units of t's matrices: each matrix whole, or its K-panels when the
+ * family stores it in panels and they all fit. */
+static void stream_units(mm_task *t) {
+    int n = 0;
+    for (int m = 0; m < t->n_mats; m++) {
+        const kw_matrix *W = t->Ws[m];
+        n += t->ks->panels && t->ks->gemm_panel[W->type] ? t->ks->panels(W) : 1;
+    }
+    bool panels = n <= KW_MM_STREAM_UNITS;
+    t->n_units = 0;
+    for (int m = 0; m < t->n_mats; m++) {
+        const kw_matrix *W = t->Ws[m];
+        int np = panels && t->ks->panels && t->ks->gemm_panel[W->type] ? t->ks->panels(W) : 1;
+        for (int p = 0; p < np; p++)
+            t->units[t->n_units++] = (mm_unit){.W = W, .Y = t->Ys[m], .panel = np > 1 ? p : -1, .last = p == np - 1};
+    }
+}
+
+/* Sets up the streaming split of t's units over nth threads. */
 static void stream_parts(mm_task *t, mm_part *parts, int nth) {
     t->parts = parts;
-    for (int m = 0; m < t->n_mats; m++) {
-        int64_t groups = (t->Ws[m]->rows + KW_MM_ROW_ALIGN - 1) / KW_MM_ROW_ALIGN;
+    for (int u = 0; u < t->n_units; u++) {
+        int64_t groups = (t->units[u].W->rows + KW_MM_ROW_ALIGN - 1) / KW_MM_ROW_ALIGN;
         int64_t per = (groups + nth - 1) / nth;
         for (int p = 0; p < nth; p++) {
-            mm_part *pt = &parts[m * nth + p];
+            mm_part *pt = &parts[u * nth + p];
             int64_t g0 = per * p < groups ? per * p : groups, g1 = g0 + per < groups ? g0 + per : groups;
             pt->g0 = g0;
             pt->piece = (uint32_t)((per + KW_MM_PIECES - 1) / KW_MM_PIECES);
             atomic_store_explicit(&pt->left, (uint64_t)(g1 - g0) << 32, memory_order_relaxed);
+            atomic_store_explicit(&pt->open, t->units[u].panel < 0, memory_order_relaxed);
         }
     }
 }
@@ -250,7 +302,8 @@ static void run_mats(kw_pool *pool, const kw_kernel_set *ks, const kw_matrix *co
         t.Ys[m] = Y[m];
     }
     if (nth > 1 && n <= KW_MM_STREAM_ROWS && nth <= KW_MM_STREAM_THREADS) {
-        mm_part parts[KW_MM_MULTI_MAX * KW_MM_STREAM_THREADS];
+        mm_part parts[KW_MM_STREAM_UNITS * KW_MM_STREAM_THREADS];
+        stream_units(&t);
         stream_parts(&t, parts, nth);
         kw_pool_run(pool, stream_task, &t);
         return;

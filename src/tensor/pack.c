@@ -126,10 +126,15 @@ size_t kw_whole_pages(uint64_t addr, uint64_t bytes, uint64_t *start) {
 }
 
 void kw_pack_q0_group_block(const kw_matrix *W, int rows, int64_t g, int64_t b, uint32_t xor_word, uint8_t *grp) {
+    kw_pack_q0_group_block_at(W, rows, g, b, b, xor_word, grp);
+}
+
+void kw_pack_q0_group_block_at(const kw_matrix *W, int rows, int64_t g, int64_t b, int64_t at, uint32_t xor_word,
+                               uint8_t *grp) {
     const int q4 = W->type == KW_TYPE_Q4_0;
     const int nwords = q4 ? 4 : 8;
-    uint8_t *dst = (uint8_t *)kw_q0_quants(grp, rows, q4, b);
-    uint16_t *dd = (uint16_t *)kw_q0_scales(grp, rows, q4, b);
+    uint8_t *dst = (uint8_t *)kw_q0_quants(grp, rows, q4, at);
+    uint16_t *dd = (uint16_t *)kw_q0_scales(grp, rows, q4, at);
     for (int L = 0; L < rows; L++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)((int64_t)rows * g + L) * W->row_bytes;
         const uint8_t *qs = q4 ? ((const kw_block_q4_0 *)row + b)->qs : (const uint8_t *)((const kw_block_q8_0 *)row + b)->qs;
