@@ -146,6 +146,14 @@ void kw_matmul_test_help_first(bool on);
  * remain (1..min(left, piece)); exposed for its test. */
 uint32_t kw_mm_piece_groups(uint32_t left, uint32_t piece);
 
+/* One step of a spin-wait (x86 `pause`; nothing elsewhere): the pool's
+ * waits and the streaming split's wait for a part to open. */
+static inline void kw_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* The activation type llama.cpp's CPU backend uses for a weight type. */
 uint32_t kw_dot_type(uint32_t wtype);
 

@@ -251,8 +251,9 @@ KW_INLINE void x16_groups(const uint8_t *const *grp, const x16_span *k, const ui
             __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)kw_q0_scales(grp[s], 16, q4, b)));
             _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
                 const uint8_t *xq = x0 + (size_t)c * xs;
-                const float *xd = (const float *)(xq + 32 * xnb) + b0;
-                const int32_t *xsum = (const int32_t *)((const float *)(xq + 32 * xnb) + xnb) + b0;
+                const float *xd0 = (const float *)(xq + 32 * xnb);   /* the row's scales, then its sums */
+                const float *xd = xd0 + b0;
+                const int32_t *xsum = (const int32_t *)(xd0 + xnb) + b0;
                 const int32_t *xi = (const int32_t *)(xq + 32 * (b0 + b));
                 __m512i d = _mm512_set1_epi32(-off * xsum[b]), d1 = _mm512_setzero_si512();
                 _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {   /* two chains: dpbusd latency */
@@ -350,8 +351,14 @@ static bool x16_q8_lanes(const uint8_t *base, size_t gb, const x16_span *k, int6
  * 0.52, in panels 0.55) and its pp512 was 0.98x in panels. */
 #define KW_X16_PANEL_NB 64
 
-static int64_t x16_panel_nb(int q4, int64_t rows, int64_t nb) {
-    return q4 && rows % 16 == 0 && nb >= 2 * KW_X16_PANEL_NB && nb % KW_X16_PANEL_NB == 0 ? KW_X16_PANEL_NB : 0;
+static bool x16_in_panels(int q4, int64_t rows, int64_t nb) {
+    return q4 && rows % 16 == 0 && nb >= 2 * KW_X16_PANEL_NB && nb % KW_X16_PANEL_NB == 0;
+}
+
+/* W's packed header in its type's x16 format, or NULL. */
+static const kw_pack_hdr *x16_hdr(const kw_matrix *W) {
+    if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return NULL;
+    return kw_packed_hdr(W, W->type == KW_TYPE_Q4_0 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16);
 }
 
 /* Where panel p of group g starts, and the bytes of one group's panel. */
@@ -410,8 +417,8 @@ static int64_t gemm_x16(const kw_matrix *W, const kw_pack_hdr *h, int q4, int64_
 }
 
 static int x16_panels(const kw_matrix *W) {
-    const kw_pack_hdr *h = kw_packed_hdr(W, W->type == KW_TYPE_Q4_0 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16);
-    return h && h->panel_nb && (W->type == KW_TYPE_Q4_0 || W->type == KW_TYPE_Q8_0) ? (int)(h->nb / h->panel_nb) : 1;
+    const kw_pack_hdr *h = x16_hdr(W);
+    return h && h->panel_nb ? (int)(h->nb / h->panel_nb) : 1;
 }
 
 /* gemm_panel (kernels.h): only called for matrices x16_panels counts in
@@ -419,7 +426,7 @@ static int x16_panels(const kw_matrix *W) {
 static void gemm_panel_x16(const kw_matrix *W, int p, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
                            float *Y, int64_t ldy) {
     const int q4 = W->type == KW_TYPE_Q4_0;
-    const kw_pack_hdr *h = kw_packed_hdr(W, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16);
+    const kw_pack_hdr *h = x16_hdr(W);
     if (!h || !h->panel_nb || r0 % 16 || r1 > h->packed_rows || (r1 - r0) % 16) return;
     const x16_layout L = x16_layout_of(W, h, q4);
     x16_rows_panel(&L, q4, p, r0, r1, X, xs, nx, Y, ldy);
@@ -447,7 +454,7 @@ static int pack_avx512(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
-    const int64_t pnb = x16_panel_nb(q4, W->rows, nb) ? KW_X16_PANEL_NB : nb, np = nb / pnb;
+    const int64_t pnb = x16_in_panels(q4, W->rows, nb) ? KW_X16_PANEL_NB : nb, np = nb / pnb;
     const size_t gbp = kw_q0_group_bytes(16, q4, pnb);
     uint8_t *p = kw_pack_alloc(W, a, q4 ? KW_FMT_Q4_0_X16 : KW_FMT_Q8_0_X16, groups * 16, nb,
                                (size_t)groups * gbp * (size_t)np, err);

@@ -204,13 +204,9 @@ static void help_others(mm_task *t, int ith, int nth, bool wait) {
         if (!t->units[u].last) continue;
         for (int k = 1; k < nth; k++) {
             mm_part *pt = &t->parts[u * nth + (ith + k) % nth];
-            while (!atomic_load_explicit(&pt->open, memory_order_acquire)) {
-                if (!wait) break;
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#endif
-            }
-            if (!atomic_load_explicit(&pt->open, memory_order_acquire)) continue;
+            bool open;
+            while (!(open = atomic_load_explicit(&pt->open, memory_order_acquire)) && wait) kw_cpu_relax();
+            if (!open) continue;
             while (take_piece(pt, false, &a, &b)) stream_piece(t, &t->units[u], pt, a, b);
         }
     }
@@ -228,18 +224,17 @@ static void stream_task(void *v, int ith, int nth) {
 /* The units of t's matrices: each matrix whole, or its K-panels when the
  * family stores it in panels and they all fit. */
 static void stream_units(mm_task *t) {
-    int n = 0;
+    int np[KW_MM_MULTI_MAX], n = 0;
     for (int m = 0; m < t->n_mats; m++) {
         const kw_matrix *W = t->Ws[m];
-        n += t->ks->panels && t->ks->gemm_panel[W->type] ? t->ks->panels(W) : 1;
+        np[m] = t->ks->panels && t->ks->gemm_panel[W->type] ? t->ks->panels(W) : 1;
+        n += np[m];
     }
-    bool panels = n <= KW_MM_STREAM_UNITS;
     t->n_units = 0;
     for (int m = 0; m < t->n_mats; m++) {
-        const kw_matrix *W = t->Ws[m];
-        int np = panels && t->ks->panels && t->ks->gemm_panel[W->type] ? t->ks->panels(W) : 1;
-        for (int p = 0; p < np; p++)
-            t->units[t->n_units++] = (mm_unit){.W = W, .Y = t->Ys[m], .panel = np > 1 ? p : -1, .last = p == np - 1};
+        int k = n <= KW_MM_STREAM_UNITS ? np[m] : 1;
+        for (int p = 0; p < k; p++)
+            t->units[t->n_units++] = (mm_unit){.W = t->Ws[m], .Y = t->Ys[m], .panel = k > 1 ? p : -1, .last = p == k - 1};
     }
 }
 

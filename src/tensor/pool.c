@@ -7,6 +7,7 @@
  * reported done. One run at a time per pool (the forward pass is
  * single-driver); concurrent callers are serialised by a mutex. */
 #include "kvwise/tensor.h"
+#include "tensor/kernels.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -33,11 +34,6 @@ struct kw_pool {
 
 typedef struct { kw_pool *p; int ith; } worker_arg;
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -53,7 +49,7 @@ static uint64_t wait_for_task(kw_pool *p, uint64_t seen) {
     for (int i = 0;; i++) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen || atomic_load(&p->stop)) return g;
-        cpu_relax();
+        kw_cpu_relax();
         if ((i & 63) == 63 && now_ns() - t0 > KW_POOL_SPIN_NS) break;
     }
     pthread_mutex_lock(&p->lock);
@@ -135,7 +131,7 @@ void kw_pool_run(kw_pool *p, kw_task_fn fn, void *arg) {
     fn(arg, 0, p->n);
     uint64_t t0 = 0;
     for (unsigned spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1; spins++) {
-        if ((spins & 63) != 63) { cpu_relax(); continue; }
+        if ((spins & 63) != 63) { kw_cpu_relax(); continue; }
         if (!t0) t0 = now_ns();
         else if (now_ns() - t0 > KW_POOL_WAIT_NS) sched_yield();
     }
