@@ -116,6 +116,16 @@ static inline const uint16_t *kw_q0_scales(const uint8_t *grp, int rows, int q4,
     const int64_t R = kw_q0_run_blocks(rows);
     return (const uint16_t *)(grp + (size_t)(b / R) * kw_q0_run_bytes(rows, q4)) + (size_t)rows * (size_t)(b % R);
 }
+/* The decode lanes of the packed families (kernels_avx512.c x16_q8_lanes,
+ * kernels_avx2.c x8_lanes): groups [g0, g1) cut into S contiguous lanes,
+ * lane s starting at first[s]. Returns the groups every lane has; the first
+ * *extra lanes ((g1 - g0) % S) have one more, at first[s] + the result. */
+static inline int64_t kw_lanes_split(int64_t g0, int64_t g1, int S, int64_t *first, int64_t *extra) {
+    int64_t len = (g1 - g0) / S;
+    *extra = (g1 - g0) % S;
+    for (int s = 0; s < S; s++) first[s] = g0 + s * len + (s < *extra ? s : *extra);
+    return len;
+}
 /* pack.c: block b of Q4_0/Q8_0 rows rows*g .. rows*g + rows-1 (W's type)
  * into the group at grp (the layout above), each quant word xor xor_word.
  * For Q4_0 the byte holding values 4j+t (low nibble) and 16+4j+t (high) is

@@ -317,8 +317,7 @@ KW_INLINE void x8_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t
 
 KW_INLINE void x8_lanes_run(const uint8_t *base, size_t gb, int64_t nb, int64_t g0, int64_t g1, const uint8_t *x0,
                             const int32_t *sx, float *Y, const int q4, const int S) {
-    int64_t len = (g1 - g0) / S, extra = (g1 - g0) % S, first[KW_X8_LANES];
-    for (int s = 0; s < S; s++) first[s] = g0 + s * len + (s < extra ? s : extra);   /* the first `extra` lanes are one longer */
+    int64_t first[KW_X8_LANES], extra, len = kw_lanes_split(g0, g1, S, first, &extra);
     for (int64_t i = 0; i < len; i++) {
         const uint8_t *grp[KW_X8_LANES];
         float *y[KW_X8_LANES];

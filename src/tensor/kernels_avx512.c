@@ -301,8 +301,7 @@ KW_INLINE void x16_tile(const uint8_t *grp, const x16_span *k, const uint8_t *x0
 
 KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
                                 const uint8_t *X, size_t xs, float *Y, int64_t ldy, const int C, const int S) {
-    int64_t len = (g1 - g0) / S, extra = (g1 - g0) % S, first[KW_X16_LANES];
-    for (int s = 0; s < S; s++) first[s] = g0 + s * len + (s < extra ? s : extra);   /* the first `extra` lanes are one longer */
+    int64_t first[KW_X16_LANES], extra, len = kw_lanes_split(g0, g1, S, first, &extra);
     for (int64_t i = 0; i < len; i++) {
         const uint8_t *grp[KW_X16_LANES];
         float *y[KW_X16_LANES];

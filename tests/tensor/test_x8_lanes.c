@@ -3,8 +3,9 @@
  * groups cut into 2..4 contiguous lanes computed side by side) give exactly
  * the bytes of the one-group tile. The reference is the same activation
  * row as row 0 of a two-row batch, which always goes through x8_tile.
- * Shapes: 2048 columns with 30, 45 and 67 groups (2, 3 and 4 lanes of at
- * least 128 KiB on one thread; 67 leaves 3 lanes one group longer), a
+ * Shapes: 2048 columns with 30, 45 and 67 groups (Q4_0: 2, 3 and 4 lanes
+ * of at least 128 KiB on one thread; Q8_0, twice the bytes: 4 lanes in
+ * each; 67 leaves 3 lanes one group longer), a
  * 3-row tail past the last whole group (the unpacked tile), 4104 rows on
  * two threads (lanes per piece of the streaming split), and 480 columns
  * (15 blocks: the last quad of each group part zeros). Skips (77) when the
