@@ -155,9 +155,13 @@ void kw_matmul_test_help_first(bool on);
 /* matmul.c: the groups a streaming part's next piece takes when `left`
  * remain (1..min(left, piece)); exposed for its test. */
 uint32_t kw_mm_piece_groups(uint32_t left, uint32_t piece);
+/* matmul.c: the groups a helper takes from the back of a part of a matrix
+ * in np panels whose owner is in panel p with groups [f, e) left there
+ * (f < e); the helper computes panels p..np-1 of them. Exposed for its test. */
+uint32_t kw_mm_help_groups(uint32_t p, uint32_t f, uint32_t e, int np, uint32_t piece);
 
 /* One step of a spin-wait (x86 `pause`; nothing elsewhere): the pool's
- * waits and the streaming split's wait for a part to open. */
+ * waits and the streaming split's wait for an owner between panels. */
 static inline void kw_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

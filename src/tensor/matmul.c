@@ -50,31 +50,48 @@ size_t kw_matmul_scratch_bytes(const kw_matrix *W, int64_t n) {
  * the owner keeps streaming forward and nobody idles while a part is
  * left: with fixed halves one thread waited for the other in 8-12% of the
  * decode matmul time (a trace of pool runs, Q8_0 1B), now 2-10 us per run
- * (+1% tok/s, alternating in one process). [front, back) is what is left
- * (group indexes from g0), one atomic word (front low, back high) so owner
- * and helpers never take the same piece. Which thread computes a row never
- * changes its result. */
+ * (+1% tok/s, alternating in one process). Which thread computes a row
+ * never changes its result.
+ *
+ * A matrix whose packed copy is stored in K-panels (kernels.h panels /
+ * gemm_panel: panel q adds into what panels 0..q-1 left in Y) is streamed
+ * panel after panel, each over the owner's rows. A row's panels must run
+ * in order, so a helper that takes rows from the back of a part while the
+ * owner is in panel p computes panels p..np-1 of those rows itself, one
+ * after the other, and the owner's later panels end where the helper's
+ * rows begin. (Before, helpers joined only in the last panel and the
+ * thread done first spun until the other reached it: 3.3% of all decode
+ * samples of a Q4_0 token sat in that spin. On an idle host that cost
+ * nothing measurable, the other thread streaming alone meanwhile: 1.000x
+ * and 1.009x against 1.006x for the same build, bench_ab, 200 s; with a
+ * busy loop on the second core Q4_0 decode 1.28-1.30x against 1.035x.) */
+#define KW_MM_PART_BITS 28                       /* bits of front and back in mm_part.left */
+#define KW_MM_PART_MAX (((uint64_t)1 << KW_MM_PART_BITS) - 1)
+#define KW_MM_PANELS_MAX 255                     /* panels mm_part.left can count */
+
+/* What is left of a part, one atomic word so owner and helpers never take
+ * the same piece: the panel p the owner is in, and [front, back) of its
+ * groups (indexes from g0) not yet taken in that panel. Rows from back on
+ * were taken by helpers for panels p and later. */
 typedef struct {
     _Atomic uint64_t left;
     int64_t g0;
     uint32_t piece;
-    _Atomic bool open;   /* helpers may take from it (see mm_unit) */
 } mm_part;
 
-/* What the streaming split streams: a matrix, or one K-panel of a matrix
- * whose packed copy is stored in panels (kernels.h panels / gemm_panel:
- * panel p adds into what panels 0..p-1 left in Y). A row's panels must run
- * in order, so only the owner of a part computes its rows' panels before
- * the last; the last panel's part opens to helpers when the owner starts
- * it (all of its earlier panels done). Matrices not in panels: open from
- * the start. */
+static uint64_t part_word(uint32_t p, uint32_t f, uint32_t e) {
+    return (uint64_t)p << (2 * KW_MM_PART_BITS) | (uint64_t)e << KW_MM_PART_BITS | f;
+}
+static uint32_t part_panel(uint64_t v) { return (uint32_t)(v >> (2 * KW_MM_PART_BITS)); }
+static uint32_t part_back(uint64_t v) { return (uint32_t)((v >> KW_MM_PART_BITS) & KW_MM_PART_MAX); }
+static uint32_t part_front(uint64_t v) { return (uint32_t)(v & KW_MM_PART_MAX); }
+
+/* What the streaming split streams: a matrix, in np K-panels or whole (np = 1). */
 typedef struct {
     const kw_matrix *W;
     float *Y;
-    int panel;        /* -1: the whole matrix */
-    bool last;        /* a whole matrix or its last panel: helpers may join */
+    int np;
 } mm_unit;
-#define KW_MM_STREAM_UNITS 16
 
 /* One pool run over the rows of n_mats matrices of one type and width
  * (kw_matmul: n_mats = 1) against the same activations. Either chunks
@@ -93,8 +110,8 @@ typedef struct {
     const kw_matrix *Ws[KW_MM_MULTI_MAX];
     float *Ys[KW_MM_MULTI_MAX];
     int64_t rows_per_chunk[KW_MM_MULTI_MAX], first[KW_MM_MULTI_MAX + 1];
-    int n_units;                      /* the streaming split's units, parts[u * nth + p] */
-    mm_unit units[KW_MM_STREAM_UNITS];
+    int n_units;                      /* the streaming split's units (one per matrix), parts[u * nth + p] */
+    mm_unit units[KW_MM_MULTI_MAX];
     mm_part *parts;
 } mm_task;
 
@@ -155,29 +172,12 @@ uint32_t kw_mm_piece_groups(uint32_t left, uint32_t piece) {
     return n < left ? n : left;
 }
 
-/* Takes a piece of what is left of part *pt: from the front (its owner)
- * or the back (a helper, so the owner keeps streaming forward). Returns
- * false when nothing is left; else [*a, *b) in groups from the part's g0. */
-static bool take_piece(mm_part *pt, bool front, uint32_t *a, uint32_t *b) {
-    uint64_t v = atomic_load_explicit(&pt->left, memory_order_relaxed);
-    for (;;) {
-        uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
-        if (f >= e) return false;
-        uint32_t n = kw_mm_piece_groups(e - f, pt->piece);
-        uint64_t nv = front ? ((uint64_t)e << 32) | (f + n) : ((uint64_t)(e - n) << 32) | f;
-        if (atomic_compare_exchange_weak_explicit(&pt->left, &v, nv, memory_order_relaxed, memory_order_relaxed)) {
-            *a = front ? f : e - n;
-            *b = front ? f + n : e;
-            return true;
-        }
-    }
-}
-
-static void stream_piece(const mm_task *t, const mm_unit *u, const mm_part *pt, uint32_t a, uint32_t b) {
+/* Rows [a, b) (groups from the part's g0) of unit u over panel q (the whole matrix when np = 1). */
+static void stream_piece(const mm_task *t, const mm_unit *u, const mm_part *pt, int q, uint32_t a, uint32_t b) {
     const kw_matrix *W = u->W;
     int64_t r0 = (pt->g0 + a) * KW_MM_ROW_ALIGN, r1 = (pt->g0 + b) * KW_MM_ROW_ALIGN;
     if (r1 > W->rows) r1 = W->rows;
-    if (u->panel >= 0) t->ks->gemm_panel[W->type](W, u->panel, r0, r1, t->xq, t->xq_stride, t->n, u->Y, W->rows);
+    if (u->np > 1) t->ks->gemm_panel[W->type](W, q, r0, r1, t->xq, t->xq_stride, t->n, u->Y, W->rows);
     else t->ks->gemm[W->type](W, r0, r1, t->xq, t->xq_stride, t->n, u->Y, W->rows);
 }
 
@@ -185,31 +185,73 @@ static _Atomic bool g_help_first;   /* kw_matmul_test_help_first */
 
 void kw_matmul_test_help_first(bool on) { atomic_store(&g_help_first, on); }
 
-static void own_parts(mm_task *t, int ith, int nth) {
-    uint32_t a, b;
-    for (int u = 0; u < t->n_units; u++) {
-        mm_part *pt = &t->parts[u * nth + ith];
-        if (t->units[u].last) atomic_store_explicit(&pt->open, true, memory_order_release);   /* its rows' earlier panels are done */
-        while (take_piece(pt, true, &a, &b)) stream_piece(t, &t->units[u], pt, a, b);
+/* The owner streams its part of unit u: pieces from the front of each
+ * panel in turn. Its pieces are computed before it moves to the next
+ * panel (a release store, so a helper taking rows of the next panel sees
+ * their sums in Y); nobody else writes the word while nothing is left in
+ * the panel (helpers take only when front < back). */
+static void own_part(const mm_task *t, const mm_unit *u, mm_part *pt) {
+    uint64_t v = atomic_load_explicit(&pt->left, memory_order_acquire);
+    for (;;) {
+        uint32_t p = part_panel(v), f = part_front(v), e = part_back(v);
+        if (f < e) {
+            uint32_t n = kw_mm_piece_groups(e - f, pt->piece);
+            if (atomic_compare_exchange_weak_explicit(&pt->left, &v, part_word(p, f + n, e), memory_order_acquire,
+                                                      memory_order_acquire)) {
+                stream_piece(t, u, pt, (int)p, f, f + n);
+                v = atomic_load_explicit(&pt->left, memory_order_acquire);
+            }
+            continue;
+        }
+        if ((int)p + 1 >= u->np) return;
+        v = part_word(p + 1, 0, e);
+        atomic_store_explicit(&pt->left, v, memory_order_release);
     }
 }
 
-/* Pieces from the back of the other threads' open parts. With wait, a
- * part whose owner has not yet reached it (the last panel of a matrix in
- * panels) is waited for: the owner only streams its own parts, in order,
- * so it gets there. */
-static void help_others(mm_task *t, int ith, int nth, bool wait) {
-    uint32_t a, b;
-    for (int u = 0; u < t->n_units; u++) {
-        if (!t->units[u].last) continue;
-        for (int k = 1; k < nth; k++) {
-            mm_part *pt = &t->parts[u * nth + (ith + k) % nth];
-            bool open;
-            while (!(open = atomic_load_explicit(&pt->open, memory_order_acquire)) && wait) kw_cpu_relax();
-            if (!open) continue;
-            while (take_piece(pt, false, &a, &b)) stream_piece(t, &t->units[u], pt, a, b);
+static void own_parts(mm_task *t, int ith, int nth) {
+    for (int u = 0; u < t->n_units; u++) own_part(t, &t->units[u], &t->parts[u * nth + ith]);
+}
+
+/* The groups a helper takes from the back of a part whose owner is in
+ * panel p with [f, e) left there: at most a piece and what is left in
+ * the panel, and at most a third of the owner's remaining work counted in
+ * group-panels (the helper computes panels p..np-1 of what it takes). For
+ * a whole matrix this is kw_mm_piece_groups. */
+uint32_t kw_mm_help_groups(uint32_t p, uint32_t f, uint32_t e, int np, uint32_t piece) {
+    uint64_t k = (uint64_t)np - p, rem = (uint64_t)(e - f) + (uint64_t)e * (k - 1);
+    uint64_t n = rem / (3 * k);
+    if (n > piece) n = piece;
+    if (n < 1) n = 1;
+    return n < e - f ? (uint32_t)n : e - f;
+}
+
+/* Pieces from the back of another thread's part of unit u until nothing
+ * is left. With wait, a part whose owner is finishing its last piece of a
+ * panel before a later one is waited for (a piece, short at a panel's
+ * end: kw_mm_piece_groups); without, it is left to the owner. */
+static void help_part(const mm_task *t, const mm_unit *u, mm_part *pt, bool wait) {
+    uint64_t v = atomic_load_explicit(&pt->left, memory_order_acquire);
+    for (;;) {
+        uint32_t p = part_panel(v), f = part_front(v), e = part_back(v);
+        if (f >= e) {
+            if (!wait || e == 0 || (int)p + 1 >= u->np) return;
+            kw_cpu_relax();
+            v = atomic_load_explicit(&pt->left, memory_order_acquire);
+            continue;
         }
+        uint32_t n = kw_mm_help_groups(p, f, e, u->np, pt->piece);
+        if (!atomic_compare_exchange_weak_explicit(&pt->left, &v, part_word(p, f, e - n), memory_order_acquire,
+                                                   memory_order_acquire))
+            continue;
+        for (int q = (int)p; q < u->np; q++) stream_piece(t, u, pt, q, e - n, e);
+        v = atomic_load_explicit(&pt->left, memory_order_acquire);
     }
+}
+
+static void help_others(mm_task *t, int ith, int nth, bool wait) {
+    for (int u = 0; u < t->n_units; u++)
+        for (int k = 1; k < nth; k++) help_part(t, &t->units[u], &t->parts[u * nth + (ith + k) % nth], wait);
 }
 
 /* Thread ith streams its own part of every unit front to back, then
@@ -221,20 +263,15 @@ static void stream_task(void *v, int ith, int nth) {
     help_others(t, ith, nth, true);
 }
 
-/* The units of t's matrices: each matrix whole, or its K-panels when the
- * family stores it in panels and they all fit. */
+/* The units of t's matrices: one per matrix, in its K-panels when the
+ * family stores it so (else whole: the family's gemm takes the panels
+ * itself). */
 static void stream_units(mm_task *t) {
-    int np[KW_MM_MULTI_MAX], n = 0;
+    t->n_units = t->n_mats;
     for (int m = 0; m < t->n_mats; m++) {
         const kw_matrix *W = t->Ws[m];
-        np[m] = t->ks->panels && t->ks->gemm_panel[W->type] ? t->ks->panels(W) : 1;
-        n += np[m];
-    }
-    t->n_units = 0;
-    for (int m = 0; m < t->n_mats; m++) {
-        int k = n <= KW_MM_STREAM_UNITS ? np[m] : 1;
-        for (int p = 0; p < k; p++)
-            t->units[t->n_units++] = (mm_unit){.W = t->Ws[m], .Y = t->Ys[m], .panel = k > 1 ? p : -1, .last = p == k - 1};
+        int np = t->ks->panels && t->ks->gemm_panel[W->type] ? t->ks->panels(W) : 1;
+        t->units[m] = (mm_unit){.W = W, .Y = t->Ys[m], .np = np >= 1 && np <= KW_MM_PANELS_MAX ? np : 1};
     }
 }
 
@@ -249,10 +286,17 @@ static void stream_parts(mm_task *t, mm_part *parts, int nth) {
             int64_t g0 = per * p < groups ? per * p : groups, g1 = g0 + per < groups ? g0 + per : groups;
             pt->g0 = g0;
             pt->piece = (uint32_t)((per + KW_MM_PIECES - 1) / KW_MM_PIECES);
-            atomic_store_explicit(&pt->left, (uint64_t)(g1 - g0) << 32, memory_order_relaxed);
-            atomic_store_explicit(&pt->open, t->units[u].panel < 0, memory_order_relaxed);
+            atomic_store_explicit(&pt->left, part_word(0, 0, (uint32_t)(g1 - g0)), memory_order_relaxed);
         }
     }
+}
+
+/* Whether every matrix's parts fit mm_part.left (always, short of 2^28 groups per thread). */
+static bool stream_fits(const kw_matrix *const *W, int n_mats, int nth) {
+    for (int m = 0; m < n_mats; m++)
+        if ((uint64_t)((W[m]->rows + KW_MM_ROW_ALIGN - 1) / KW_MM_ROW_ALIGN) / (uint64_t)nth >= KW_MM_PART_MAX)
+            return false;
+    return true;
 }
 
 /* Whether the family has a packed-only quantizer for dt and every matrix
@@ -296,8 +340,8 @@ static void run_mats(kw_pool *pool, const kw_kernel_set *ks, const kw_matrix *co
         t.Ws[m] = W[m];
         t.Ys[m] = Y[m];
     }
-    if (nth > 1 && n <= KW_MM_STREAM_ROWS && nth <= KW_MM_STREAM_THREADS) {
-        mm_part parts[KW_MM_STREAM_UNITS * KW_MM_STREAM_THREADS];
+    if (nth > 1 && n <= KW_MM_STREAM_ROWS && nth <= KW_MM_STREAM_THREADS && stream_fits(W, n_mats, nth)) {
+        mm_part parts[KW_MM_MULTI_MAX * KW_MM_STREAM_THREADS];
         stream_units(&t);
         stream_parts(&t, parts, nth);
         kw_pool_run(pool, stream_task, &t);

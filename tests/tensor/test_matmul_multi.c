@@ -98,8 +98,35 @@ static void check_piece_rule(void) {
     KW_CHECK(kw_mm_piece_groups(9, 32) == 3 && kw_mm_piece_groups(1000, 4) == 4);
 }
 
+/* The helper's rule (kw_mm_help_groups): for a whole matrix it is the
+ * owner's piece rule; for a matrix in np panels whose owner is in panel p,
+ * what it takes times the panels it computes (np - p) is at most a third
+ * of the owner's remaining group-panels (or one group), never more than a
+ * piece or what is left in the panel, and at least one group. */
+static void check_help_rule(void) {
+    for (uint32_t left = 1; left <= 300; left++) KW_CHECK(kw_mm_help_groups(0, 0, left, 1, 32) == kw_mm_piece_groups(left, 32));
+    KW_CHECK(kw_mm_help_groups(0, 10, 19, 1, 32) == kw_mm_piece_groups(9, 32));
+    int bad = 0;
+    for (int np = 2; np <= 8; np++)
+        for (uint32_t p = 0; p < (uint32_t)np; p++)
+            for (uint32_t e = 1; e <= 80; e++)
+                for (uint32_t f = 0; f < e; f++) {
+                    uint32_t n = kw_mm_help_groups(p, f, e, np, 8);
+                    uint64_t k = (uint64_t)np - p, rem = (uint64_t)(e - f) + (uint64_t)e * (k - 1);
+                    if (n < 1 || n > 8 || n > e - f || (n > 1 && (uint64_t)n * k * 3 > rem)) bad++;
+                }
+    KW_CHECK_MSG(bad == 0, "%d helper takes break the rule", bad);
+    /* owner in panel 0 of 4 with all 64 groups left: a third of 256 group-panels is 85, i.e. 21 groups, capped at 8 */
+    KW_CHECK(kw_mm_help_groups(0, 0, 64, 4, 8) == 8);
+    /* owner in panel 2 of 4 with 2 groups left of 30: rem = 2 + 30 = 32 group-panels, a third over 2 panels is 5, capped at 2 */
+    KW_CHECK(kw_mm_help_groups(2, 28, 30, 4, 8) == 2);
+    /* last panel, 9 left: the piece rule's third */
+    KW_CHECK(kw_mm_help_groups(3, 0, 9, 4, 8) == 3);
+}
+
 int main(void) {
     check_piece_rule();
+    check_help_rule();
     kw_pool *pools[] = {kw_pool_create(1), kw_pool_create(2), kw_pool_create(3), kw_pool_create(5)};
     const int64_t ns[] = {1, 4, 11, 16, 17};
     const uint32_t same[][3] = {{KW_TYPE_Q4_0, KW_TYPE_Q4_0, KW_TYPE_Q4_0}, {KW_TYPE_Q8_0, KW_TYPE_Q8_0, KW_TYPE_Q8_0},

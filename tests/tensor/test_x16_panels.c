@@ -5,11 +5,12 @@
  *     2048-value rows, a 200-row matrix (not whole groups) and Q8_0 none;
  *   - every path gives the same bytes: one row on one thread (the panels
  *     one after the other in the kernel, the sum carried through Y), one
- *     row and 2..16 rows on 2 and 3 threads (kw_matmul's streaming split,
- *     one unit per panel, helpers only in the last one), the same with
- *     helpers first (kw_matmul_test_help_first: parts not yet open are
- *     skipped), and 17..20 rows (the prefill GEMM, the sum in registers
- *     across panels);
+ *     row and 2..16 rows on 2 and 3 threads (kw_matmul's streaming split:
+ *     the owner panel after panel, a helper computing panels p..np-1 of
+ *     the rows it takes), the same with helpers first
+ *     (kw_matmul_test_help_first: every helper takes rows in panel 0 and
+ *     computes all their panels), and 17..20 rows (the prefill GEMM, the
+ *     sum in registers across panels);
  *   - against the same matrix unpacked (the per-row kernel over the GGUF
  *     blocks) within float-order tolerance.
  * Skips (77) without AVX-512 VNNI. */
