@@ -146,8 +146,16 @@ kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int3
     c->max_tokens = max_tokens;
     c->max_ctx = max_ctx;
     plan_workspace(&m->hp, max_tokens, max_ctx, c->n_threads, &c->plan);
-    c->work = kw_mem_alloc(KW_MEM_WORKSPACE, c->plan.work_bytes);
-    c->scratch = kw_mem_alloc(KW_MEM_SCRATCH, c->plan.scratch_bytes);
+    /* On transparent huge pages, as the weights and the KV pool: a 512-token
+     * prefill walks tens of MiB of activations (gate/up 16 MiB each for the
+     * 1B shape, the quantized rows 25 MiB), which in 4 KiB pages cost TLB
+     * misses on every pass and ~20k page faults on the first one. Measured
+     * on the same pages (bench_ab knob variants, each with its own session):
+     * F16 pp512 1.061x / 1.037x (same build 1.012x), Q4_0 1.023x / 1.030x
+     * (same build 0.992x), decode level; a fresh session's first pp512 of F16
+     * 178-258 -> 293-307 tok/s (kvwise bench, rep 1 of 3). */
+    c->work = kw_mem_alloc_huge(KW_MEM_WORKSPACE, c->plan.work_bytes);
+    c->scratch = kw_mem_alloc_huge(KW_MEM_SCRATCH, c->plan.scratch_bytes);
     if (!c->work || !c->scratch) {
         kw_err_set(err, "ctx: cannot allocate the workspace (%zu + %zu bytes)", c->plan.work_bytes, c->plan.scratch_bytes);
         kw_ctx_free(c);
