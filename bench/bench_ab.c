@@ -102,8 +102,8 @@ static char *private_copy(const char *path) {
 
 /* LIB.so@VALUE: the variant is LIB's build with its global `int
  * kw_ab_knob` set to VALUE before each of its bursts. Variants that name
- * the same LIB with a knob share one loaded copy and one model, so they
- * read the same pages: on this host two copies of the same build differ
+ * the same LIB with a knob share one loaded copy and one model (each has
+ * its own session, created with its knob set), so they read the same pages: on this host two copies of the same build differ
  * by up to 26% in decode speed from where their weights landed (four
  * copies of one build, 60 s: 1.00x 1.00x 1.01x 1.06x; six, 150 s: the
  * last three 1.26x the first). Only an experimental build (one that
@@ -161,11 +161,12 @@ static int open_variant(variant *v, const char *arg) {
 /* Prompt token i (fixed, so every variant and run sees the same tokens). */
 static int32_t ab_token(int32_t i, int32_t vocab) { return (int32_t)(((int64_t)i * 7919 + 13) % vocab); }
 
-static int setup_variant(variant *v, const char *model, int threads, int32_t n_ctx, int32_t depth) {
+/* The variant's own session on its (maybe shared) model, created with its
+ * knob set (so a knob can also choose what a session allocates), with
+ * depth tokens prefilled. */
+static int setup_session(variant *v, int32_t n_ctx, int32_t depth) {
     kw_err err = {{0}};
-    v->pool = v->pool_create(threads);
-    v->model = v->pool ? v->model_load(model, NULL, &err) : NULL;
-    if (!v->model) { fprintf(stderr, "bench_ab: %s: %s\n", v->path, err.msg[0] ? err.msg : "out of memory"); return -1; }
+    if (v->knob) *v->knob = v->knob_val;
     kw_session_opts so = {.n_ctx = n_ctx, .max_batch = 512, .pool = v->pool, .kv_type = KW_KV_TYPE_AUTO};
     v->sess = v->session_create(v->model, &so, &err);
     if (!v->sess) { fprintf(stderr, "bench_ab: %s: %s\n", v->path, err.msg); return -1; }
@@ -176,6 +177,14 @@ static int setup_variant(variant *v, const char *model, int threads, int32_t n_c
         if (v->eval(v->sess, tok, n, false, &err) != 0) { fprintf(stderr, "bench_ab: %s\n", err.msg); return -1; }
     }
     return 0;
+}
+
+static int setup_variant(variant *v, const char *model, int threads, int32_t n_ctx, int32_t depth) {
+    kw_err err = {{0}};
+    v->pool = v->pool_create(threads);
+    v->model = v->pool ? v->model_load(model, NULL, &err) : NULL;
+    if (!v->model) { fprintf(stderr, "bench_ab: %s: %s\n", v->path, err.msg[0] ? err.msg : "out of memory"); return -1; }
+    return setup_session(v, n_ctx, depth);
 }
 
 /* One burst: decode n tokens on top of depth, or prefill p tokens from 0. */
@@ -228,7 +237,10 @@ int main(int argc, char **argv) {
     int32_t n_ctx = (p ? p : depth + n) + 16;
     for (int v = 0; v < nv; v++) {
         V[v].copy_of = v;
-        if (share_variant(&V[v], V, v, libs[v])) continue;
+        if (share_variant(&V[v], V, v, libs[v])) {
+            if (setup_session(&V[v], n_ctx, p ? 0 : depth) != 0) return 1;
+            continue;
+        }
         if (open_variant(&V[v], libs[v]) != 0 || setup_variant(&V[v], model, threads, n_ctx, p ? 0 : depth) != 0) return 1;
     }
     printf("%d variants, %s, %d threads, %s %d tokens%s, %.1f s of alternating bursts\n", nv, model, threads,
@@ -287,9 +299,9 @@ int main(int argc, char **argv) {
     printf("logits of a %d-token prefill: %s\n", check, differ ? "DIFFER between variants" : "identical in every variant");
     free(tk);
     free(ref);
+    for (int v = 0; v < nv; v++) V[v].session_free(V[v].sess);   /* every variant's own, before the models */
     for (int v = 0; v < nv; v++) {
         if (!V[v].owner) continue;
-        V[v].session_free(V[v].sess);
         V[v].model_free(V[v].model);
         V[v].pool_destroy(V[v].pool);
     }
