@@ -103,8 +103,9 @@ static char *private_copy(const char *path) {
 /* LIB.so@VALUE: the variant is LIB's build with its global `int
  * kw_ab_knob` set to VALUE before each of its bursts. Variants that name
  * the same LIB with a knob share one loaded copy and one model (each has
- * its own session, created with its knob set), so they read the same pages: on this host two copies of the same build differ
- * by up to 26% in decode speed from where their weights landed (four
+ * its own session, created with its knob set), so they read the same
+ * pages: on this host two copies of the same build differ by up to 26% in
+ * decode speed from where their weights landed (four
  * copies of one build, 60 s: 1.00x 1.00x 1.01x 1.06x; six, 150 s: the
  * last three 1.26x the first). Only an experimental build (one that
  * reads kw_ab_knob in the code under test) defines the symbol; knob

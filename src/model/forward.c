@@ -153,7 +153,7 @@ kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int3
      * on the same pages (bench_ab knob variants, each with its own session):
      * F16 pp512 1.061x / 1.037x (same build 1.012x), Q4_0 1.023x / 1.030x
      * (same build 0.992x), decode level; a fresh session's first pp512 of F16
-     * 178-258 -> 293-307 tok/s (kvwise bench, rep 1 of 3). */
+     * 178-258 -> 272-307 tok/s (kvwise bench, rep 1 of 3). */
     c->work = kw_mem_alloc_huge(KW_MEM_WORKSPACE, c->plan.work_bytes);
     c->scratch = kw_mem_alloc_huge(KW_MEM_SCRATCH, c->plan.scratch_bytes);
     if (!c->work || !c->scratch) {
