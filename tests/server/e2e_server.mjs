@@ -354,7 +354,8 @@ async function main() {
       'queued request of a gone client is dropped as hung up, not timed out', { queued, timeouts0, timeouts1 });
     await busy;
     p2.kill('SIGTERM');
-    check(await new Promise((res) => p2.on('exit', res)) === 0, 'second server exits 0');
+    const exit2 = await new Promise((res) => p2.on('exit', (code, signal) => res({ code, signal })));
+    check(exit2.code === 0, 'second server exits 0', { ...exit2, log: log2.slice(-300) });
   }
 
   // greedy == `kvwise generate` on real vocabularies too (SPM and byte-level BPE conformance models)
