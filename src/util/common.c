@@ -9,13 +9,32 @@
 #include <string.h>
 #include <strings.h>
 
+/* Messages often quote what a file or a client sent (a tokenizer name, a
+ * key, a flag's value), and those bytes may hold newlines or other control
+ * characters. The contract is one line, so every control byte of the
+ * formatted message is written as \n, \r, \t or \xNN; a message that no
+ * longer fits is cut at a whole escape. */
 int kw_err_set(kw_err *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
+    if (!err) return -1;
+    char raw[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    va_end(ap);
+    size_t o = 0, cap = sizeof err->msg - 1;
+    for (const unsigned char *p = (const unsigned char *)raw; *p; p++) {
+        char esc[5];
+        size_t n;
+        if (*p >= 0x20 && *p != 0x7f) { esc[0] = (char)*p; n = 1; }
+        else if (*p == '\n') { memcpy(esc, "\\n", 2); n = 2; }
+        else if (*p == '\r') { memcpy(esc, "\\r", 2); n = 2; }
+        else if (*p == '\t') { memcpy(esc, "\\t", 2); n = 2; }
+        else { snprintf(esc, sizeof esc, "\\x%02x", *p); n = 4; }
+        if (o + n > cap) break;
+        memcpy(err->msg + o, esc, n);
+        o += n;
     }
+    err->msg[o] = '\0';
     return -1;
 }
 

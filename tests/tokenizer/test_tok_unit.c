@@ -328,6 +328,8 @@ static void test_malformed(void) {
     expect_load_error(fx_spm_writer(FX_TOKENS_SCALAR), "m8.gguf", "tokenizer.ggml.tokens: expected an array");
     expect_load_error(fx_spm_writer(FX_NO_TOKENS), "m9.gguf", "tokenizer.ggml.tokens is missing");
     expect_load_error(fx_bpe_writer(FX_MERGES_U8), "m10.gguf", "tokenizer.ggml.merges: expected an array of string");
+    /* found by fuzz_tokenizer: the file's bytes are quoted, escaped, on one line */
+    expect_load_error(fx_spm_writer(FX_MODEL_CTRL), "m11.gguf", "unsupported tokenizer model 'll\\nama\\x01'");
     kw_err err = {{0}};
     KW_CHECK(kw_tokenizer_load(NULL, &err) == NULL && err.msg[0]);
 

@@ -29,6 +29,7 @@ enum {
     FX_BAD_IDS = 1 << 9,      /* bos/eos ids far out of range (ignored, not fatal) */
     FX_MERGES_U8 = 1 << 10,   /* merges as bytes */
     FX_DUP_TOKENS = 1 << 11,  /* a duplicated token text (later id wins) */
+    FX_MODEL_CTRL = 1 << 12,  /* a model name with a newline and a control byte */
 };
 
 typedef struct fx_list { char **s; float *score; int32_t *type; int n, cap; } fx_list;
@@ -85,6 +86,7 @@ static void fx_put_tokens(kw_gguf_writer *w, const fx_list *l, int flags, bool s
 static void fx_put_model(kw_gguf_writer *w, const char *model, int flags) {
     kw_gguf_writer_set_str(w, "general.architecture", "llama");
     if (flags & FX_NO_MODEL) return;
+    if (flags & FX_MODEL_CTRL) model = "ll\nama\x01";
     kw_gguf_writer_set_str(w, "tokenizer.ggml.model", (flags & FX_MODEL_BERT) ? "bert" : model);
 }
 

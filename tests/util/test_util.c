@@ -1,4 +1,4 @@
-/* test_util.c - kw_parse_bytes and the accounted allocator. */
+/* test_util.c - kw_err_set, kw_parse_bytes and the accounted allocator. */
 #include "testutil.h"
 #include <string.h>
 #include "kvwise/common.h"
@@ -47,7 +47,26 @@ static void test_alloc(void) {
     KW_CHECK(kw_mem_alloc(KW_MEM_OTHER, (size_t)1 << 50) == NULL);
 }
 
+/* kw_err_set keeps the one-line contract whatever the quoted bytes are */
+static void test_err_one_line(void) {
+    kw_err e = {{0}};
+    KW_CHECK(kw_err_set(&e, "bad name '%s'", "a\nb\tc\r\x01\x7f") == -1);
+    KW_CHECK_MSG(strcmp(e.msg, "bad name 'a\\nb\\tc\\r\\x01\\x7f'") == 0, "got '%s'", e.msg);
+    KW_CHECK(kw_err_set(NULL, "x %d", 1) == -1);
+    /* a long message is cut at a whole escape, never mid-escape or past the buffer */
+    char big[600];
+    for (size_t i = 0; i < sizeof big - 1; i++) big[i] = (i % 3) ? 'a' : '\n';
+    big[sizeof big - 1] = '\0';
+    kw_err_set(&e, "%s", big);
+    size_t n = strlen(e.msg);
+    KW_CHECK(n < sizeof e.msg && n >= sizeof e.msg - 3 && !strchr(e.msg, '\n'));
+    KW_CHECK(e.msg[n - 1] != '\\');
+    kw_err_set(&e, "UTF-8 stays: %s", "\xC3\xA9\xF0\x9F\x99\x82");
+    KW_CHECK(strcmp(e.msg, "UTF-8 stays: \xC3\xA9\xF0\x9F\x99\x82") == 0);
+}
+
 int main(void) {
+    test_err_one_line();
     test_parse_bytes();
     test_alloc();
     return kw_test_finish();
