@@ -119,6 +119,16 @@ static void slice_bounds(int64_t len, bool has_start, int64_t start, bool has_st
     *o_stop = stop;
 }
 
+/* How many elements s[st:en:step] takes, with st and en already clamped by
+ * slice_bounds (both in [-1, len]). Counted in unsigned arithmetic so any
+ * step, INT64_MIN included, is safe: k * step for k < count never exceeds
+ * the span in magnitude. Step 0 takes nothing. */
+static int64_t slice_count(int64_t st, int64_t en, int64_t step) {
+    if (step > 0) return en > st ? (int64_t)(((uint64_t)(en - st) - 1) / (uint64_t)step) + 1 : 0;
+    if (step < 0) return st > en ? (int64_t)(((uint64_t)(st - en) - 1) / (0 - (uint64_t)step)) + 1 : 0;
+    return 0;
+}
+
 static tv eval_slice(tpl_rt *rt, tpl_scope *sc, tv obj, const tpl_node *s) {
     if (obj.t != TV_LIST && obj.t != TV_STR) FAIL_AT(s, "only lists and strings can be sliced, not %s", tv_type_name(obj));
     tv parts[3];
@@ -133,20 +143,19 @@ static tv eval_slice(tpl_rt *rt, tpl_scope *sc, tv obj, const tpl_node *s) {
     if (obj.t == TV_STR) offs = utf8_offsets(rt, obj.u.s, &len);
     int64_t st, en;
     slice_bounds((int64_t)len, parts[0].t == TV_INT, parts[0].u.i, parts[1].t == TV_INT, parts[1].u.i, step, &st, &en);
-    int dir = step > 0 ? 1 : step < 0 ? -1 : 0;
+    int64_t n = slice_count(st, en, step);
     if (obj.t == TV_LIST) {
         tv out = tv_list(rt->ar, 0);
-        if (dir)
-            for (int64_t i = st; dir * i < dir * en; i += step) { tpl_step(rt); tlist_push(rt->ar, out.u.l, obj.u.l->v[i]); }
+        for (int64_t k = 0; k < n; k++) { tpl_step(rt); tlist_push(rt->ar, out.u.l, obj.u.l->v[st + k * step]); }
         return out;
     }
     tpl_buf b;
     tpl_buf_init(&b, rt->ar, 0);
-    if (dir)
-        for (int64_t i = st; dir * i < dir * en; i += step) {
-            tpl_step(rt);
-            tpl_buf_put(&b, obj.u.s->s + offs[i], offs[i + 1] - offs[i]);
-        }
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = st + k * step;
+        tpl_step(rt);
+        tpl_buf_put(&b, obj.u.s->s + offs[i], offs[i + 1] - offs[i]);
+    }
     return tv_str(rt->ar, b.p ? b.p : "", b.n);
 }
 
