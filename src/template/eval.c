@@ -270,7 +270,9 @@ static tv arith_int(tpl_rt *rt, tpl_op op, int64_t a, int64_t b) {
     case OP_MOD:
         if (b == 0) tpl_rt_fail(rt, "integer modulo by zero");
         if (b == -1) return tv_int(0);
-        return tv_int(a % b);
+        r = a % b;                                   /* Python's sign: that of the divisor */
+        if (r != 0 && ((r < 0) != (b < 0))) r += b;
+        return tv_int(r);
     default: return tv_undef();
     }
 }
@@ -308,7 +310,11 @@ static tv eval_binary(tpl_rt *rt, tpl_scope *sc, const tpl_node *n) {
             return tv_float(op == OP_ADD ? a + b : op == OP_SUB ? a - b : a * b);
         case OP_DIV: return tv_float(a / b);
         case OP_FLOORDIV: if (!flt) return arith_int(rt, op, l.u.i, r.u.i); return tv_float(floor(a / b));
-        case OP_MOD: if (!flt) return arith_int(rt, op, l.u.i, r.u.i); return tv_float(fmod(a, b));
+        case OP_MOD: {
+            if (!flt) return arith_int(rt, op, l.u.i, r.u.i);
+            double m = fmod(a, b);                   /* the divisor's sign, as for integers */
+            return tv_float(m != 0 && ((m < 0) != (b < 0)) ? m + b : m);
+        }
         case OP_LT: return tv_bool(a < b);
         case OP_GT: return tv_bool(a > b);
         case OP_LE: return tv_bool(a <= b);

@@ -48,6 +48,9 @@ static void test_literals_and_ops(void) {
     EXPECT("{{ 'a\\n\\t\\'\"' }}", NULL, "a\n\t'\"");
     EXPECT("{{ \"\\u00e9\\x41\" }}", NULL, "\xc3\xa9" "A");
     EXPECT("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ 2 ** 10 }}", NULL, "7|3|-4|1|1024");
+    /* % takes the divisor's sign, as in Python and Jinja (C's % takes the dividend's) */
+    EXPECT("{{ -7 % 3 }}|{{ 7 % -3 }}|{{ -7 % -3 }}|{{ -6 % 3 }}|{{ (-9223372036854775807 - 1) % 7 }}", NULL, "2|-2|-1|0|6");
+    EXPECT("{{ -7.5 % 2 }}|{{ 7.5 % -2 }}|{{ 7.5 % 2 }}", NULL, "0.5|-0.5|1.5");
     EXPECT("{{ 7 / 2 }}|{{ 4 / 2 }}|{{ 1.5 + 1 }}|{{ 0.1 }}", NULL, "3.5|2.0|2.5|0.1");
     EXPECT("{{ 'a' ~ 1 ~ true }}|{{ 'n=' + 3 }}", NULL, "a1true|n=3");
     EXPECT("{{ true }}|{{ none }}|{{ undefined_var }}|{{ [1, 'a', none] }}", NULL, "true|||[1, \"a\", null]");
