@@ -2,7 +2,9 @@
  * result: the small-batch path of the 16-row interleaved kernel
  * (kernels_avx512.c, 2..16 activation rows, the batched decode step) gives
  * exactly the bytes of the per-row packed kernel (1 row) for every row, in
- * any position of the batch and with 1 or 2 threads. Shapes: 70 blocks per
+ * any position of the batch and with 1 or 2 threads. For Q4_0 the one-row
+ * kernel is its own loop (x16_q4_rows1: pair steps, high nibbles in place),
+ * so this also checks that loop against the tile's. Shapes: 70 blocks per
  * row (prefetch runs past the end of each group and of the matrix), 3
  * blocks (odd block count), 203 rows (11-row tail through the unpacked
  * kernel), and 1032 blocks per row, where the prefill GEMM declines (its
