@@ -19,11 +19,8 @@
  * across dimensions; i8 widened to int16) accumulated with vpdpwssd for 4
  * queries x 64 dimensions from registers, each chunk's int32 sums scaled
  * into F32 with one FMA. The K regions and V chunks of the blocks ahead
- * are prefetched into L2, in address order, a row per loop step, except in
- * decode where a block follows the one before it in memory (attn_rows.h:
- * kw_attn_i16_hw_prefetch): there the hardware prefetcher is already
- * streaming the head's run and software prefetches only got in its way
- * (bench_attn at depth 4096: 0.91-0.93x the time without them). Decode
+ * are prefetched into L2, in address order, a row per loop step, in
+ * prefill tiles and in decode (attn_rows.h says why decode does too). Decode
  * reads K and V with non-temporal loads (kw_x16_load), as the packed weights
  * are read: 1B Q4_0 decode at depth 4096 1.023x (bench/ab.sh); prefill
  * tiles read a block once per tile of queries and keep plain loads. */

@@ -8,12 +8,15 @@
  * rows KW_ATTN_PF_KEYS keys ahead into L2 (prefetcht1: into L1 the
  * prefetches themselves stalled the core; perf at depth 4096 before: ~65%
  * of decode attention and a third of the tiles' time were load stalls).
- * The AVX-512 i16/i8 kernel, in decode, leaves a head's run of consecutive
- * blocks (kv.h's chunked layout) to the hardware prefetcher and prefetches
- * only where a block does not follow the one before it
- * (kw_attn_i16_hw_prefetch); its prefill tiles prefetch every block;
- * the AVX2 one still asks for every 16-key group and V chunk ahead (it was
- * not measured on a CPU where it is the kernel that runs). */
+ * The i16/i8 kernels ask for every block's K and V ahead, in prefill tiles
+ * and in decode. Decode once left a head's run of consecutive blocks to the
+ * hardware prefetcher (bench_attn at depth 4096 had run 1.05x as fast
+ * without the software prefetches); inside the model, where each layer's
+ * attention starts between two weight streams, the prefetches pay: 1B
+ * Q4_0 decode at depth 4096 1.039x / 1.029x and 1.025x / 1.040x with them
+ * (bench_ab knob variants of one build, 150 s and 120 s, session 23;
+ * removing attention altogether made the token 1.26x as fast, so attention
+ * itself ran ~15% faster). */
 #ifndef KW_MODEL_ATTN_ROWS_H
 #define KW_MODEL_ATTN_ROWS_H
 #include "model_internal.h"
@@ -48,16 +51,6 @@ static inline size_t kw_attn_int_bytes(const kw_attn_tile_args *a) {
     return a->kv->lay.type == KW_TYPE_KV_I8 ? 1 : 2;
 }
 
-/* Whether block b of the sequence (b > 0) lies right after block b - 1 in
- * memory: the next id in the same chunk of the pool (kv.h), so each head's
- * K and V regions continue the previous block's and the hardware
- * prefetcher, already following the head's run, fetches them. */
-static inline bool kw_attn_block_follows(const kw_attn_tile_args *a, int32_t b) {
-    if (b <= 0) return false;
-    int32_t id = a->table->ids[b];
-    return id == a->table->ids[b - 1] + 1 && id % KW_KV_CHUNK_BLOCKS != 0;
-}
-
 /* i16 / i8: asks into L2 the K lines (one per dimension pair (i16) or
  * quad (i8) of the group, 64 contiguous bytes each, and the scales) of the
  * 16-key group KW_ATTN_I16_PF_KEYS keys after j, if it is below n. */
@@ -72,24 +65,14 @@ static inline void kw_attn_i16_prefetch_k(const kw_attn_tile_args *a, int32_t j,
     for (int p = 0; p < rows; p++) _mm_prefetch(fk + (size_t)p * 64, _MM_HINT_T1);
 }
 
-/* i16 / i8: whether the kernel leaves block b to the hardware prefetcher:
- * in decode (one token), where b follows the block before it in memory.
- * Prefill tiles prefetch every block: their 4x more compute per byte left
- * to the hardware prefetcher ran 0.91x as fast (bench_attn -d 3584 -p 512),
- * while decode without the software prefetches ran 1.05x as fast. */
-static inline bool kw_attn_i16_hw_prefetch(const kw_attn_tile_args *a, int32_t b) {
-    return a->n_tok == 1 && kw_attn_block_follows(a, b);
-}
-
 /* i16 / i8, spread: called where key j + KW_ATTN_I16_PF_KEYS is the first
- * of its block; when that key is below n and its block is not left to the
- * hardware prefetcher (kw_attn_i16_hw_prefetch), the address of the
+ * of its block; when that key is below n, the address of the
  * block's K integers (group 0; the groups' rows follow in address order),
  * else NULL; the block's scales are prefetched here. The caller prefetches the region's lines in
  * address order, spread over the dot loops of the block's 16-key groups. */
 static inline const uint8_t *kw_attn_i16_k_block_ahead(const kw_attn_tile_args *a, int32_t j, int32_t n) {
     int32_t jf = j + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (jf >= n || kw_attn_i16_hw_prefetch(a, jf / bt)) return NULL;
+    if (jf >= n) return NULL;
     void *fr = kw_kv_k(a->kv, a->table->ids[jf / bt], a->layer, a->kvh, 0);
     for (int32_t s = 0; s < bt; s += 16) _mm_prefetch((const char *)(kw_kv_i16_scales(fr) + s), _MM_HINT_T1);
     return (const uint8_t *)kw_kv_i16_ints(fr, bt);
@@ -106,12 +89,11 @@ static inline const uint8_t *kw_attn_i16_v_chunk(const kw_attn_tile_args *a, int
 }
 
 /* i16 / i8, spread: the V chunk KW_ATTN_I16_PF_KEYS keys after j0
- * (kw_attn_i16_v_chunk), or NULL if it is not below n or its block is left
- * to the hardware prefetcher (kw_attn_i16_hw_prefetch); the caller
+ * (kw_attn_i16_v_chunk), or NULL if it is not below n; the caller
  * prefetches one slot pair's row (hv * 2 integers) per step of its V loop. */
 static inline const uint8_t *kw_attn_i16_v_ahead(const kw_attn_tile_args *a, int32_t j0, int32_t chunk, int32_t n) {
-    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS, bt = a->kv->lay.block_tokens;
-    if (j1 >= n || kw_attn_i16_hw_prefetch(a, j1 / bt)) return NULL;
+    int32_t j1 = j0 + KW_ATTN_I16_PF_KEYS;
+    if (j1 >= n) return NULL;
     return kw_attn_i16_v_chunk(a, j1, chunk);
 }
 
