@@ -381,12 +381,90 @@ KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *
         x16_tile(base + (size_t)(first[s] + len) * gb, k, X, xs, Y + 16 * (first[s] + len), ldy, 0, C);
 }
 
+/* One block of packed Q8_0 against one activation row: x16_groups' sums
+ * for C = 1 (the same operations in the same order, so identical results;
+ * test_x16_batch and test_matmul_multi compare them with the tile's), the
+ * offset from a table made once per call. With the lanes below stepping
+ * pointers pair by pair instead of deriving each block's address, one-row
+ * decode in lanes runs 1.067x / 1.050x (bench_ab knob variants of one
+ * build, 1B Q8_0, 2 threads, 16-token bursts, 150 s, probe median 39.2
+ * GB/s; session 23), as x16_q4_rows1 did for Q4_0. */
+KW_INLINE __m512 x16_q8_block(const uint8_t *q, const uint16_t *sc, const int32_t *xi, const int32_t *off, float xd,
+                              __m512 acc) {
+    __m512i d = _mm512_set1_epi32(*off), d1 = _mm512_setzero_si512();
+    _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {
+        d = kw_dpbusd_bcst(d, kw_x16_load(q + 64 * k, 1), xi + k);
+        d1 = kw_dpbusd_bcst(d1, kw_x16_load(q + 64 * (k + 1), 1), xi + k + 1);
+    }
+    d = _mm512_add_epi32(d, d1);
+    __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)sc));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd)), acc);
+}
+
+/* S groups (lanes) of packed Q8_0 against one row, pair by pair, block b
+ * of every lane, then block b + 1 of every lane (x16_groups' order). */
+KW_INLINE void x16_q8_row_lanes(const uint8_t *const *grp, const x16_span *k, const uint8_t *x0, const int32_t *off,
+                                float *const *y, const int S) {
+    const int64_t nb = k->nb;
+    const float *xd = (const float *)(x0 + 32 * k->xnb) + k->b0;
+    const int32_t *xi = (const int32_t *)(x0 + 32 * k->b0);
+    const size_t pb = kw_q0_run_bytes(16, 0);
+    const uint8_t *g[KW_X16_LANES] = {0};
+    __m512 acc[KW_X16_LANES] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
+        g[s] = grp[s];
+        acc[s] = k->carry ? _mm512_loadu_ps(y[s]) : _mm512_setzero_ps();
+    }
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, xi += 16) {
+        _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
+            acc[s] = x16_q8_block(g[s] + 64, (const uint16_t *)g[s], xi, off + b, xd[b], acc[s]);
+        _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
+            acc[s] = x16_q8_block(g[s] + 64 + 512, (const uint16_t *)g[s] + 16, xi + 8, off + b + 1, xd[b + 1], acc[s]);
+            g[s] += pb;
+        }
+    }
+    if (b < nb)
+        _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
+            acc[s] = x16_q8_block(g[s] + 64, (const uint16_t *)g[s], xi, off + b, xd[b], acc[s]);
+    _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) _mm512_storeu_ps(y[s], acc[s]);
+}
+
+static void x16_q8_lanes_row(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
+                             const uint8_t *X, float *Y, const int S) {
+    int32_t off[KW_X16_ROW_MAX_NB];
+    const int32_t *xsum = (const int32_t *)((const float *)(X + 32 * k->xnb) + k->xnb) + k->b0;
+    for (int64_t b = 0; b < k->nb; b++) off[b] = -128 * xsum[b];
+    int64_t first[KW_X16_LANES], extra, len = kw_lanes_split(g0, g1, S, first, &extra);
+    for (int64_t i = 0; i < len; i++) {
+        const uint8_t *grp[KW_X16_LANES];
+        float *y[KW_X16_LANES];
+        for (int s = 0; s < S; s++) {
+            grp[s] = base + (size_t)(first[s] + i) * gb;
+            y[s] = Y + 16 * (first[s] + i);
+        }
+        x16_q8_row_lanes(grp, k, X, off, y, S);
+    }
+    for (int s = 0; s < extra; s++) {
+        const uint8_t *grp1 = base + (size_t)(first[s] + len) * gb;
+        float *y1 = Y + 16 * (first[s] + len);
+        x16_q8_row_lanes(&grp1, k, X, off, &y1, 1);
+    }
+}
+
 /* Groups [g0, g1) of packed Q8_0 against nx <= 4 activation rows in lanes;
  * false (nothing done) when the run is too short for two. */
 static bool x16_q8_lanes(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1, const uint8_t *X,
                          size_t xs, int64_t nx, float *Y, int64_t ldy) {
     size_t lanes = (size_t)(g1 - g0) * gb / KW_X16_LANE_BYTES;
     if (lanes < 2 || nx < 1 || nx > 4) return false;
+    if (nx == 1 && k->nb <= KW_X16_ROW_MAX_NB) {
+        int S = lanes >= KW_X16_LANES ? KW_X16_LANES : (int)lanes;
+        if (S == 4) x16_q8_lanes_row(base, gb, k, g0, g1, X, Y, 4);
+        else if (S == 3) x16_q8_lanes_row(base, gb, k, g0, g1, X, Y, 3);
+        else x16_q8_lanes_row(base, gb, k, g0, g1, X, Y, 2);
+        return true;
+    }
     if (nx == 1 && lanes >= KW_X16_LANES) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, KW_X16_LANES);
     else if (nx == 1 && lanes == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 3);
     else if (nx == 1) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 2);
