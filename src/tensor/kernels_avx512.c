@@ -328,15 +328,25 @@ KW_INLINE void x16_q4_row(const uint8_t *grp, const x16_span *k, const uint8_t *
     _mm512_storeu_ps(y, acc);
 }
 
+/* The one-row loops' offsets: -128 times the sum of each of the span's
+ * blocks of the activation row X (its scales, then its sums, after its
+ * quants), into off[0 .. k->nb), which holds KW_X16_ROW_MAX_NB. Q8_0 words
+ * are stored + 128, and Q4_0's high-nibble chain runs at 16 times the
+ * offset 8: both start from this. */
+#define KW_X16_ROW_MAX_NB 512
+static const int32_t *x16_row_offsets(const uint8_t *X, const x16_span *k, int32_t *off) {
+    const int32_t *xsum = (const int32_t *)((const float *)(X + 32 * k->xnb) + k->xnb) + k->b0;
+    for (int64_t b = 0; b < k->nb; b++) off[b] = -128 * xsum[b];
+    return off;
+}
+
 /* Groups [g0, g1) of packed Q4_0 against one activation row; false
  * (nothing done) for more rows or a span longer than the offset table. */
-#define KW_X16_ROW_MAX_NB 512
 static bool x16_q4_rows1(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1, const uint8_t *X,
                          int64_t nx, float *Y) {
     if (nx != 1 || k->nb > KW_X16_ROW_MAX_NB) return false;
     int32_t off16[KW_X16_ROW_MAX_NB];
-    const int32_t *xsum = (const int32_t *)((const float *)(X + 32 * k->xnb) + k->xnb) + k->b0;
-    for (int64_t b = 0; b < k->nb; b++) off16[b] = -128 * xsum[b];
+    x16_row_offsets(X, k, off16);
     for (int64_t g = g0; g < g1; g++) x16_q4_row(base + (size_t)g * gb, k, X, off16, Y + 16 * g);
     return true;
 }
@@ -364,22 +374,6 @@ static bool x16_q4_rows1(const uint8_t *base, size_t gb, const x16_span *k, int6
  * identical results. */
 #define KW_X16_LANES 4
 #define KW_X16_LANE_BYTES ((size_t)128 * 1024)
-
-KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
-                                const uint8_t *X, size_t xs, float *Y, int64_t ldy, const int C, const int S) {
-    int64_t first[KW_X16_LANES], extra, len = kw_lanes_split(g0, g1, S, first, &extra);
-    for (int64_t i = 0; i < len; i++) {
-        const uint8_t *grp[KW_X16_LANES];
-        float *y[KW_X16_LANES];
-        for (int s = 0; s < S; s++) {
-            grp[s] = base + (size_t)(first[s] + i) * gb;
-            y[s] = Y + 16 * (first[s] + i);
-        }
-        x16_groups(grp, k, X, xs, y, ldy, 0, C, S);
-    }
-    for (int s = 0; s < extra; s++)
-        x16_tile(base + (size_t)(first[s] + len) * gb, k, X, xs, Y + 16 * (first[s] + len), ldy, 0, C);
-}
 
 /* One block of packed Q8_0 against one activation row: x16_groups' sums
  * for C = 1 (the same operations in the same order, so identical results;
@@ -430,11 +424,12 @@ KW_INLINE void x16_q8_row_lanes(const uint8_t *const *grp, const x16_span *k, co
     _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) _mm512_storeu_ps(y[s], acc[s]);
 }
 
-static void x16_q8_lanes_row(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
-                             const uint8_t *X, float *Y, const int S) {
-    int32_t off[KW_X16_ROW_MAX_NB];
-    const int32_t *xsum = (const int32_t *)((const float *)(X + 32 * k->xnb) + k->xnb) + k->b0;
-    for (int64_t b = 0; b < k->nb; b++) off[b] = -128 * xsum[b];
+/* The run cut into S lanes (kw_lanes_split); each step computes group i
+ * of every lane, with x16_groups, or for one row with the offset table
+ * off (not NULL) x16_q8_row_lanes; a lane's extra group alone. */
+KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
+                                const uint8_t *X, size_t xs, float *Y, int64_t ldy, const int C, const int S,
+                                const int32_t *off) {
     int64_t first[KW_X16_LANES], extra, len = kw_lanes_split(g0, g1, S, first, &extra);
     for (int64_t i = 0; i < len; i++) {
         const uint8_t *grp[KW_X16_LANES];
@@ -443,12 +438,14 @@ static void x16_q8_lanes_row(const uint8_t *base, size_t gb, const x16_span *k, 
             grp[s] = base + (size_t)(first[s] + i) * gb;
             y[s] = Y + 16 * (first[s] + i);
         }
-        x16_q8_row_lanes(grp, k, X, off, y, S);
+        if (off) x16_q8_row_lanes(grp, k, X, off, y, S);
+        else x16_groups(grp, k, X, xs, y, ldy, 0, C, S);
     }
     for (int s = 0; s < extra; s++) {
         const uint8_t *grp1 = base + (size_t)(first[s] + len) * gb;
         float *y1 = Y + 16 * (first[s] + len);
-        x16_q8_row_lanes(&grp1, k, X, off, &y1, 1);
+        if (off) x16_q8_row_lanes(&grp1, k, X, off, &y1, 1);
+        else x16_tile(grp1, k, X, xs, y1, ldy, 0, C);
     }
 }
 
@@ -458,19 +455,15 @@ static bool x16_q8_lanes(const uint8_t *base, size_t gb, const x16_span *k, int6
                          size_t xs, int64_t nx, float *Y, int64_t ldy) {
     size_t lanes = (size_t)(g1 - g0) * gb / KW_X16_LANE_BYTES;
     if (lanes < 2 || nx < 1 || nx > 4) return false;
-    if (nx == 1 && k->nb <= KW_X16_ROW_MAX_NB) {
-        int S = lanes >= KW_X16_LANES ? KW_X16_LANES : (int)lanes;
-        if (S == 4) x16_q8_lanes_row(base, gb, k, g0, g1, X, Y, 4);
-        else if (S == 3) x16_q8_lanes_row(base, gb, k, g0, g1, X, Y, 3);
-        else x16_q8_lanes_row(base, gb, k, g0, g1, X, Y, 2);
-        return true;
-    }
-    if (nx == 1 && lanes >= KW_X16_LANES) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, KW_X16_LANES);
-    else if (nx == 1 && lanes == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 3);
-    else if (nx == 1) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 2);
-    else if (nx == 2) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 2, 2);
-    else if (nx == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 3, 2);
-    else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 4, 2);
+    if (nx == 1) {   /* one row: with the offset table unless the span outgrows it */
+        int32_t tab[KW_X16_ROW_MAX_NB];
+        const int32_t *off = k->nb <= KW_X16_ROW_MAX_NB ? x16_row_offsets(X, k, tab) : NULL;
+        if (lanes >= KW_X16_LANES) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, KW_X16_LANES, off);
+        else if (lanes == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 3, off);
+        else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 2, off);
+    } else if (nx == 2) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 2, 2, NULL);
+    else if (nx == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 3, 2, NULL);
+    else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 4, 2, NULL);
     return true;
 }
 
