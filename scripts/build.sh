@@ -10,7 +10,9 @@ case "$mode" in
 esac
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
-if [ ! -f "$dir/CMakeCache.txt" ]; then
+# Configure when there is no build system yet: also after a configure that failed half way
+# (say, before install-deps.sh ran), which leaves a CMakeCache.txt but no build files.
+if [ ! -f "$dir/build.ninja" ] && [ ! -f "$dir/Makefile" ]; then
   cmake -S . -B "$dir" "${gen[@]}" "${flags[@]}" >/dev/null
 fi
 cmake --build "$dir" -j "$(nproc)"
