@@ -115,9 +115,17 @@ void kw_matmul_multi(kw_pool *pool, const kw_matrix *const *W, int n_mats, const
                      void *scratch);
 
 /* CPU features found at run time, and which kernel family is in use. */
-typedef struct kw_cpu_info { bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni; } kw_cpu_info;
+typedef struct kw_cpu_info {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni;
+    bool intel;   /* cpuid vendor "GenuineIntel" */
+} kw_cpu_info;
 const kw_cpu_info *kw_cpu_info_get(void);
 const char *kw_kernel_name(void);                 /* "avx512", "avx2", "scalar" */
+/* How far ahead (bytes) one-row decode kernels prefetch packed Q4_0/Q8_0
+ * weights into L2; 0: none. Chosen per CPU (docs/PERFORMANCE.md, session
+ * 25: Intel 4096, others 0); KW_DECODE_PREFETCH=<bytes> (0..65536, a
+ * multiple of 64) overrides it, read once with the CPU's features. */
+size_t kw_decode_prefetch_bytes(void);
 /* Forces a kernel family ("scalar", "avx2", "avx512"); for tests/bench. Returns -1 if unsupported here. */
 int kw_kernel_force(const char *name);
 

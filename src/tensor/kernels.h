@@ -181,6 +181,7 @@ const kw_kernel_set *kw_kernels_active(void);
 /* The detected features, without the one-time init (for family init code
  * that runs inside it). */
 const kw_cpu_info *kw_cpu_info_raw(void);
+size_t kw_decode_prefetch_raw(void);   /* kw_decode_prefetch_bytes, for the families' init (inside the once) */
 
 /* gemm_avx512.c: packed Q4_0 (q4 = 1) / Q8_0 16-row groups [r0, end) x nx
  * activation rows (split Q8_0 layout); returns the first row not done.

@@ -312,7 +312,21 @@ KW_INLINE __m512 x16_q4_block(const uint8_t *q, const uint16_t *sc, const int32_
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, _mm512_set1_ps(xd)), acc);
 }
 
-KW_INLINE void x16_q4_row(const uint8_t *grp, const x16_span *k, const uint8_t *x0, const int32_t *off16, float *y) {
+/* One-row decode's software prefetch (kw_decode_prefetch_bytes): bytes
+ * ahead of the pair being read, 0 for none; set by kw_kernels_avx512_init.
+ * With it every pair step asks for the lines of the pair that far ahead
+ * into L2 (T1: T0 was 0.97x of it, NTA 0.52x, T2 level; 1, 2, 3, 4, 6, 8
+ * KiB ahead 0.84, 0.94, 0.98, 1, 1, 0.99; bench_ab knob variants, 1B
+ * Q4_0, Intel host of session 25). Prefetches change no result. */
+static size_t g_x16_pf;
+
+KW_INLINE void x16_prefetch_pair(const uint8_t *pair, size_t pf, size_t pair_bytes) {
+    for (size_t l = 0; l < pair_bytes; l += 64) _mm_prefetch((const char *)pair + pf + l, _MM_HINT_T1);
+}
+
+/* pf: g_x16_pf or the constant 0 (the loop without prefetches). */
+KW_INLINE void x16_q4_row(const uint8_t *grp, const x16_span *k, const uint8_t *x0, const int32_t *off16, float *y,
+                          const size_t pf) {
     const int64_t nb = k->nb;
     const float *xd = (const float *)(x0 + 32 * k->xnb) + k->b0;
     const int32_t *xi = (const int32_t *)(x0 + 32 * k->b0);
@@ -321,6 +335,7 @@ KW_INLINE void x16_q4_row(const uint8_t *grp, const x16_span *k, const uint8_t *
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2, grp += pb, xi += 16) {
         const uint16_t *sc = (const uint16_t *)grp;
+        if (pf) x16_prefetch_pair(grp, pf, pb);
         acc = x16_q4_block(grp + 64, sc, xi, off16 + b, xd[b], acc);
         acc = x16_q4_block(grp + 64 + 256, sc + 16, xi + 8, off16 + b + 1, xd[b + 1], acc);
     }
@@ -347,7 +362,9 @@ static bool x16_q4_rows1(const uint8_t *base, size_t gb, const x16_span *k, int6
     if (nx != 1 || k->nb > KW_X16_ROW_MAX_NB) return false;
     int32_t off16[KW_X16_ROW_MAX_NB];
     x16_row_offsets(X, k, off16);
-    for (int64_t g = g0; g < g1; g++) x16_q4_row(base + (size_t)g * gb, k, X, off16, Y + 16 * g);
+    const size_t pf = g_x16_pf;
+    if (pf) for (int64_t g = g0; g < g1; g++) x16_q4_row(base + (size_t)g * gb, k, X, off16, Y + 16 * g, pf);
+    else for (int64_t g = g0; g < g1; g++) x16_q4_row(base + (size_t)g * gb, k, X, off16, Y + 16 * g, 0);
     return true;
 }
 
@@ -398,7 +415,7 @@ KW_INLINE __m512 x16_q8_block(const uint8_t *q, const uint16_t *sc, const int32_
 /* S groups (lanes) of packed Q8_0 against one row, pair by pair, block b
  * of every lane, then block b + 1 of every lane (x16_groups' order). */
 KW_INLINE void x16_q8_row_lanes(const uint8_t *const *grp, const x16_span *k, const uint8_t *x0, const int32_t *off,
-                                float *const *y, const int S) {
+                                float *const *y, const int S, const size_t pf) {
     const int64_t nb = k->nb;
     const float *xd = (const float *)(x0 + 32 * k->xnb) + k->b0;
     const int32_t *xi = (const int32_t *)(x0 + 32 * k->b0);
@@ -413,6 +430,7 @@ KW_INLINE void x16_q8_row_lanes(const uint8_t *const *grp, const x16_span *k, co
     for (; b + 2 <= nb; b += 2, xi += 16) {
         _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
             acc[s] = x16_q8_block(g[s] + 64, (const uint16_t *)g[s], xi, off + b, xd[b], acc[s]);
+        if (pf) _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) x16_prefetch_pair(g[s], pf, pb);
         _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
             acc[s] = x16_q8_block(g[s] + 64 + 512, (const uint16_t *)g[s] + 16, xi + 8, off + b + 1, xd[b + 1], acc[s]);
             g[s] += pb;
@@ -426,10 +444,11 @@ KW_INLINE void x16_q8_row_lanes(const uint8_t *const *grp, const x16_span *k, co
 
 /* The run cut into S lanes (kw_lanes_split); each step computes group i
  * of every lane, with x16_groups, or for one row with the offset table
- * off (not NULL) x16_q8_row_lanes; a lane's extra group alone. */
+ * off (not NULL) x16_q8_row_lanes, prefetching pf bytes ahead; a lane's
+ * extra group alone. */
 KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
                                 const uint8_t *X, size_t xs, float *Y, int64_t ldy, const int C, const int S,
-                                const int32_t *off) {
+                                const int32_t *off, const size_t pf) {
     int64_t first[KW_X16_LANES], extra, len = kw_lanes_split(g0, g1, S, first, &extra);
     for (int64_t i = 0; i < len; i++) {
         const uint8_t *grp[KW_X16_LANES];
@@ -438,15 +457,24 @@ KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *
             grp[s] = base + (size_t)(first[s] + i) * gb;
             y[s] = Y + 16 * (first[s] + i);
         }
-        if (off) x16_q8_row_lanes(grp, k, X, off, y, S);
+        if (off) x16_q8_row_lanes(grp, k, X, off, y, S, pf);
         else x16_groups(grp, k, X, xs, y, ldy, 0, C, S);
     }
     for (int s = 0; s < extra; s++) {
         const uint8_t *grp1 = base + (size_t)(first[s] + len) * gb;
         float *y1 = Y + 16 * (first[s] + len);
-        if (off) x16_q8_row_lanes(&grp1, k, X, off, &y1, 1);
+        if (off) x16_q8_row_lanes(&grp1, k, X, off, &y1, 1, pf);
         else x16_tile(grp1, k, X, xs, y1, ldy, 0, C);
     }
+}
+
+/* One row in S (2..4) lanes, S and pf made constants of the inlined run. */
+KW_INLINE void x16_q8_lanes_row(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
+                                const uint8_t *X, size_t xs, float *Y, int64_t ldy, const int32_t *off, int S,
+                                const size_t pf) {
+    if (S >= 4) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 4, off, pf);
+    else if (S == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 3, off, pf);
+    else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 2, off, pf);
 }
 
 /* Groups [g0, g1) of packed Q8_0 against nx <= 4 activation rows in lanes;
@@ -458,12 +486,13 @@ static bool x16_q8_lanes(const uint8_t *base, size_t gb, const x16_span *k, int6
     if (nx == 1) {   /* one row: with the offset table unless the span outgrows it */
         int32_t tab[KW_X16_ROW_MAX_NB];
         const int32_t *off = k->nb <= KW_X16_ROW_MAX_NB ? x16_row_offsets(X, k, tab) : NULL;
-        if (lanes >= KW_X16_LANES) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, KW_X16_LANES, off);
-        else if (lanes == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 3, off);
-        else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 1, 2, off);
-    } else if (nx == 2) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 2, 2, NULL);
-    else if (nx == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 3, 2, NULL);
-    else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 4, 2, NULL);
+        const size_t pf = off ? g_x16_pf : 0;
+        const int S = lanes >= KW_X16_LANES ? KW_X16_LANES : (int)lanes;
+        if (pf) x16_q8_lanes_row(base, gb, k, g0, g1, X, xs, Y, ldy, off, S, pf);
+        else x16_q8_lanes_row(base, gb, k, g0, g1, X, xs, Y, ldy, off, S, 0);
+    } else if (nx == 2) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 2, 2, NULL, 0);
+    else if (nx == 3) x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 3, 2, NULL, 0);
+    else x16_q8_lanes_run(base, gb, k, g0, g1, X, xs, Y, ldy, 4, 2, NULL, 0);
     return true;
 }
 
@@ -897,6 +926,7 @@ static uint64_t read_nt_avx512(const void *p, size_t bytes) {
 
 void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->name = "avx512";
+    g_x16_pf = kw_decode_prefetch_raw();
     k->pack = pack_avx512;
     k->read_nt = read_nt_avx512;
     k->quant[KW_TYPE_Q8_0] = act_q8_0_split;
