@@ -4,9 +4,10 @@
  * multiple of 64), which then wins; an invalid value keeps the default.
  * CTest runs this with the variable unset, valid and invalid, passing the
  * expected value in KW_EXPECT_PF ("default" for the CPU's). Whether the
- * prefetching loops compute what the plain ones do is test_x16_batch's and
- * test_x16_panels' job, which CTest also runs with the distance forced to
- * 4096 and to 0, so both loops run on any CPU. */
+ * prefetching loops compute what the plain ones do is the job of
+ * test_x16_batch, test_x16_panels (AVX-512) and test_x8_lanes (AVX2), which
+ * CTest also runs with the distance forced to 4096 and to 0, so both loops
+ * run on any CPU. */
 #include "testutil.h"
 #include <stdlib.h>
 #include <string.h>
