@@ -322,6 +322,7 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
     cJSON_AddStringToObject(j, "model", o->model);
     cJSON_AddStringToObject(j, "arch", hp->arch_name);
     cJSON_AddStringToObject(j, "kernel", kw_kernel_name());
+    cJSON_AddNumberToObject(j, "decode_prefetch_bytes", (double)kw_decode_prefetch_bytes());
     cJSON_AddNumberToObject(j, "threads", o->t);
     cJSON_AddNumberToObject(j, "n_prompt", o->p);
     cJSON_AddNumberToObject(j, "n_ubatch", o->ub);
@@ -446,8 +447,10 @@ int cmd_bench(int argc, char **argv) {
             print_json(&o, m, wbytes, kvbytes, spp, stg, sbw, sbuf, sbt, sra, stg0, sdr);
         } else {
             char b1[32], b2[32], b3[32];
-            printf("model        %s (%s, %s kernels, %d threads, KV %s, prefill passes of <= %d tokens)\n", o.model,
-                   hp->arch_name, kw_kernel_name(), o.t, kw_kv_type_name(o.kv_type), o.ub);
+            printf("model        %s (%s, %s kernels, decode prefetch %zu B, %d threads, KV %s, prefill passes of <= %d "
+                   "tokens)\n",
+                   o.model, hp->arch_name, kw_kernel_name(), kw_decode_prefetch_bytes(), o.t,
+                   kw_kv_type_name(o.kv_type), o.ub);
             printf("weights      %s; read per decoded token %s of weights + %s of KV\n",
                    kw_format_bytes(hp->weight_bytes, b1, sizeof b1), kw_format_bytes(wbytes, b2, sizeof b2),
                    kw_format_bytes(kvbytes, b3, sizeof b3));

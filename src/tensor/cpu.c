@@ -82,8 +82,9 @@ static bool can_avx512(void) {
 /* One-row decode's software prefetch of packed weights, bytes ahead. On
  * the Intel host of session 25 (Xeon family 6 model 207) a core's decode
  * stream stalls without it: L2 prefetches 4 KiB ahead made Q4_0 decode
- * 1.39x and Q8_0 1.05x (AVX2 family: 1.26x, 1.17x); on the Zen 5 host of sessions 15-24 every
- * distance tried lost (0.78-0.91x), so other vendors get none. */
+ * 1.39x and Q8_0 1.05x (AVX2 family: 1.26x, 1.17x); on the Zen 5 host of
+ * sessions 15-24 every distance tried lost (0.78-0.96x), so other vendors
+ * get none. */
 static size_t decode_prefetch_default(void) { return g_info.intel ? 4096 : 0; }
 
 static size_t decode_prefetch_from_env(size_t dflt) {

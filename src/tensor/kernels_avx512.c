@@ -468,7 +468,8 @@ KW_INLINE void x16_q8_lanes_run(const uint8_t *base, size_t gb, const x16_span *
     }
 }
 
-/* One row in S (2..4) lanes, S and pf made constants of the inlined run. */
+/* One row in S (2..4) lanes: S a constant of the inlined run, and pf too
+ * where it is 0 (the loop without prefetches). */
 KW_INLINE void x16_q8_lanes_row(const uint8_t *base, size_t gb, const x16_span *k, int64_t g0, int64_t g1,
                                 const uint8_t *X, size_t xs, float *Y, int64_t ldy, const int32_t *off, int S,
                                 const size_t pf) {

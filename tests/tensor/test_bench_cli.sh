@@ -21,6 +21,8 @@ check "pct consistent" '[ "$(j "Math.abs(j.tg_pct_of_ceiling - 100*j.tg_tok_s.me
 check "bytes <= weights" '[ "$(j "j.weight_bytes_per_token>0 && j.weight_bytes_per_token<=j.weight_bytes" <<<"$out")" = true ]'
 check "decode bytes = weights + KV" '[ "$(j "j.kv_bytes_per_token>0 && j.decode_bytes_per_token==j.weight_bytes_per_token+j.kv_bytes_per_token" <<<"$out")" = true ]'
 check "fields" '[ "$(j "[j.n_prompt,j.n_gen,j.threads,j.repetitions].join()" <<<"$out")" = "16,4,2,2" ]'
+out=$(KW_DECODE_PREFETCH=2048 "$BIN" bench -m "$tmp/t.gguf" -p 0 -n 2 -t 1 -r 1 --json 2>/dev/null)
+check "decode prefetch reported, KW_DECODE_PREFETCH honoured" '[ "$(j "j.decode_prefetch_bytes" <<<"$out")" = 2048 ]'
 out=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 4 -d 40 --batch 3 -t 2 -r 2 --json 2>/dev/null); rc=$?
 check "depth+batch exit 0" '[ $rc -eq 0 ]'
 check "depth+batch fields" '[ "$(j "[j.n_depth,j.batch].join()" <<<"$out")" = "40,3" ]'
