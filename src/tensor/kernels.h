@@ -116,6 +116,12 @@ static inline const uint16_t *kw_q0_scales(const uint8_t *grp, int rows, int q4,
     const int64_t R = kw_q0_run_blocks(rows);
     return (const uint16_t *)(grp + (size_t)(b / R) * kw_q0_run_bytes(rows, q4)) + (size_t)rows * (size_t)(b % R);
 }
+/* Asks for the 64-byte lines of [p, p + bytes) into L2 (prefetcht1 on
+ * x86): the one-row decode prefetch of both packed families, p being
+ * kw_decode_prefetch_bytes ahead of what they read. Changes no result. */
+static inline void kw_prefetch_l2(const void *p, size_t bytes) {
+    for (size_t l = 0; l < bytes; l += 64) __builtin_prefetch((const char *)p + l, 0, 2);
+}
 /* The decode lanes of the packed families (kernels_avx512.c x16_q8_lanes,
  * kernels_avx2.c x8_lanes): groups [g0, g1) cut into S contiguous lanes,
  * lane s starting at first[s]. Returns the groups every lane has; the first

@@ -264,10 +264,8 @@ KW_INLINE void x8_groups(const uint8_t *const *grp, int64_t nb, const uint8_t *x
     _Pragma("GCC unroll 4") for (int t = 0; t < S * C; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         if (pf && b % kw_q0_run_blocks(8) == 0)
-            _Pragma("GCC unroll 4") for (int g = 0; g < S; g++) {
-                const char *run = (const char *)grp[g] + (size_t)(b / kw_q0_run_blocks(8)) * rb + pf;
-                for (size_t l = 0; l < rb; l += 64) _mm_prefetch(run + l, _MM_HINT_T1);
-            }
+            _Pragma("GCC unroll 4") for (int g = 0; g < S; g++)
+                kw_prefetch_l2(grp[g] + (size_t)(b / kw_q0_run_blocks(8)) * rb + pf, rb);
         _Pragma("GCC unroll 4") for (int g = 0; g < S; g++) {
             const uint8_t *blk = kw_q0_quants(grp[g], 8, q4, b);
             __m256i s[4];

@@ -320,10 +320,6 @@ KW_INLINE __m512 x16_q4_block(const uint8_t *q, const uint16_t *sc, const int32_
  * Q4_0, Intel host of session 25). Prefetches change no result. */
 static size_t g_x16_pf;
 
-KW_INLINE void x16_prefetch_pair(const uint8_t *pair, size_t pf, size_t pair_bytes) {
-    for (size_t l = 0; l < pair_bytes; l += 64) _mm_prefetch((const char *)pair + pf + l, _MM_HINT_T1);
-}
-
 /* pf: g_x16_pf or the constant 0 (the loop without prefetches). */
 KW_INLINE void x16_q4_row(const uint8_t *grp, const x16_span *k, const uint8_t *x0, const int32_t *off16, float *y,
                           const size_t pf) {
@@ -335,7 +331,7 @@ KW_INLINE void x16_q4_row(const uint8_t *grp, const x16_span *k, const uint8_t *
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2, grp += pb, xi += 16) {
         const uint16_t *sc = (const uint16_t *)grp;
-        if (pf) x16_prefetch_pair(grp, pf, pb);
+        if (pf) kw_prefetch_l2(grp + pf, pb);
         acc = x16_q4_block(grp + 64, sc, xi, off16 + b, xd[b], acc);
         acc = x16_q4_block(grp + 64 + 256, sc + 16, xi + 8, off16 + b + 1, xd[b + 1], acc);
     }
@@ -430,7 +426,7 @@ KW_INLINE void x16_q8_row_lanes(const uint8_t *const *grp, const x16_span *k, co
     for (; b + 2 <= nb; b += 2, xi += 16) {
         _Pragma("GCC unroll 4") for (int s = 0; s < S; s++)
             acc[s] = x16_q8_block(g[s] + 64, (const uint16_t *)g[s], xi, off + b, xd[b], acc[s]);
-        if (pf) _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) x16_prefetch_pair(g[s], pf, pb);
+        if (pf) _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) kw_prefetch_l2(g[s] + pf, pb);
         _Pragma("GCC unroll 4") for (int s = 0; s < S; s++) {
             acc[s] = x16_q8_block(g[s] + 64 + 512, (const uint16_t *)g[s] + 16, xi + 8, off + b + 1, xd[b + 1], acc[s]);
             g[s] += pb;
