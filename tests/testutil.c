@@ -2,6 +2,7 @@
 #include "testutil.h"
 #include "kvwise/tensor.h"
 #include "kvwise/memory.h"
+#include <ftw.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,14 +49,36 @@ char *kw_test_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+static char tmpdir_buf[256];
+static pid_t tmpdir_owner;   /* a forked child's exit must not remove it */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)flag; (void)ftw;
+    return remove(path) == 0 ? 0 : -1;
+}
+
+/* At exit: the directory goes unless a check failed or KW_TEST_KEEP_TMP is
+ * set (then it stays, and its path is printed, for a look at what the test
+ * wrote). A crash skips this and leaves it too. */
+static void remove_tmpdir(void) {
+    if (getpid() != tmpdir_owner) return;
+    const char *keep = getenv("KW_TEST_KEEP_TMP");
+    if (kw_test_failed || (keep && *keep && strcmp(keep, "0") != 0)) {
+        printf("kept %s\n", tmpdir_buf);
+        return;
+    }
+    if (nftw(tmpdir_buf, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) perror(tmpdir_buf);
+}
+
 const char *kw_test_tmpdir(void) {
-    static char buf[256];
-    if (buf[0]) return buf;
+    if (tmpdir_buf[0]) return tmpdir_buf;
     const char *base = getenv("TMPDIR");
     if (!base || !*base) base = "/tmp";
-    snprintf(buf, sizeof buf, "%s/kwtest.XXXXXX", base);
-    if (!mkdtemp(buf)) { perror("mkdtemp"); exit(1); }
-    return buf;
+    snprintf(tmpdir_buf, sizeof tmpdir_buf, "%s/kwtest.XXXXXX", base);
+    if (!mkdtemp(tmpdir_buf)) { perror("mkdtemp"); exit(1); }
+    tmpdir_owner = getpid();
+    atexit(remove_tmpdir);
+    return tmpdir_buf;
 }
 
 int kw_test_finish(void) {

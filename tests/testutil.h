@@ -32,7 +32,9 @@ const char *kw_test_shared_dir(void);
 const char *kw_test_path(const char *a, const char *b);
 /* Reads a whole file; returns malloc'd buffer (NUL-terminated) or NULL. */
 char *kw_test_read_file(const char *path, size_t *len);
-/* A fresh temporary directory for this test (removed by the OS / CI). */
+/* A fresh temporary directory for this test under $TMPDIR (default /tmp),
+ * removed with its contents when the test exits, unless a check failed or
+ * KW_TEST_KEEP_TMP is set (then its path is printed). */
 const char *kw_test_tmpdir(void);
 /* For tests of the AVX-512 VNNI kernels: selects that kernel family, or
  * prints "SKIPPED: no AVX-512 VNNI" and exits 77 when the CPU lacks it. */

@@ -77,7 +77,10 @@ const srvLlama = startServer(['--chat-template', llamaTpl]), srvMistral = startS
 let log = '';
 srv.stderr.on('data', (d) => { log += d.toString(); });
 const stop = () => { for (const p of [srv, srvThink, srvLlama, srvMistral]) { try { p.kill('SIGTERM'); } catch { /* gone */ } } };
-process.on('exit', stop);
+process.on('exit', () => {
+  stop();
+  if (!failed && !process.env.KW_TEST_KEEP_TMP) fs.rmSync(dir, { recursive: true, force: true });
+});
 
 function post(port, body) {
   return new Promise((resolve, reject) => {
