@@ -77,9 +77,13 @@ const srvLlama = startServer(['--chat-template', llamaTpl]), srvMistral = startS
 let log = '';
 srv.stderr.on('data', (d) => { log += d.toString(); });
 const stop = () => { for (const p of [srv, srvThink, srvLlama, srvMistral]) { try { p.kill('SIGTERM'); } catch { /* gone */ } } };
+// The temporary directory goes at exit, kept (and named) as tests/testutil.c keeps its own:
+// when a check failed or KW_TEST_KEEP_TMP is set to anything but 0.
 process.on('exit', () => {
   stop();
-  if (!failed && !process.env.KW_TEST_KEEP_TMP) fs.rmSync(dir, { recursive: true, force: true });
+  const keep = process.env.KW_TEST_KEEP_TMP;
+  if (failed || (keep && keep !== '0')) console.log('kept ' + dir);
+  else fs.rmSync(dir, { recursive: true, force: true });
 });
 
 function post(port, body) {
