@@ -2,6 +2,7 @@
 #include "testutil.h"
 #include "kvwise/tensor.h"
 #include "kvwise/memory.h"
+#include "kvwise/model.h"
 #include <ftw.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -83,6 +84,11 @@ const char *kw_test_tmpdir(void) {
 
 int kw_test_finish(void) {
     printf("%d passed, %d failed\n", kw_test_passed, kw_test_failed);
+    if (kw_test_passed + kw_test_failed == 0) {
+        /* a program that reached its end without checking anything proves nothing */
+        fprintf(stderr, "no checks ran: a test must check something (or exit 77 to say it skipped)\n");
+        return 1;
+    }
     return kw_test_failed ? 1 : 0;
 }
 
@@ -119,4 +125,16 @@ int kw_test_random_matrix(kw_matrix *W, uint32_t type, int64_t rows, int64_t col
     free(tmp);
     W->data = d;
     return 0;
+}
+
+bool kw_test_arch_supported(const char *arch) {
+    const char *list = kw_arch_supported_list();   /* "a, b, c" */
+    size_t n = strlen(arch);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && !strncmp(p, arch, n)) return true;
+        p += len;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return false;
 }

@@ -171,6 +171,16 @@ static void test_conformance_models(void) {
         double hd = cJSON_GetObjectItem(e, "head_dim")->valuedouble;
         bool tied = cJSON_IsTrue(cJSON_GetObjectItem(e, "tied"));
         char cmd[4096], *out = NULL;
+        const char *arch = cJSON_GetObjectItem(e, "arch")->valuestring;
+        if (!kw_test_arch_supported(arch)) {   /* refused at once, naming the architecture */
+            snprintf(cmd, sizeof cmd, "%s plan -m %s/%s --json 2>&1", bin(), models, file);
+            int rc = run(cmd, &out);
+            char want[128];
+            snprintf(want, sizeof want, "unsupported architecture '%s'", arch);
+            KW_CHECK_MSG(rc == 2 && out && strstr(out, want), "%s: exit %d: %s", file, rc, out ? out : "");
+            free(out);
+            continue;
+        }
         snprintf(cmd, sizeof cmd, "%s plan -m %s/%s --ram 8GiB --ctx 2048 --bandwidth 20 --overhead 32MiB --json",
                  bin(), models, file);
         KW_CHECK_MSG(run(cmd, &out) == 0, "%s", file);

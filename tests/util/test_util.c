@@ -1,6 +1,9 @@
 /* test_util.c - kw_err_set, kw_parse_bytes and the accounted allocator. */
 #include "testutil.h"
 #include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "kvwise/common.h"
 #include "kvwise/memory.h"
 
@@ -65,7 +68,32 @@ static void test_err_one_line(void) {
     KW_CHECK(strcmp(e.msg, "UTF-8 stays: \xC3\xA9\xF0\x9F\x99\x82") == 0);
 }
 
+/* kw_test_finish's exit code, in a child whose counters are set to passed/failed. */
+static int finish_code(int passed, int failed) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) { dup2(devnull, 1); dup2(devnull, 2); }
+        kw_test_passed = passed;
+        kw_test_failed = failed;
+        _exit(kw_test_finish());
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+/* A test program that ran no check fails; one that passed all its checks succeeds. */
+static void test_finish_needs_checks(void) {
+    KW_CHECK_EQ_INT(finish_code(0, 0), 1);
+    KW_CHECK_EQ_INT(finish_code(3, 0), 0);
+    KW_CHECK_EQ_INT(finish_code(3, 1), 1);
+    KW_CHECK_EQ_INT(finish_code(0, 2), 1);
+}
+
 int main(void) {
+    test_finish_needs_checks();
     test_err_one_line();
     test_parse_bytes();
     test_alloc();
