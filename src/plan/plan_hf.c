@@ -211,7 +211,7 @@ int kw_plan_model_from_hf_config(const char *json, size_t len, uint64_t weight_b
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", cJSON_IsString(mt) ? mt->valuestring : "unknown");
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
     snprintf(hp->name, sizeof hp->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "");
-    hp->arch = KW_ARCH_COUNT;
+    hp->arch = kw_arch_find_hf(hp->arch_name);
 
     bool sliding;
     if (classify_layers(c, hp->n_layer, &hp->n_kv_layers, &m->n_linear_layers, &sliding, err) != 0) goto done;
