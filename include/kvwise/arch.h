@@ -140,6 +140,8 @@ const char *kw_arch_supported_list(void);
 
 /* The presence of a tensor group (KW_FEAT_CORE: always required). */
 kw_presence kw_arch_presence(const kw_arch_desc *a, kw_feature f);
+/* A tensor group in words ("q/k/v biases"), for help texts. */
+const char *kw_feature_label(kw_feature f);
 /* The mixer layer il runs when the schedule's interval is `interval`. */
 kw_mixer_kind kw_arch_layer_mixer(const kw_arch_desc *a, int32_t interval, int32_t il);
 /* Whether a mixer kind keeps a KV cache (attention) per sequence. */

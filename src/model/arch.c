@@ -121,6 +121,12 @@ kw_presence kw_arch_presence(const kw_arch_desc *a, kw_feature f) {
     return f < KW_FEATURES ? a->presence[f] : KW_ABSENT;
 }
 
+const char *kw_feature_label(kw_feature f) {
+    static const char *const labels[KW_FEATURES] = {
+        [KW_FEAT_CORE] = "core tensors", [KW_FEAT_QKV_BIAS] = "q/k/v biases", [KW_FEAT_QK_NORM] = "q/k norm"};
+    return f < KW_FEATURES ? labels[f] : "?";
+}
+
 kw_mixer_kind kw_arch_layer_mixer(const kw_arch_desc *a, int32_t interval, int32_t il) {
     if (interval > 0 && (il + 1) % interval == 0) return a->layers.every_nth;
     return a->layers.mixer;
