@@ -14,12 +14,16 @@
  *   cmd_info  metadata defaults; error messages list the table's names.
  * Adding an architecture is adding an entry (and, for a new kind of mixer
  * or feed-forward block, its tensor list and its forward-pass code).
+ * Tokenizer behaviour is not in a descriptor: as in llama.cpp it follows
+ * tokenizer.ggml.model / .pre (src/tokenizer/pretok.c) and, for quirks,
+ * general.name (src/tokenizer/load.c), so a vocab loads whatever the
+ * architecture (`kvwise tokenize` on any file).
  *
  * Invariants (tests/model/test_arch.c checks them for every entry): names
- * are unique across the table; every tensor list is non-empty, its names
- * unique, matrices 2-D, norms and biases 1-D; core tensors (feature
- * KW_FEAT_CORE) are always required; at least one layer of any depth runs a
- * mixer that keeps a KV cache or a recurrent state. */
+ * and model_types are unique across the table; every mixer the schedule
+ * can pick, and the feed-forward block, has a non-empty tensor list whose
+ * names and slots are unique within a layer, matrices 2-D, norms and
+ * biases 1-D; core tensors (KW_FEAT_CORE) are always required. */
 #ifndef KVWISE_ARCH_H
 #define KVWISE_ARCH_H
 #include "kvwise/common.h"
@@ -37,7 +41,8 @@ typedef enum kw_ffn_kind {
     KW_FFN_KINDS
 } kw_ffn_kind;
 
-/* How RoPE pairs the dimensions of a head. */
+/* How RoPE pairs the dimensions of a head. (Room: Qwen3.5's partial,
+ * sectioned IMROPE.) */
 typedef enum kw_rope_style {
     KW_ROPE_NORMAL = 0,         /* pairs (2i, 2i+1) */
     KW_ROPE_NEOX,               /* pairs (i, i + d/2) */
