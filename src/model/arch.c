@@ -42,8 +42,12 @@ static const kw_tensor_spec k_dense_ffn_tensors[] = {
 
 /* ---- the table ---- */
 
-#define ALL_ATTENTION {.mixer = KW_MIXER_ATTENTION, .every_nth = KW_MIXER_ATTENTION, .interval_key = NULL, .interval_default = 0}
-#define LLAMA_CPP_DEFAULTS {.context_length = 4096, .rms_eps = 1e-5f, .rope_freq_base = 10000.0f}
+/* The layout llama, qwen2 and qwen3 share: every layer attention then the
+ * dense block, with llama.cpp's defaults for omitted keys. */
+#define ATTENTION_DENSE_LAYOUT                                                                                       \
+    .layers = {.mixer = KW_MIXER_ATTENTION, .every_nth = KW_MIXER_ATTENTION, .interval_key = NULL, .interval_default = 0}, \
+    .ffn = KW_FFN_DENSE, .mixer_tensors = {[KW_MIXER_ATTENTION] = k_attention_tensors}, .ffn_tensors = k_dense_ffn_tensors, \
+    .defaults = {.context_length = 4096, .rms_eps = 1e-5f, .rope_freq_base = 10000.0f}
 
 static const kw_arch_desc k_archs[] = {
     {
@@ -51,33 +55,21 @@ static const kw_arch_desc k_archs[] = {
         .hf_model_types = {"llama", NULL},
         .rope = KW_ROPE_NORMAL,
         .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_OPTIONAL, [KW_FEAT_QK_NORM] = KW_ABSENT},
-        .layers = ALL_ATTENTION,
-        .ffn = KW_FFN_DENSE,
-        .mixer_tensors = {[KW_MIXER_ATTENTION] = k_attention_tensors},
-        .ffn_tensors = k_dense_ffn_tensors,
-        .defaults = LLAMA_CPP_DEFAULTS,
+        ATTENTION_DENSE_LAYOUT,
     },
     {
         .gguf_name = "qwen2",
         .hf_model_types = {"qwen2", NULL},
         .rope = KW_ROPE_NEOX,
         .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_REQUIRED, [KW_FEAT_QK_NORM] = KW_ABSENT},
-        .layers = ALL_ATTENTION,
-        .ffn = KW_FFN_DENSE,
-        .mixer_tensors = {[KW_MIXER_ATTENTION] = k_attention_tensors},
-        .ffn_tensors = k_dense_ffn_tensors,
-        .defaults = LLAMA_CPP_DEFAULTS,
+        ATTENTION_DENSE_LAYOUT,
     },
     {
         .gguf_name = "qwen3",
         .hf_model_types = {"qwen3", NULL},
         .rope = KW_ROPE_NEOX,
         .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_OPTIONAL, [KW_FEAT_QK_NORM] = KW_REQUIRED},
-        .layers = ALL_ATTENTION,
-        .ffn = KW_FFN_DENSE,
-        .mixer_tensors = {[KW_MIXER_ATTENTION] = k_attention_tensors},
-        .ffn_tensors = k_dense_ffn_tensors,
-        .defaults = LLAMA_CPP_DEFAULTS,
+        ATTENTION_DENSE_LAYOUT,
     },
 };
 
