@@ -2,7 +2,6 @@
 #include "testutil.h"
 #include "kvwise/tensor.h"
 #include "kvwise/memory.h"
-#include "kvwise/model.h"
 #include <ftw.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -125,16 +124,4 @@ int kw_test_random_matrix(kw_matrix *W, uint32_t type, int64_t rows, int64_t col
     free(tmp);
     W->data = d;
     return 0;
-}
-
-bool kw_test_arch_supported(const char *arch) {
-    const char *list = kw_arch_supported_list();   /* "a, b, c" */
-    size_t n = strlen(arch);
-    for (const char *p = list; *p;) {
-        size_t len = strcspn(p, ",");
-        if (len == n && !strncmp(p, arch, n)) return true;
-        p += len;
-        while (*p == ',' || *p == ' ') p++;
-    }
-    return false;
 }

@@ -46,11 +46,6 @@ float kw_test_frand(uint32_t *seed);
  * Returns 0, or -1 when out of memory (W's data NULL). */
 struct kw_matrix;
 int kw_test_random_matrix(struct kw_matrix *W, uint32_t type, int64_t rows, int64_t cols, uint32_t *seed);
-/* true if kvwise loads GGUF architecture `arch` (kw_arch_supported_list).
- * Conformance data also holds models of architectures not built yet: a
- * test checks that those are refused with a message naming them. */
-#include <stdbool.h>
-bool kw_test_arch_supported(const char *arch);
 /* Prints the summary line and returns the exit code: 1 when a check failed
  * or when no check ran at all (a test that skips exits 77 instead). */
 int kw_test_finish(void);

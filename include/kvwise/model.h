@@ -1,8 +1,9 @@
-/* kvwise/model.h - architectures and the forward pass.
+/* kvwise/model.h - hyper-parameters, loading and the forward pass.
  *
  * kw_hparams_from_gguf() reads the shape of a model from metadata only (the
- * planner uses it without loading weights). kw_model_load() maps the
- * weights and binds every tensor. kw_forward() runs a batch of tokens that
+ * planner uses it without loading weights), as the architecture's
+ * descriptor (arch.h) says. kw_model_load() maps the weights and binds every
+ * tensor the descriptor lists. kw_forward() runs a batch of tokens that
  * may belong to different sequences (continuous batching): each token
  * writes its K/V at its position into its sequence's block table in the
  * paged pool (kv.h), then attends causally over positions 0..pos of that
@@ -10,17 +11,16 @@
  * context, through the accounted allocator. */
 #ifndef KVWISE_MODEL_H
 #define KVWISE_MODEL_H
+#include "kvwise/arch.h"
 #include "kvwise/common.h"
 #include "kvwise/gguf.h"
 #include "kvwise/kv.h"
 #include "kvwise/tensor.h"
 #include "kvwise/tokenizer.h"
 
-typedef enum kw_arch { KW_ARCH_LLAMA = 0, KW_ARCH_QWEN2, KW_ARCH_QWEN3, KW_ARCH_COUNT } kw_arch;
-
 typedef struct kw_hparams {
-    kw_arch arch;
-    char arch_name[32];
+    const kw_arch_desc *arch;   /* its descriptor; NULL only for a config.json plan of an unknown model_type */
+    char arch_name[32];         /* general.architecture, or the config.json model_type */
     char name[128];             /* general.name or "" */
     int32_t n_vocab;
     int32_t n_ctx_train;
@@ -31,21 +31,20 @@ typedef struct kw_hparams {
     int32_t head_dim_k;         /* attention.key_length (default n_embd / n_head) */
     int32_t head_dim_v;
     int32_t n_ff;
-    int32_t n_kv_layers;        /* layers that keep a KV cache (= n_layer for these archs) */
+    int32_t n_kv_layers;        /* layers whose mixer keeps a KV cache */
+    int32_t layer_interval;     /* N of the descriptor's every-Nth-layer rule (0: every layer runs the same mixer) */
     float rms_eps;
     float rope_base;
     float rope_scale;           /* linear scaling factor (1 = none) */
     int32_t rope_dim;
     bool rope_neox;             /* pairs (i, i+d/2) instead of (2i, 2i+1) */
     bool tied_output;           /* no output.weight: token_embd is the LM head */
-    bool has_qkv_bias;          /* qwen2 */
-    bool has_qk_norm;           /* qwen3 */
+    bool has_qkv_bias;          /* layers have attn_q/k/v.bias (required, or optional and present) */
+    bool has_qk_norm;           /* layers have attn_q_norm / attn_k_norm */
     uint64_t weight_bytes;      /* sum of tensor data sizes */
     uint64_t n_params;
 } kw_hparams;
 
-/* Supported architecture names, comma-separated, for error messages. */
-const char *kw_arch_supported_list(void);
 int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err);
 
 typedef struct kw_model_opts {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
+#include "kvwise/arch.h"
 #include "kvwise/gguf.h"
 #include "kvwise/tensor.h"
 
@@ -61,7 +62,9 @@ static void summarize(const kw_gguf *g, model_summary *s) {
     s->n_ff = arch_int(g, a, "feed_forward_length", -1);
     s->n_ctx_train = arch_int(g, a, "context_length", -1);
     s->rope_dim = arch_int(g, a, "rope.dimension_count", s->head_dim);
-    s->rope_base = arch_float(g, a, "rope.freq_base", 10000.0, NULL);   /* llama.cpp's default */
+    /* absent: the architecture's default (arch.h), else llama.cpp's */
+    const kw_arch_desc *d = kw_arch_find(s->arch);
+    s->rope_base = arch_float(g, a, "rope.freq_base", d ? d->defaults.rope_freq_base : 10000.0, NULL);
     s->rope_scaling = arch_str(g, a, "rope.scaling.type");
     s->rope_scale = arch_float(g, a, "rope.scaling.factor", 0.0, NULL);
     s->rms_eps = arch_float(g, a, "attention.layer_norm_rms_epsilon", 0.0, &s->has_eps);

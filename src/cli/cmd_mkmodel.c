@@ -7,8 +7,25 @@
 #include <string.h>
 #include <time.h>
 #include "cli.h"
+#include "kvwise/arch.h"
 #include "kvwise/tensor.h"
 #include "mkmodel/mkmodel.h"
+
+/* "  --arch A   llama | qwen2 (q/k/v biases) | ...": every architecture of
+ * the table with the optional tensor groups it requires. */
+static void print_arch_choices(FILE *f) {
+    fprintf(f, "  --arch A         ");
+    for (int i = 0; i < kw_arch_count(); i++) {
+        const kw_arch_desc *a = kw_arch_at(i);
+        fprintf(f, "%s%s", i ? " | " : "", a->gguf_name);
+        int n = 0;
+        for (int k = KW_FEAT_CORE + 1; k < KW_FEATURES; k++)
+            if (kw_arch_presence(a, (kw_feature)k) == KW_REQUIRED)
+                fprintf(f, "%s%s", n++ ? ", " : " (", kw_feature_label((kw_feature)k));
+        if (n) fprintf(f, ")");
+    }
+    fprintf(f, "\n");
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -22,8 +39,9 @@ static void usage(FILE *f) {
         "  --type T         weight matrices: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k\n"
         "                   (default f16; norms and biases stay f32; a K-quant falls back to\n"
         "                   q5_0/q5_1/q8_0 for rows that are not a multiple of 256)\n"
-        "  --seed N         random seed (default 1)\n"
-        "  --arch A         llama | qwen2 (q/k/v biases) | qwen3 (q/k norm)\n"
+        "  --seed N         random seed (default 1)\n");
+    print_arch_choices(f);
+    fprintf(f,
         "  --layers N  --embd N  --ff N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ctx N\n"
         "                   override the preset's shape (--embd/--heads also reset head_dim\n"
         "                   to embd/heads unless --head-dim is given)\n"

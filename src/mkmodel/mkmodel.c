@@ -1,6 +1,7 @@
 /* mkmodel.c - random-weight GGUF models (mkmodel.h): presets, metadata,
- * the tensor list of the llama / qwen2 / qwen3 layouts, and deterministic
- * weights streamed to the GGUF writer. The vocab is the trained one
+ * the tensor list (every tensor the architecture's descriptor requires,
+ * arch.h, in its order), and deterministic weights streamed to the GGUF
+ * writer. The vocab is the trained one
  * (bpe_train.c) or an imported Hugging Face tokenizer (src/hfimport/).
  *
  * Weights: matrices N(0, 0.02^2), norm gains 1 + N(0, 0.05^2), biases
@@ -10,9 +11,11 @@
  * is byte-identical for the same seed. Rows are quantized with the
  * reference quantizer (kw_quantize_row). */
 #include "mkmodel.h"
+#include "kvwise/arch.h"
 #include "kvwise/gguf.h"
 #include "kvwise/hfimport.h"
 #include "kvwise/memory.h"
+#include "kvwise/model.h"
 #include "kvwise/tensor.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,27 +29,34 @@
 
 typedef struct preset { const char *name; kw_mk_shape s; } preset;
 
+#define SHAPE(arch_, name_, layers, embd, heads, kv_heads, hd, ff, vocab, ctx, base, eps, tied_)                      \
+    {.arch = arch_, .name = name_, .n_layer = layers, .n_embd = embd, .n_head = heads, .n_head_kv = kv_heads,          \
+     .head_dim = hd, .n_ff = ff, .n_vocab = vocab, .n_ctx = ctx, .rope_base = base, .rms_eps = eps, .tied = tied_}
+
 static const preset k_presets[] = {
-    {"tiny", {"llama", "kvwise-tiny-random", 4, 256, 8, 2, 32, 768, 1024, 2048, 10000.0f, 1e-5f, false, false, false, NULL}},
-    {"llama3.2-1b", {"llama", "kvwise-llama3.2-1b-random", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f,
-                     true, false, false, NULL}},
-    {"qwen2.5-0.5b", {"qwen2", "kvwise-qwen2.5-0.5b-random", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f,
-                      true, true, false, NULL}},
-    {"qwen3-0.6b", {"qwen3", "kvwise-qwen3-0.6b-random", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f,
-                    true, false, true, NULL}},
+    {"tiny", SHAPE("llama", "kvwise-tiny-random", 4, 256, 8, 2, 32, 768, 1024, 2048, 10000.0f, 1e-5f, false)},
+    {"llama3.2-1b", SHAPE("llama", "kvwise-llama3.2-1b-random", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true)},
+    {"qwen2.5-0.5b", SHAPE("qwen2", "kvwise-qwen2.5-0.5b-random", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f, true)},
+    {"qwen3-0.6b", SHAPE("qwen3", "kvwise-qwen3-0.6b-random", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true)},
 };
+
+/* The tensor groups of s->arch that mkmodel writes: the required ones. */
+static int apply_arch(kw_mk_shape *s, kw_err *err) {
+    const kw_arch_desc *a = kw_arch_find(s->arch);
+    if (!a) return kw_err_set(err, "unknown architecture '%s' (supported: %s)", s->arch, kw_arch_supported_list());
+    s->qkv_bias = kw_arch_presence(a, KW_FEAT_QKV_BIAS) == KW_REQUIRED;
+    s->qk_norm = kw_arch_presence(a, KW_FEAT_QK_NORM) == KW_REQUIRED;
+    return 0;
+}
 
 int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err) {
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
-        if (name && !strcmp(name, k_presets[i].name)) { *out = k_presets[i].s; return 0; }
+        if (name && !strcmp(name, k_presets[i].name)) { *out = k_presets[i].s; return apply_arch(out, err); }
     return kw_err_set(err, "unknown preset '%s' (presets: tiny, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b)", name ? name : "");
 }
 
 int kw_mk_shape_check(kw_mk_shape *s, kw_err *err) {
-    if (!strcmp(s->arch, "qwen2")) { s->qkv_bias = true; s->qk_norm = false; }
-    else if (!strcmp(s->arch, "qwen3")) { s->qkv_bias = false; s->qk_norm = true; }
-    else if (!strcmp(s->arch, "llama")) { s->qkv_bias = false; s->qk_norm = false; }
-    else return kw_err_set(err, "unknown architecture '%s' (supported: llama, qwen2, qwen3)", s->arch);
+    if (apply_arch(s, err)) return -1;
     if (s->n_layer < 1 || s->n_layer > 1024) return kw_err_set(err, "layers %d out of range (1..1024)", s->n_layer);
     if (s->n_embd < 1 || s->n_ff < 1 || s->n_head < 1 || s->n_head_kv < 1 || s->head_dim < 1 || s->n_ctx < 1)
         return kw_err_set(err, "embd, ff, heads, kv heads, head_dim and ctx must be positive");
@@ -151,33 +161,45 @@ static int add(mk_list *l, const char *name, uint32_t type, int64_t ne0, int64_t
     return 0;
 }
 
+/* The hyper-parameters the descriptor's tensor dimensions are sized from. */
+static kw_hparams shape_hparams(const kw_mk_shape *s) {
+    kw_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.n_embd = s->n_embd;
+    hp.n_head = s->n_head;
+    hp.n_head_kv = s->n_head_kv;
+    hp.head_dim_k = hp.head_dim_v = s->head_dim;
+    hp.n_ff = s->n_ff;
+    return hp;
+}
+
+/* Adds blk.<il>.* for every required tensor of a list: matrices of wtype
+ * N(0, 0.02^2), norm gains 1 + N(0, 0.05^2), biases N(0, 0.02^2). */
+static int add_layer_tensors(mk_list *l, const kw_arch_desc *a, const kw_tensor_spec *t, const kw_hparams *hp,
+                             int il, uint32_t wtype) {
+    int rc = 0;
+    for (; t && t->name; t++) {
+        if (kw_arch_presence(a, t->feature) != KW_REQUIRED) continue;
+        char n[64];
+        snprintf(n, sizeof n, "blk.%d.%s", il, t->name);
+        int64_t ne0 = kw_dim_size(t->ne0, hp), ne1 = kw_dim_size(t->ne1, hp);
+        if (t->role == KW_ROLE_MATRIX) rc |= add(l, n, wtype, ne0, ne1, 0, STD_MATRIX);
+        else if (t->role == KW_ROLE_NORM) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 1, STD_NORM_GAIN);
+        else rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 0, STD_BIAS);
+    }
+    return rc;
+}
+
 static int build_list(const kw_mk_shape *s, uint32_t wtype, mk_list *l) {
-    int64_t E = s->n_embd, Q = (int64_t)s->n_head * s->head_dim, KV = (int64_t)s->n_head_kv * s->head_dim;
+    const kw_arch_desc *a = kw_arch_find(s->arch);
+    kw_hparams hp = shape_hparams(s);
+    int64_t E = s->n_embd;
     int rc = add(l, "token_embd.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
     rc |= add(l, "output_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
     if (!s->tied) rc |= add(l, "output.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
     for (int i = 0; i < s->n_layer && rc == 0; i++) {
-        char n[64];
-#define LAYER(suffix, ty, a, b, mean, std) (snprintf(n, sizeof n, "blk.%d." suffix, i), add(l, n, ty, a, b, mean, std))
-        rc |= LAYER("attn_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
-        rc |= LAYER("attn_q.weight", wtype, E, Q, 0, STD_MATRIX);
-        rc |= LAYER("attn_k.weight", wtype, E, KV, 0, STD_MATRIX);
-        rc |= LAYER("attn_v.weight", wtype, E, KV, 0, STD_MATRIX);
-        if (s->qkv_bias) {
-            rc |= LAYER("attn_q.bias", KW_TYPE_F32, Q, 1, 0, STD_BIAS);
-            rc |= LAYER("attn_k.bias", KW_TYPE_F32, KV, 1, 0, STD_BIAS);
-            rc |= LAYER("attn_v.bias", KW_TYPE_F32, KV, 1, 0, STD_BIAS);
-        }
-        if (s->qk_norm) {
-            rc |= LAYER("attn_q_norm.weight", KW_TYPE_F32, s->head_dim, 1, 1, STD_NORM_GAIN);
-            rc |= LAYER("attn_k_norm.weight", KW_TYPE_F32, s->head_dim, 1, 1, STD_NORM_GAIN);
-        }
-        rc |= LAYER("attn_output.weight", wtype, Q, E, 0, STD_MATRIX);
-        rc |= LAYER("ffn_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
-        rc |= LAYER("ffn_gate.weight", wtype, E, s->n_ff, 0, STD_MATRIX);
-        rc |= LAYER("ffn_up.weight", wtype, E, s->n_ff, 0, STD_MATRIX);
-        rc |= LAYER("ffn_down.weight", wtype, s->n_ff, E, 0, STD_MATRIX);
-#undef LAYER
+        rc |= add_layer_tensors(l, a, kw_arch_mixer_tensors(a, kw_arch_layer_mixer(a, a->layers.interval_default, i)), &hp, i, wtype);
+        rc |= add_layer_tensors(l, a, a->ffn_tensors, &hp, i, wtype);
     }
     return rc ? -1 : 0;
 }

@@ -12,13 +12,15 @@
 #include <stddef.h>
 
 typedef struct kw_mk_shape {
-    char arch[16];          /* "llama", "qwen2", "qwen3" */
+    char arch[16];          /* a general.architecture of the table (arch.h) */
     char name[64];          /* general.name */
     int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_base, rms_eps;
     bool tied;              /* no output.weight: token_embd is the LM head */
-    bool qkv_bias;          /* qwen2: attn_q/k/v biases */
-    bool qk_norm;           /* qwen3: per-head RMSNorm of q and k */
+    /* The optional tensor groups the file gets: those the architecture's
+     * descriptor requires (set by kw_mk_preset and kw_mk_shape_check). */
+    bool qkv_bias;          /* attn_q/k/v biases */
+    bool qk_norm;           /* per-head RMSNorm of q and k */
     const char *hf_tokenizer; /* NULL, or a directory with a Hugging Face tokenizer.json
                                  (+ tokenizer_config.json): its vocab, specials and chat
                                  template replace the trained ones; n_vocab becomes its size */
@@ -27,8 +29,9 @@ typedef struct kw_mk_shape {
 /* Fills *out with a preset ("tiny", "llama3.2-1b", "qwen2.5-0.5b",
  * "qwen3-0.6b"); returns -1 (err lists the names) if unknown. */
 int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err);
-/* Sets the per-architecture flags (qkv_bias for qwen2, qk_norm for qwen3)
- * after --arch changed; checks the shape is consistent. */
+/* Sets the tensor-group flags from the architecture's descriptor (after
+ * --arch changed); checks the shape is consistent. An architecture the
+ * table lacks is refused with the list of those it has. */
 int kw_mk_shape_check(kw_mk_shape *s, kw_err *err);
 
 /* The byte-level BPE vocabulary (GPT-2 byte-to-unicode strings). */

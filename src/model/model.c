@@ -1,21 +1,21 @@
-/* model.c - architectures, hyper-parameters and weight binding (model.h).
+/* model.c - hyper-parameters and weight binding (model.h).
  *
- * Owns: reading a model's shape from GGUF metadata (kw_hparams_from_gguf:
- * llama, qwen2, qwen3), checking that every tensor the forward pass needs
- * is present with a supported type and the shape the hparams imply,
- * binding them into a kw_model (weights stay in the read-only mapping),
- * and the KV layout a model needs. The forward pass is in forward.c. */
+ * Owns: reading a model's shape from GGUF metadata (kw_hparams_from_gguf)
+ * as its architecture's descriptor (arch.h, src/model/arch.c) says:
+ * defaults, RoPE pairing, optional tensor groups, the layer schedule;
+ * checking that every tensor the descriptor lists for a layer is present
+ * (or allowed to be absent) with a supported type and the shape the hparams
+ * imply, binding them into a kw_model (weights stay in the read-only
+ * mapping), and the KV layout a model needs. The forward pass is in
+ * forward.c. */
 #include "model_internal.h"
 #include "kvwise/memory.h"
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
-
-static const char *const arch_names[KW_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
-
-const char *kw_arch_supported_list(void) { return "llama, qwen2, qwen3"; }
 
 /* ---- metadata helpers ---- */
 
@@ -57,12 +57,6 @@ static int opt_int(const kw_gguf *g, const char *arch, const char *key, int64_t 
     return 0;
 }
 
-static int find_arch(const char *name, kw_arch *out) {
-    for (int a = 0; a < KW_ARCH_COUNT; a++)
-        if (!strcmp(name, arch_names[a])) { *out = (kw_arch)a; return 0; }
-    return -1;
-}
-
 static int read_vocab_size(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
     int64_t v;
     const kw_gguf_kv *toks = kw_gguf_find(g, "tokenizer.ggml.tokens");
@@ -83,7 +77,7 @@ static int read_vocab_size(const kw_gguf *g, const char *arch, kw_hparams *hp, k
 
 static int read_rope(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
     double f;
-    hp->rope_base = 10000.0f;
+    hp->rope_base = hp->arch->defaults.rope_freq_base;
     if (arch_float(g, arch, "rope.freq_base", &f)) {
         if (!(f > 0.0) || f > 1e12) return kw_err_set(err, "metadata %s.rope.freq_base = %g is out of range", arch, f);
         hp->rope_base = (float)f;
@@ -104,8 +98,42 @@ static int read_rope(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err 
         if (!(f > 0.0) || f > 1e6) return kw_err_set(err, "metadata %s.rope.scale_linear = %g is out of range", arch, f);
         hp->rope_scale = (float)f;
     }
-    hp->rope_neox = hp->arch != KW_ARCH_LLAMA;
+    hp->rope_neox = hp->arch->rope == KW_ROPE_NEOX;
     return 0;
+}
+
+/* The interval of the descriptor's every-Nth-layer rule, and the layers
+ * whose mixer keeps a KV cache. */
+static int read_layer_schedule(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
+    const kw_layer_schedule *ls = &hp->arch->layers;
+    hp->layer_interval = ls->interval_default;
+    if (ls->interval_key && opt_int(g, arch, ls->interval_key, hp->n_layer, &hp->layer_interval, err)) return -1;
+    hp->n_kv_layers = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        hp->n_kv_layers += kw_mixer_has_kv(kw_arch_layer_mixer(hp->arch, hp->layer_interval, il));
+    return 0;
+}
+
+/* The tensors of layer il: its mixer's list, then the feed-forward block's. */
+static const kw_tensor_spec *layer_list(const kw_hparams *hp, int32_t il, int part) {
+    if (part == 0) return kw_arch_mixer_tensors(hp->arch, kw_arch_layer_mixer(hp->arch, hp->layer_interval, il));
+    return hp->arch->ffn_tensors;
+}
+
+/* A tensor group is in the layers when the descriptor requires it, or
+ * allows it and the first layer that could hold it has its first tensor. */
+static bool has_feature(const kw_gguf *g, const kw_hparams *hp, kw_feature f) {
+    kw_presence p = kw_arch_presence(hp->arch, f);
+    if (p != KW_OPTIONAL) return p == KW_REQUIRED;
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        for (int part = 0; part < 2; part++)
+            for (const kw_tensor_spec *l = layer_list(hp, il, part); l && l->name; l++)
+                if (l->feature == f) {
+                    char n[96];
+                    snprintf(n, sizeof n, "blk.%d.%s", il, l->name);
+                    return kw_gguf_find_tensor(g, n) != NULL;
+                }
+    return false;
 }
 
 static void sum_weights(const kw_gguf *g, kw_hparams *hp) {
@@ -123,8 +151,8 @@ int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err) {
     memset(hp, 0, sizeof *hp);
     const char *arch = kw_gguf_get_str(g, "general.architecture");
     if (!arch) return kw_err_set(err, "missing metadata key general.architecture (supported: %s)", kw_arch_supported_list());
-    if (find_arch(arch, &hp->arch) != 0)
-        return kw_err_set(err, "unsupported architecture '%.64s' (supported: %s)", arch, kw_arch_supported_list());
+    hp->arch = kw_arch_find(arch);
+    if (!hp->arch) return kw_err_set(err, "unsupported architecture '%.64s' (supported: %s)", arch, kw_arch_supported_list());
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
     const char *name = kw_gguf_get_str(g, "general.name");
     snprintf(hp->name, sizeof hp->name, "%s", name ? name : "");
@@ -144,17 +172,17 @@ int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err) {
     if (opt_int(g, arch, "attention.value_length", 1 << 14, &hp->head_dim_v, err)) return -1;
     if (hp->head_dim_k < 1 || hp->head_dim_v < 1)
         return kw_err_set(err, "head dimension is 0 (embedding_length %d, head_count %d)", hp->n_embd, hp->n_head);
-    hp->n_ctx_train = 4096;
+    hp->n_ctx_train = hp->arch->defaults.context_length;
     if (opt_int(g, arch, "context_length", 1 << 30, &hp->n_ctx_train, err)) return -1;
-    double eps = 1e-5;
+    double eps = hp->arch->defaults.rms_eps;
     if (arch_float(g, arch, "attention.layer_norm_rms_epsilon", &eps) && !(eps > 0.0 && eps < 1.0))
         return kw_err_set(err, "metadata %s.attention.layer_norm_rms_epsilon = %g is out of range", arch, eps);
     hp->rms_eps = (float)eps;
-    if (read_rope(g, arch, hp, err) || read_vocab_size(g, arch, hp, err)) return -1;
-    hp->n_kv_layers = hp->n_layer;
+    if (read_rope(g, arch, hp, err) || read_vocab_size(g, arch, hp, err) || read_layer_schedule(g, arch, hp, err))
+        return -1;
     hp->tied_output = kw_gguf_find_tensor(g, "output.weight") == NULL;
-    hp->has_qkv_bias = hp->arch == KW_ARCH_QWEN2 || kw_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
-    hp->has_qk_norm = hp->arch == KW_ARCH_QWEN3;
+    hp->has_qkv_bias = has_feature(g, hp, KW_FEAT_QKV_BIAS);
+    hp->has_qk_norm = has_feature(g, hp, KW_FEAT_QK_NORM);
     sum_weights(g, hp);
     return 0;
 }
@@ -217,32 +245,46 @@ static int bind_vec(const kw_gguf *g, const char *name, int64_t n, bool required
     return 0;
 }
 
-static int bind_layer(const kw_gguf *g, const kw_hparams *hp, int il, kw_layer *L, kw_err *err) {
+/* Where model.c binds each layer tensor in kw_layer, and as which kind. */
+typedef struct layer_slot { size_t offset; bool matrix; } layer_slot;
+static const layer_slot k_slots[KW_LT_COUNT] = {
+    [KW_LT_ATTN_NORM] = {offsetof(kw_layer, attn_norm), false},
+    [KW_LT_ATTN_Q] = {offsetof(kw_layer, wq), true},
+    [KW_LT_ATTN_K] = {offsetof(kw_layer, wk), true},
+    [KW_LT_ATTN_V] = {offsetof(kw_layer, wv), true},
+    [KW_LT_ATTN_Q_BIAS] = {offsetof(kw_layer, bq), false},
+    [KW_LT_ATTN_K_BIAS] = {offsetof(kw_layer, bk), false},
+    [KW_LT_ATTN_V_BIAS] = {offsetof(kw_layer, bv), false},
+    [KW_LT_ATTN_Q_NORM] = {offsetof(kw_layer, q_norm), false},
+    [KW_LT_ATTN_K_NORM] = {offsetof(kw_layer, k_norm), false},
+    [KW_LT_ATTN_OUT] = {offsetof(kw_layer, wo), true},
+    [KW_LT_FFN_NORM] = {offsetof(kw_layer, ffn_norm), false},
+    [KW_LT_FFN_GATE] = {offsetof(kw_layer, w_gate), true},
+    [KW_LT_FFN_UP] = {offsetof(kw_layer, w_up), true},
+    [KW_LT_FFN_DOWN] = {offsetof(kw_layer, w_down), true},
+};
+
+/* Binds blk.<il>.<t->name> as the descriptor's presence for it says:
+ * absent groups are not bound, optional ones only when the file has them. */
+static int bind_spec(const kw_gguf *g, const kw_hparams *hp, int il, const kw_tensor_spec *t, kw_layer *L, kw_err *err) {
+    kw_presence p = kw_arch_presence(hp->arch, t->feature);
+    if (p == KW_ABSENT) return 0;
     char n[96];
-    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim_k;
-    int64_t k_dim = (int64_t)hp->n_head_kv * hp->head_dim_k, v_dim = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    int64_t o_dim = (int64_t)hp->n_head * hp->head_dim_v;
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
-    if (bind_vec(g, NAME("attn_norm.weight"), E, true, &L->attn_norm, err) ||
-        bind_matrix(g, NAME("attn_q.weight"), q_dim, E, &L->wq, err) ||
-        bind_matrix(g, NAME("attn_k.weight"), k_dim, E, &L->wk, err) ||
-        bind_matrix(g, NAME("attn_v.weight"), v_dim, E, &L->wv, err) ||
-        bind_matrix(g, NAME("attn_output.weight"), E, o_dim, &L->wo, err) ||
-        bind_vec(g, NAME("ffn_norm.weight"), E, true, &L->ffn_norm, err) ||
-        bind_matrix(g, NAME("ffn_gate.weight"), hp->n_ff, E, &L->w_gate, err) ||
-        bind_matrix(g, NAME("ffn_up.weight"), hp->n_ff, E, &L->w_up, err) ||
-        bind_matrix(g, NAME("ffn_down.weight"), E, hp->n_ff, &L->w_down, err))
-        return -1;
-    bool need_bias = hp->arch == KW_ARCH_QWEN2;
-    if (bind_vec(g, NAME("attn_q.bias"), q_dim, need_bias, &L->bq, err) ||
-        bind_vec(g, NAME("attn_k.bias"), k_dim, need_bias, &L->bk, err) ||
-        bind_vec(g, NAME("attn_v.bias"), v_dim, need_bias, &L->bv, err))
-        return -1;
-    if (hp->has_qk_norm &&
-        (bind_vec(g, NAME("attn_q_norm.weight"), hp->head_dim_k, true, &L->q_norm, err) ||
-         bind_vec(g, NAME("attn_k_norm.weight"), hp->head_dim_k, true, &L->k_norm, err)))
-        return -1;
-#undef NAME
+    snprintf(n, sizeof n, "blk.%d.%s", il, t->name);
+    const layer_slot *s = &k_slots[t->what];
+    if (s->matrix != (t->role == KW_ROLE_MATRIX))
+        return kw_err_set(err, "tensor %s: the architecture table and the layer disagree on its kind", n);
+    void *field = (char *)L + s->offset;
+    int64_t ne0 = kw_dim_size(t->ne0, hp), ne1 = kw_dim_size(t->ne1, hp);
+    if (!s->matrix) return bind_vec(g, n, ne0, p == KW_REQUIRED, field, err);
+    if (p == KW_OPTIONAL && !kw_gguf_find_tensor(g, n)) return 0;
+    return bind_matrix(g, n, ne1, ne0, field, err);
+}
+
+static int bind_layer(const kw_gguf *g, const kw_hparams *hp, int il, kw_layer *L, kw_err *err) {
+    for (int part = 0; part < 2; part++)
+        for (const kw_tensor_spec *t = layer_list(hp, il, part); t && t->name; t++)
+            if (bind_spec(g, hp, il, t, L, err)) return -1;
     return 0;
 }
 
@@ -289,20 +331,28 @@ static void release_packed_source(kw_model *m, const kw_matrix *W) {
  * are dropped right after its copies are made (unless they must stay:
  * --mlock), so the load peak is the file plus one layer, not twice the
  * weights. */
-#define KW_LAYER_MATRICES 7
-static void layer_matrices(kw_layer *L, kw_matrix *ws[KW_LAYER_MATRICES]) {
-    kw_matrix *order[KW_LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    memcpy(ws, order, sizeof order);
+#define KW_LAYER_MAX_MATRICES 16
+/* The bound matrices of layer il in the order the descriptor lists them
+ * (the order the forward pass reads them); returns how many. */
+static int layer_matrices(const kw_model *m, int il, kw_matrix *ws[KW_LAYER_MAX_MATRICES]) {
+    kw_layer *L = &m->layers[il];   /* the layers array is not const inside the model */
+    int n = 0;
+    for (int part = 0; part < 2; part++)
+        for (const kw_tensor_spec *t = layer_list(&m->hp, il, part); t && t->name; t++) {
+            if (t->role != KW_ROLE_MATRIX || n == KW_LAYER_MAX_MATRICES) continue;
+            kw_matrix *w = (kw_matrix *)(void *)((char *)L + k_slots[t->what].offset);
+            if (w->data) ws[n++] = w;
+        }
+    return n;
 }
 
 static int pack_weights(kw_model *m, bool release, kw_err *err) {
     for (int il = 0; il < m->hp.n_layer; il++) {
-        kw_layer *L = &m->layers[il];
-        kw_matrix *ws[KW_LAYER_MATRICES];
-        layer_matrices(L, ws);
-        if (kw_matrices_pack(ws, KW_LAYER_MATRICES, &L->pack_block, err) < 0) return -1;
+        kw_matrix *ws[KW_LAYER_MAX_MATRICES];
+        int n = layer_matrices(m, il, ws);
+        if (kw_matrices_pack(ws, n, &m->layers[il].pack_block, err) < 0) return -1;
         if (release)
-            for (int i = 0; i < KW_LAYER_MATRICES; i++) release_packed_source(m, ws[i]);
+            for (int i = 0; i < n; i++) release_packed_source(m, ws[i]);
     }
     if (kw_matrix_pack(&m->output, err) < 0) return -1;
     if (release && !m->hp.tied_output) release_packed_source(m, &m->output);
@@ -312,11 +362,10 @@ static int pack_weights(kw_model *m, bool release, kw_err *err) {
 static void unpack_weights(kw_model *m) {
     if (m->layers)
         for (int il = 0; il < m->hp.n_layer; il++) {
-            kw_layer *L = &m->layers[il];
-            kw_matrix *ws[KW_LAYER_MATRICES];
-            layer_matrices(L, ws);
-            kw_matrices_unpack(ws, KW_LAYER_MATRICES, L->pack_block);
-            L->pack_block = NULL;
+            kw_matrix *ws[KW_LAYER_MAX_MATRICES];
+            int n = layer_matrices(m, il, ws);
+            kw_matrices_unpack(ws, n, m->layers[il].pack_block);
+            m->layers[il].pack_block = NULL;
         }
     kw_matrix_unpack(&m->output);
 }
@@ -363,9 +412,9 @@ const kw_gguf *kw_model_gguf(const kw_model *m) { return m ? m->gguf : NULL; }
 int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max) {
     int n = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        kw_matrix *ws[KW_LAYER_MATRICES];
-        layer_matrices(&m->layers[il], ws);   /* the layers array is not const inside the model */
-        for (int i = 0; i < KW_LAYER_MATRICES; i++, n++)
+        kw_matrix *ws[KW_LAYER_MAX_MATRICES];
+        int k = layer_matrices(m, il, ws);
+        for (int i = 0; i < k; i++, n++)
             if (n < max) out[n] = kw_matrix_span(ws[i]);
     }
     if (n < max) out[n] = kw_matrix_span(&m->output);

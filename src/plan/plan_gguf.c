@@ -54,27 +54,22 @@ uint64_t plan_pack_probe(uint32_t type, int64_t cols, int64_t rows) {
     return kw_matrix_pack_bytes(&W);
 }
 
-static bool is_packed_matrix(const kw_gguf_tensor *t, bool tied) {
-    static const char *suffixes[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
-                                     ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"};
+/* The matrices kw_model_load() repacks: every layer matrix the
+ * architecture's descriptor lists (model.c layer_matrices) and the LM head
+ * (output.weight, or the embedding when tied). */
+static bool is_packed_matrix(const kw_arch_desc *a, const kw_gguf_tensor *t, bool tied) {
     const char *n = t->name.s;
     if (t->n_dims != 2 || !n) return false;
     if (!strcmp(n, "output.weight") || (tied && !strcmp(n, "token_embd.weight"))) return true;
-    if (strncmp(n, "blk.", 4)) return false;
-    size_t len = strlen(n);
-    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
-        size_t sl = strlen(suffixes[i]);
-        if (len > sl && !strcmp(n + len - sl, suffixes[i])) return true;
-    }
-    return false;
+    return kw_arch_is_layer_matrix(a, n);
 }
 
-static uint64_t repack_bytes(const kw_gguf *g) {
+static uint64_t repack_bytes(const kw_gguf *g, const kw_arch_desc *a) {
     bool tied = kw_gguf_find_tensor(g, "output.weight") == NULL;
     uint64_t total = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
-        if (is_packed_matrix(t, tied)) total += plan_pack_probe(t->type, t->ne[0], t->ne[1]);
+        if (is_packed_matrix(a, t, tied)) total += plan_pack_probe(t->type, t->ne[0], t->ne[1]);
     }
     return total;
 }
@@ -97,14 +92,14 @@ static int64_t pack_row_group(uint32_t type) {
 /* The mapped pages kw_model_load() drops after packing (model.c
  * release_packed_source): the whole pages inside the rows a packed copy
  * serves, for every packed matrix but a tied embedding. */
-static uint64_t released_bytes(const kw_gguf *g) {
+static uint64_t released_bytes(const kw_gguf *g, const kw_arch_desc *a) {
     bool tied = kw_gguf_find_tensor(g, "output.weight") == NULL;
     int64_t groups[KW_TYPE_COUNT];
     for (int i = 0; i < KW_TYPE_COUNT; i++) groups[i] = -1;
     uint64_t total = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
-        if (!is_packed_matrix(t, tied) || !strcmp(t->name.s, "token_embd.weight") || t->type >= KW_TYPE_COUNT) continue;
+        if (!is_packed_matrix(a, t, tied) || !strcmp(t->name.s, "token_embd.weight") || t->type >= KW_TYPE_COUNT) continue;
         if (groups[t->type] < 0) groups[t->type] = pack_row_group(t->type);
         int64_t grp = groups[t->type], rows = t->ne[1];
         if (grp <= 0 || rows < 16) continue;
@@ -145,8 +140,8 @@ int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     uint64_t w = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) w += g->tensors[i].nbytes;
     m->weight_bytes = w;
-    m->repack_bytes = repack_bytes(g);
-    m->released_bytes = released_bytes(g);
+    m->repack_bytes = repack_bytes(g, m->hp.arch);
+    m->released_bytes = released_bytes(g, m->hp.arch);
     m->resident_bytes = (g->size > w ? g->size : w) + m->repack_bytes - m->released_bytes;
     m->read_bytes_per_token = read_bytes_per_token(g, w);
     m->main_type = dominant_type(g);

@@ -4,8 +4,10 @@
  * Owns: reading the shape keys (num_hidden_layers, num_attention_heads,
  * num_key_value_heads, head_dim, hidden_size, intermediate_size,
  * vocab_size, max_position_embeddings; a nested "text_config" is used when
- * the top level has no layers), deciding which layers keep a KV cache, and
- * the fixed per-sequence state of the others. Which layers are attention:
+ * the top level has no layers), the architecture's descriptor by model_type
+ * (arch.h; none for a model kvwise cannot run yet: it is still planned),
+ * deciding which layers keep a KV cache, and the fixed per-sequence state
+ * of the others. Which layers are attention:
  *   layer_types: ["full_attention"|"attention"|"sliding_attention"|...,
  *                 "linear_attention"|"mamba"|...]  (one entry per layer)
  *   full_attention_interval: k   -> layer i is attention when (i+1) % k == 0
@@ -158,6 +160,18 @@ static uint64_t linear_state_per_layer(const cJSON *c, int64_t hidden, char *for
     return 0;
 }
 
+/* The descriptor of model_type and what it fixes: the RoPE pairing and the
+ * optional tensor groups (q/k/v biases also when config says attention_bias). */
+static void set_arch(kw_hparams *hp, const cJSON *c) {
+    hp->arch = kw_arch_find_hf(hp->arch_name);
+    if (!hp->arch) return;
+    hp->rope_neox = hp->arch->rope == KW_ROPE_NEOX;
+    kw_presence bias = kw_arch_presence(hp->arch, KW_FEAT_QKV_BIAS);
+    hp->has_qkv_bias = bias == KW_REQUIRED ||
+                       (bias == KW_OPTIONAL && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "attention_bias")));
+    hp->has_qk_norm = kw_arch_presence(hp->arch, KW_FEAT_QK_NORM) == KW_REQUIRED;
+}
+
 int kw_plan_model_from_hf_config(const char *json, size_t len, uint64_t weight_bytes, kw_plan_model *m, kw_err *err) {
     memset(m, 0, sizeof *m);
     if (!json) return kw_err_set(err, "config.json: no text");
@@ -211,7 +225,7 @@ int kw_plan_model_from_hf_config(const char *json, size_t len, uint64_t weight_b
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", cJSON_IsString(mt) ? mt->valuestring : "unknown");
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
     snprintf(hp->name, sizeof hp->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "");
-    hp->arch = KW_ARCH_COUNT;
+    set_arch(hp, c);
 
     bool sliding;
     if (classify_layers(c, hp->n_layer, &hp->n_kv_layers, &m->n_linear_layers, &sliding, err) != 0) goto done;

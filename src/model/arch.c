@@ -1,0 +1,163 @@
+/* arch.c - the architecture table (arch.h): one descriptor per supported
+ * general.architecture, the layer tensor lists they point at, and the
+ * lookups every reader goes through.
+ *
+ * Facts: llama, qwen2 and qwen3 as llama.cpp loads them. qwen2 always has
+ * q/k/v biases; llama and qwen3 take them when present (llama.cpp treats
+ * them as optional there too); only qwen3 has per-head q/k norms. llama
+ * pairs RoPE dimensions (2i, 2i+1), the qwen family NEOX-style (i, i+d/2).
+ * The three share one attention layer layout and the dense SwiGLU block. */
+#include "kvwise/arch.h"
+#include "kvwise/model.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- layer tensor lists ---- */
+
+/* The attention mixer: pre-norm, q/k/v projections (+ biases, + per-head
+ * norms), output projection; in the order the forward pass reads them. */
+static const kw_tensor_spec k_attention_tensors[] = {
+    {"attn_norm.weight", KW_LT_ATTN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
+    {"attn_q.weight", KW_LT_ATTN_Q, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_Q, KW_FEAT_CORE},
+    {"attn_k.weight", KW_LT_ATTN_K, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_K, KW_FEAT_CORE},
+    {"attn_v.weight", KW_LT_ATTN_V, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_V, KW_FEAT_CORE},
+    {"attn_q.bias", KW_LT_ATTN_Q_BIAS, KW_ROLE_BIAS, KW_DIM_Q, KW_DIM_1, KW_FEAT_QKV_BIAS},
+    {"attn_k.bias", KW_LT_ATTN_K_BIAS, KW_ROLE_BIAS, KW_DIM_K, KW_DIM_1, KW_FEAT_QKV_BIAS},
+    {"attn_v.bias", KW_LT_ATTN_V_BIAS, KW_ROLE_BIAS, KW_DIM_V, KW_DIM_1, KW_FEAT_QKV_BIAS},
+    {"attn_q_norm.weight", KW_LT_ATTN_Q_NORM, KW_ROLE_NORM, KW_DIM_HEAD_K, KW_DIM_1, KW_FEAT_QK_NORM},
+    {"attn_k_norm.weight", KW_LT_ATTN_K_NORM, KW_ROLE_NORM, KW_DIM_HEAD_K, KW_DIM_1, KW_FEAT_QK_NORM},
+    {"attn_output.weight", KW_LT_ATTN_OUT, KW_ROLE_MATRIX, KW_DIM_ATTN_OUT, KW_DIM_EMBD, KW_FEAT_CORE},
+    {NULL, 0, 0, 0, 0, 0},
+};
+
+/* The dense SwiGLU block with its pre-norm. */
+static const kw_tensor_spec k_dense_ffn_tensors[] = {
+    {"ffn_norm.weight", KW_LT_FFN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
+    {"ffn_gate.weight", KW_LT_FFN_GATE, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF, KW_FEAT_CORE},
+    {"ffn_up.weight", KW_LT_FFN_UP, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF, KW_FEAT_CORE},
+    {"ffn_down.weight", KW_LT_FFN_DOWN, KW_ROLE_MATRIX, KW_DIM_FF, KW_DIM_EMBD, KW_FEAT_CORE},
+    {NULL, 0, 0, 0, 0, 0},
+};
+
+/* ---- the table ---- */
+
+/* The layout llama, qwen2 and qwen3 share: every layer attention then the
+ * dense block, with llama.cpp's defaults for omitted keys. */
+#define ATTENTION_DENSE_LAYOUT                                                                                       \
+    .layers = {.mixer = KW_MIXER_ATTENTION, .every_nth = KW_MIXER_ATTENTION, .interval_key = NULL, .interval_default = 0}, \
+    .ffn = KW_FFN_DENSE, .mixer_tensors = {[KW_MIXER_ATTENTION] = k_attention_tensors}, .ffn_tensors = k_dense_ffn_tensors, \
+    .defaults = {.context_length = 4096, .rms_eps = 1e-5f, .rope_freq_base = 10000.0f}
+
+static const kw_arch_desc k_archs[] = {
+    {
+        .gguf_name = "llama",
+        .hf_model_types = {"llama", NULL},
+        .rope = KW_ROPE_NORMAL,
+        .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_OPTIONAL, [KW_FEAT_QK_NORM] = KW_ABSENT},
+        ATTENTION_DENSE_LAYOUT,
+    },
+    {
+        .gguf_name = "qwen2",
+        .hf_model_types = {"qwen2", NULL},
+        .rope = KW_ROPE_NEOX,
+        .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_REQUIRED, [KW_FEAT_QK_NORM] = KW_ABSENT},
+        ATTENTION_DENSE_LAYOUT,
+    },
+    {
+        .gguf_name = "qwen3",
+        .hf_model_types = {"qwen3", NULL},
+        .rope = KW_ROPE_NEOX,
+        .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_OPTIONAL, [KW_FEAT_QK_NORM] = KW_REQUIRED},
+        ATTENTION_DENSE_LAYOUT,
+    },
+};
+
+#define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
+
+int kw_arch_count(void) { return N_ARCHS; }
+
+const kw_arch_desc *kw_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }
+
+const kw_arch_desc *kw_arch_find(const char *gguf_name) {
+    for (int i = 0; gguf_name && i < N_ARCHS; i++)
+        if (!strcmp(gguf_name, k_archs[i].gguf_name)) return &k_archs[i];
+    return NULL;
+}
+
+const kw_arch_desc *kw_arch_find_hf(const char *model_type) {
+    for (int i = 0; model_type && i < N_ARCHS; i++)
+        for (int k = 0; k < KW_ARCH_MAX_HF_TYPES && k_archs[i].hf_model_types[k]; k++)
+            if (!strcmp(model_type, k_archs[i].hf_model_types[k])) return &k_archs[i];
+    return NULL;
+}
+
+static char g_list[256];
+static pthread_once_t g_list_once = PTHREAD_ONCE_INIT;
+
+static void build_list(void) {
+    size_t n = 0;
+    for (int i = 0; i < N_ARCHS && n < sizeof g_list; i++)
+        n += (size_t)snprintf(g_list + n, sizeof g_list - n, "%s%s", i ? ", " : "", k_archs[i].gguf_name);
+}
+
+const char *kw_arch_supported_list(void) {
+    pthread_once(&g_list_once, build_list);
+    return g_list;
+}
+
+/* ---- questions about a descriptor ---- */
+
+kw_presence kw_arch_presence(const kw_arch_desc *a, kw_feature f) {
+    if (f == KW_FEAT_CORE) return KW_REQUIRED;
+    return f < KW_FEATURES ? a->presence[f] : KW_ABSENT;
+}
+
+const char *kw_feature_label(kw_feature f) {
+    static const char *const labels[KW_FEATURES] = {
+        [KW_FEAT_CORE] = "core tensors", [KW_FEAT_QKV_BIAS] = "q/k/v biases", [KW_FEAT_QK_NORM] = "q/k norm"};
+    return f < KW_FEATURES ? labels[f] : "?";
+}
+
+kw_mixer_kind kw_arch_layer_mixer(const kw_arch_desc *a, int32_t interval, int32_t il) {
+    if (interval > 0 && (il + 1) % interval == 0) return a->layers.every_nth;
+    return a->layers.mixer;
+}
+
+bool kw_mixer_has_kv(kw_mixer_kind k) { return k == KW_MIXER_ATTENTION; }
+
+const kw_tensor_spec *kw_arch_mixer_tensors(const kw_arch_desc *a, kw_mixer_kind k) {
+    return k < KW_MIXER_KINDS ? a->mixer_tensors[k] : NULL;
+}
+
+static bool list_has_matrix(const kw_tensor_spec *l, const char *suffix) {
+    for (; l && l->name; l++)
+        if (l->role == KW_ROLE_MATRIX && !strcmp(l->name, suffix)) return true;
+    return false;
+}
+
+bool kw_arch_is_layer_matrix(const kw_arch_desc *a, const char *name) {
+    if (!a || !name || strncmp(name, "blk.", 4)) return false;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9') return false;
+    while (*p >= '0' && *p <= '9') p++;
+    if (*p != '.') return false;
+    p++;
+    for (int k = 0; k < KW_MIXER_KINDS; k++)
+        if (list_has_matrix(a->mixer_tensors[k], p)) return true;
+    return list_has_matrix(a->ffn_tensors, p);
+}
+
+int64_t kw_dim_size(kw_dim d, const struct kw_hparams *hp) {
+    switch (d) {
+    case KW_DIM_1: return 1;
+    case KW_DIM_EMBD: return hp->n_embd;
+    case KW_DIM_Q: return (int64_t)hp->n_head * hp->head_dim_k;
+    case KW_DIM_K: return (int64_t)hp->n_head_kv * hp->head_dim_k;
+    case KW_DIM_V: return (int64_t)hp->n_head_kv * hp->head_dim_v;
+    case KW_DIM_ATTN_OUT: return (int64_t)hp->n_head * hp->head_dim_v;
+    case KW_DIM_HEAD_K: return hp->head_dim_k;
+    case KW_DIM_FF: return hp->n_ff;
+    }
+    return 0;
+}
