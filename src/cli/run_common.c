@@ -2,6 +2,7 @@
  * (run_common.h): common options, model loading, prompt reading,
  * tokenizing and session creation, each with a one-line error. */
 #include "run_common.h"
+#include "kvwise/arch.h"
 #include "kvwise/kv.h"
 #include "kvwise/tokenizer.h"
 #include <errno.h>
@@ -83,13 +84,17 @@ int kw_run_parse_common(kw_run_opts *o, int argc, char **argv, int *i) {
     return 0;
 }
 
+static const char common_help_rest[] =
+    "  -t, --threads N     worker threads (default: physical cores)\n"
+    "  -c, --ctx N         context size in tokens (default: min(training context, 4096))\n"
+    "  -b, --batch N       tokens per forward pass during prefill (default 512)\n"
+    "      --kv-type T     KV cache element type: auto, i16, i8, f16, q8_0 or f32 (default below)\n"
+    "      --no-bos        do not add the BOS token even if the vocab adds one\n";
+
 const char *kw_run_common_help(void) {
-    return "  -m, --model FILE    GGUF model (llama, qwen2, qwen3)\n"
-           "  -t, --threads N     worker threads (default: physical cores)\n"
-           "  -c, --ctx N         context size in tokens (default: min(training context, 4096))\n"
-           "  -b, --batch N       tokens per forward pass during prefill (default 512)\n"
-           "      --kv-type T     KV cache element type: auto, i16, i8, f16, q8_0 or f32 (default below)\n"
-           "      --no-bos        do not add the BOS token even if the vocab adds one\n";
+    static char help[1024];
+    snprintf(help, sizeof help, "  -m, --model FILE    GGUF model (%s)\n%s", kw_arch_supported_list(), common_help_rest);
+    return help;
 }
 
 kw_model *kw_run_load(const kw_run_opts *o, double *ms) {
