@@ -3,7 +3,7 @@
  * A spec makes chosen calls of the accounted allocator (memory.h), the
  * ledger (ledger.h) and the paged KV pool (kv.h, kvmem.h) fail exactly as if
  * memory had run out, so that the real failure paths run in tests: an
- * admission refused with 503, a sequence ended mid-prefill with its
+ * admission refused for lack of memory, a sequence ended mid-prefill with its
  * reservation returned, the prompt cache keeping what it has, a startup
  * error. Nothing is simulated: the call returns its failure value and its
  * caller handles it. `kvwise serve --test-fail-alloc SPEC` sets a spec

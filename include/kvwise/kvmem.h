@@ -2,7 +2,7 @@
  * over the paged pool, the prompt cache in front of it, and the ledger's KV
  * lines kept in step with both.
  *
- * An engine (sched.h) delegates its seq_begin / seq_ensure / seq_end hooks
+ * An engine (engine.h) delegates its seq_begin / seq_ensure / seq_end hooks
  * here:
  *   begin   longest cached prefix of the prompt (mapped, no copy), private
  *           copy of a shared last block, then a reservation of every block
@@ -11,7 +11,7 @@
  *           pool is short, LRU cache leaves are evicted first; if it is
  *           still short the sequence must wait (KW_KVMEM_WAIT); if it could
  *           never fit (more positions than the context or than the whole
- *           pool) the answer is KW_KVMEM_NEVER (the server says 400).
+ *           pool) the answer is KW_KVMEM_NEVER (refused as it is).
  *   ensure  grows a table past its reservation (evicting cache if needed).
  *   end     offers the finished sequence to the prompt cache (caps are
  *           enforced inside insert) and releases the slot's blocks.
@@ -27,8 +27,8 @@ struct cJSON;
 struct kw_ledger;
 
 #define KW_KVMEM_WAIT  (-1)   /* does not fit now: queue and retry */
-#define KW_KVMEM_NEVER (-2)   /* can never fit: reject at once (400) */
-#define KW_KVMEM_NOMEM (-3)   /* there was room, but taking it failed (allocation failure): 503, retry */
+#define KW_KVMEM_NEVER (-2)   /* can never fit: reject at once */
+#define KW_KVMEM_NOMEM (-3)   /* there was room, but taking it failed (allocation failure): refuse, retry later */
 
 typedef struct kw_kvmem_opts {
     int32_t n_slots;            /* sequences that may be live at once */

@@ -1,7 +1,7 @@
 /* cmd_serve.c - `kvwise serve`: parses the settings (mlx_lm.server names),
  * prints the startup report (every effective setting; the same JSON is
- * served at GET /v1/config), starts listening (GET /health is 503 while the
- * model loads), loads the engine, starts the scheduler and runs until
+ * served at GET /v1/config), starts listening (GET /health says "loading"
+ * while the model loads), loads the engine, starts the scheduler and runs until
  * SIGTERM/SIGINT, then shuts down gracefully and exits 0. */
 #include <signal.h>
 #include <stdio.h>
@@ -10,34 +10,49 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
+#include "kvwise/engine.h"
 #include "kvwise/footprint.h"
 #include "kvwise/kv.h"
-#include "kvwise/kvmem.h"
 #include "kvwise/fault.h"
 #include "kvwise/ledger.h"
 #include "kvwise/plan.h"
 #include "kvwise/sched.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
+#ifdef KW_TESTCTL
+#include "serve_testctl.h"
+#endif
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *origins, *chat_template, *alias, *kv_type;
     int port, ctx_size, decode_conc, prompt_conc, prefill_step, kv_blocks, kv_block_tokens;
-    int timeout_s, http_threads, max_queue, stub_step_us, threads;
+    int timeout_s, http_threads, max_queue, threads;
     int max_client_conns;       /* -1 = default: unlimited on loopback, 64 elsewhere */
     int max_conns;              /* open HTTP connections in all (a ledger line) */
     uint64_t max_body;
-    bool mlock, stub, quiet_progress;
+    bool mlock, quiet_progress;
     /* memory (docs/MEMORY.md) */
     uint64_t memory_limit;      /* 0 = default: MemAvailable at start minus a reserve */
     uint64_t cache_bytes;       /* UINT64_MAX = default: half the KV pool */
     int cache_size;
     double queue_timeout;
-    bool stub_kv;
     bool test_replay;           /* --test-replay: honour a request's "test_replay" text (tests only) */
     const char *test_fail_alloc;/* --test-fail-alloc SPEC: injected allocation failures (tests only, fault.h) */
     const char *test_replay_script; /* --test-replay-script FILE: scripted outputs per request (tests only) */
+#ifdef KW_TESTCTL
+    serve_test_opts test;       /* the test hooks' flags (serve_testctl.h) */
+#endif
 } serve_opts;
+
+/* Does this server run the test stub instead of a model (test builds only)? */
+static bool serve_uses_stub(const serve_opts *o) {
+#ifdef KW_TESTCTL
+    return o->test.stub;
+#else
+    (void)o;
+    return false;
+#endif
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -47,11 +62,12 @@ static void usage(FILE *f) {
         "network:\n"
         "  --host ADDR              listen address (default 127.0.0.1; 0.0.0.0 exposes it to the network)\n"
         "  --port N                 TCP port (default 8080; 0 = any free port, printed at startup)\n"
-        "  --api-key KEY            require 'Authorization: Bearer KEY' (401 otherwise; /health is open)\n"
+        "  --api-key KEY            require 'Authorization: Bearer KEY' (refused otherwise; /health is open)\n"
         "  --allowed-origins LIST   CORS: comma-separated origins allowed to call from a browser, or '*'\n"
-        "  --max-body BYTES         largest request body (default 16MiB; 413 above). Bodies being read\n"
-        "                           or parsed share this many bytes in all (503 + Retry-After when one\n"
-        "                           does not fit beside the others); counted in --memory-limit\n"
+        "  --max-body BYTES         largest request body (default 16MiB; a larger one is refused). Bodies\n"
+        "                           being read or parsed share this many bytes in all (one that does not\n"
+        "                           fit beside the others is told to retry: Retry-After); counted in\n"
+        "                           --memory-limit\n"
         "  --timeout S              idle connection timeout in seconds (default 600)\n"
         "  --max-client-connections N  open connections one client address may hold; more are closed at\n"
         "                           once (default: unlimited on loopback, where every local tool shares\n"
@@ -80,8 +96,10 @@ static void usage(FILE *f) {
         "                           read in chunks interleaved with decode steps, with progress logged.\n"
         "                           With --prompt-concurrency it sizes the prefill workspace: the\n"
         "                           transient memory a long prompt needs, counted in --memory-limit\n"
-        "  --max-queue N            requests waiting for a slot or for memory; one more gets 503 (default 64)\n"
-        "  --queue-timeout S        a request waiting longer than S seconds gets 503 + Retry-After (default 30)\n"
+        "  --max-queue N            requests waiting for a slot or for memory; one more is told to retry\n"
+        "                           later (default 64)\n"
+        "  --queue-timeout S        a request waiting longer than S seconds is told to retry later, with\n"
+        "                           Retry-After (default 30)\n"
         "memory (one wall: docs/MEMORY.md; GET /v1/config and /v1/memory show what applied):\n"
         "  --memory-limit B         the whole server's budget: resident weights (the mapped file counted\n"
         "                           in full) + live KV + prompt cache + prefill workspace + scratch +\n"
@@ -90,8 +108,9 @@ static void usage(FILE *f) {
         "                           reserve for the OS (10%%, at least 256 MiB); better: measure what the\n"
         "                           OS and your other apps need at idle and give the server the rest.\n"
         "                           Requests are admitted only when their KV (prompt + max_tokens) fits:\n"
-        "                           evict the cache, then queue, then 503 + Retry-After; a request that\n"
-        "                           can never fit gets 400 at once. The server refuses to start when the\n"
+        "                           evict the cache, then queue, then retry later (Retry-After); a request\n"
+        "                           that can never fit is refused at once as invalid (docs/SERVER.md has\n"
+        "                           the HTTP statuses). The server refuses to start when the\n"
         "                           weights and one full-context sequence do not fit, and says which\n"
         "                           limit would work.\n"
         "  --prompt-cache-size N    COUNT cap: finished sequences kept for prefix reuse (default 4; 0 = no\n"
@@ -117,6 +136,9 @@ static void usage(FILE *f) {
         "  --kv-blocks N            KV pool size in blocks (default: what --memory-limit leaves after the\n"
         "                           fixed lines, at most ctx-size x decode-concurrency positions)\n"
         "  --kv-block-size N        positions per KV block (default 32)\n");
+#ifdef KW_TESTCTL
+    serve_test_usage(f);
+#endif
 }
 
 static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
@@ -196,14 +218,14 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
             if (*end || !(t >= 0 && t <= 86400)) { fprintf(stderr, "kvwise serve: --queue-timeout needs seconds in [0, 86400]\n"); return -1; }
             o->queue_timeout = t;
         }
-        else if (!strcmp(a, "--stub-kv")) o->stub_kv = true;     /* tests only: the stub keeps real KV memory */
-        else if (!strcmp(a, "--stub-engine")) o->stub = true;   /* tests/benchmarks only: no model */
-        else if (!strcmp(a, "--stub-step-us")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 10000000, &o->stub_step_us); }
+#ifdef KW_TESTCTL
+        else if ((rc = serve_test_parse(argc, argv, &i, &o->test)) != 0) { if (rc > 0) rc = 0; }
+#endif
         else { fprintf(stderr, "kvwise serve: unknown option '%s' (see --help)\n", a); return -1; }
         if (rc < 0) return -1;
 #undef TAKES_VALUE
     }
-    if (!o->model && !o->stub) { fprintf(stderr, "kvwise serve: -m MODEL.gguf is required (see --help)\n"); return -1; }
+    if (!o->model && !serve_uses_stub(o)) { fprintf(stderr, "kvwise serve: -m MODEL.gguf is required (see --help)\n"); return -1; }
     return 0;
 }
 
@@ -211,7 +233,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
 static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *tpl_desc) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "version", KW_VERSION);
-    cJSON_AddStringToObject(c, "model", o->stub ? "(stub engine)" : o->model);
+    cJSON_AddStringToObject(c, "model", serve_uses_stub(o) ? "(stub engine)" : o->model);
     cJSON_AddStringToObject(c, "model_id", o->alias ? o->alias : e->model_id);
     cJSON_AddStringToObject(c, "host", o->host);
     cJSON_AddNumberToObject(c, "port", o->port);
@@ -241,10 +263,11 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddNumberToObject(c, "memory_limit", (double)o->memory_limit);
     cJSON_AddNumberToObject(c, "queue_timeout_s", o->queue_timeout);
     if (o->test_fail_alloc) cJSON_AddStringToObject(c, "test_fail_alloc", o->test_fail_alloc);
-    if (e->kvmem) {     /* the caps in force, as the cache itself reports them */
-        kw_kvmem_stats ks = kw_kvmem_get_stats(e->kvmem);
-        cJSON_AddNumberToObject(c, "prompt_cache_size", ks.cache.max_seqs);
-        cJSON_AddNumberToObject(c, "prompt_cache_bytes", (double)ks.cache.max_bytes);
+    int32_t cache_seqs;
+    uint64_t cache_bytes;
+    if (kw_engine_cache_caps(e, &cache_seqs, &cache_bytes)) {     /* the caps in force, as the cache reports them */
+        cJSON_AddNumberToObject(c, "prompt_cache_size", cache_seqs);
+        cJSON_AddNumberToObject(c, "prompt_cache_bytes", (double)cache_bytes);
     } else {
         cJSON_AddStringToObject(c, "prompt_cache", "none (this engine keeps no KV)");
     }
@@ -263,38 +286,17 @@ static void print_report(const cJSON *c) {
     }
 }
 
-/* The stub with real KV: the pool gets what the budget leaves after the
- * fixed lines (there are no weights), at most --kv-blocks; the server
- * refuses to start when not even one full-context sequence fits. */
-static int stub_enable_kv(kw_engine *e, const serve_opts *o, kw_ledger *led, kw_err *err) {
-    kw_kv_layout lay = kw_engine_stub_kv_layout(o->kv_block_tokens);
-    uint64_t bb = kw_kv_block_bytes(&lay);
-    int64_t per_seq = (e->n_ctx + lay.block_tokens - 1) / lay.block_tokens;
-    int64_t want = o->kv_blocks > 0 ? o->kv_blocks : per_seq * e->n_slots;
-    int64_t fit = (int64_t)(kw_ledger_available(led) / bb);
-    int64_t blocks = want < fit ? want : fit;
-    if (blocks < per_seq) {
-        char a[32], b[32];
-        return kw_err_set(err, "--memory-limit %s is too small: the fixed lines take %s and one sequence of "
-                          "--ctx-size %d needs %lld KV blocks of %zu bytes; a limit of at least %s would work",
-                          kw_format_bytes(kw_ledger_limit(led), a, sizeof a),
-                          kw_format_bytes(kw_ledger_used(led), b, sizeof b), e->n_ctx, (long long)per_seq,
-                          (size_t)bb, kw_format_bytes(kw_ledger_used(led) + (uint64_t)per_seq * bb, (char[32]){0}, 32));
-    }
-    kw_engine_stub_kv_opts ko = {.kv_blocks = (int32_t)blocks, .block_tokens = lay.block_tokens,
-                                 .cache_max_seqs = o->cache_size, .cache_max_bytes = o->cache_bytes,
-                                 .ledger = led, .log_interval_s = 10};
-    return kw_engine_stub_enable_kv(e, &ko, err);
-}
-
 static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, kw_err *err) {
     int32_t max_batch = o->decode_conc + o->prompt_conc * o->prefill_step;
-    if (o->stub) {
-        kw_engine *e = kw_engine_stub_create(o->ctx_size ? o->ctx_size : 4096, o->decode_conc, max_batch, o->stub_step_us);
-        if (!e) { kw_err_set(err, "stub engine: out of memory"); return NULL; }
-        if (o->stub_kv && stub_enable_kv(e, o, led, err) < 0) { e->destroy(e); return NULL; }
-        return e;
+#ifdef KW_TESTCTL
+    if (o->test.stub) {
+        serve_test_engine_opts so = {.n_ctx = o->ctx_size ? o->ctx_size : 4096, .n_slots = o->decode_conc,
+                                     .max_batch = max_batch, .kv_blocks = o->kv_blocks,
+                                     .block_tokens = o->kv_block_tokens, .cache_max_seqs = o->cache_size,
+                                     .cache_max_bytes = o->cache_bytes, .ledger = led};
+        return serve_test_engine(&o->test, &so, err);
     }
+#endif
     kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = o->ctx_size, .n_slots = o->decode_conc,
                                .max_batch = max_batch, .kv_blocks = o->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
                                .kv_type = (uint32_t)kw_kv_type_from_name(o->kv_type), .mlock = o->mlock,
@@ -382,7 +384,7 @@ int cmd_serve(int argc, char **argv) {
     if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))
         fprintf(stderr, "kvwise serve: WARNING: listening on %s without --api-key: anyone who can reach this "
                 "address can use the model (see docs/SECURITY.md)\n", o.host);
-    /* Listen first so /health answers 503 "loading" while the model loads. */
+    /* Listen first so /health answers "loading" while the model loads. */
     kw_server *srv = kw_server_start(&so, &err);
     if (!srv) { fprintf(stderr, "kvwise serve: %s\n", err.msg); kw_ledger_destroy(led); return 1; }
     o.port = kw_server_port(srv);

@@ -26,6 +26,11 @@ int kw_http_error_set(kw_http_error *e, int status, const char *param, const cha
                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* {"error":{...}} as a malloc'd string. */
 char *kw_http_error_json(const kw_http_error *e);
+/* The HTTP status and OpenAI error code of a request that ended without an
+ * answer (finish ERROR, CANCELLED or REJECTED) for the scheduler's reason:
+ * the one place scheduler reasons become HTTP (400 for a request that can
+ * never run as is, 503 + Retry-After for a retry later, 500 otherwise). */
+void kw_openai_reason_status(kw_finish f, kw_reject_reason why, int *status, const char **code);
 
 typedef struct kw_job {
     pthread_mutex_t mu;
@@ -43,8 +48,7 @@ typedef struct kw_job {
     cJSON *lp;                  /* non-stream logprobs accumulator */
     size_t text_offset;         /* completions logprobs text_offset */
     kw_finish finish;
-    int reject_status;          /* KW_FINISH_REJECTED: 400 or 503 */
-    const char *reject_code;    /* ... and the error code (a static string) */
+    kw_reject_reason reason;    /* why a REJECTED or ERROR end got no answer (the event's) */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
     char error[512];
     char id[48];

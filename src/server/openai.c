@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 #include "internal.h"
-#include "kvwise/kvmem.h"
 #include "kvwise/toolcall.h"
 
 /* ---- errors ------------------------------------------------------------- */
@@ -30,6 +29,32 @@ int kw_http_error_set(kw_http_error *e, int status, const char *param, const cha
     for (char *p = e->message; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
     return -1;
+}
+
+void kw_openai_reason_status(kw_finish f, kw_reject_reason why, int *status, const char **code) {
+    static const struct { int status; const char *code; } refused[KW_REJECT_REASON_COUNT] = {
+        [KW_REJECT_NONE] = {503, "busy"},
+        [KW_REJECT_QUEUE_FULL] = {503, "queue_full"},
+        [KW_REJECT_QUEUE_TIMEOUT] = {503, "queue_timeout"},
+        [KW_REJECT_NEVER_FITS] = {400, "request_exceeds_memory"},
+        [KW_REJECT_CONTEXT] = {400, "context_length_exceeded"},
+        [KW_REJECT_NOMEM] = {503, "out_of_memory"},
+        [KW_REJECT_SHUTTING_DOWN] = {503, "shutting_down"},
+    };
+    unsigned r = (unsigned)why < KW_REJECT_REASON_COUNT ? (unsigned)why : KW_REJECT_NONE;
+    if (f == KW_FINISH_REJECTED) {
+        *status = refused[r].status;
+        *code = refused[r].code;
+    } else if (f == KW_FINISH_ERROR && r != KW_REJECT_NONE) {
+        *status = refused[r].status;       /* memory ran out mid-request: 503 out_of_memory, retry */
+        *code = refused[r].code;
+    } else if (f == KW_FINISH_ERROR) {
+        *status = 500;
+        *code = "internal_error";
+    } else {
+        *status = 503;                     /* cancelled: the server is stopping or the client left */
+        *code = "unavailable";
+    }
 }
 
 char *kw_http_error_json(const kw_http_error *e) {
@@ -581,21 +606,19 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         e->n_ctx = eng->n_ctx;
         goto fail;
     }
-    if (eng->kvmem) {
-        /* The scheduler reserves KV for prompt + max_tokens (or up to the
-         * context); what could never be reserved is refused now with a 400,
-         * never queued and never answered with a 503 the client would retry. */
-        int32_t room = eng->n_ctx - (int32_t)n_ids;
-        int32_t gen = j->req.max_tokens > 0 && j->req.max_tokens < room ? j->req.max_tokens : room;
-        if (!kw_kvmem_could_ever_fit(eng->kvmem, (int32_t)n_ids + gen)) {
-            kw_http_error_set(e, 400, j->req.max_tokens > 0 ? "max_tokens" : chat ? "messages" : "prompt",
-                              "request_exceeds_memory",
-                              "This request needs KV memory for %d positions (prompt %zu + up to %d generated), "
-                              "more than the server's memory budget can ever hold (at most %d positions). "
-                              "Lower max_tokens or shorten the %s.", (int32_t)n_ids + gen, n_ids, gen,
-                              kw_kvmem_max_positions(eng->kvmem), chat ? "messages" : "prompt");
-            goto fail;
-        }
+    /* The scheduler reserves KV for prompt + max_tokens (or up to the
+     * context); what could never be reserved is refused now with a 400,
+     * never queued and never answered with a 503 the client would retry. */
+    int32_t room = eng->n_ctx - (int32_t)n_ids;
+    int32_t gen = j->req.max_tokens > 0 && j->req.max_tokens < room ? j->req.max_tokens : room;
+    if (!kw_engine_could_ever_fit(eng, (int32_t)n_ids + gen)) {
+        kw_http_error_set(e, 400, j->req.max_tokens > 0 ? "max_tokens" : chat ? "messages" : "prompt",
+                          "request_exceeds_memory",
+                          "This request needs KV memory for %d positions (prompt %zu + up to %d generated), "
+                          "more than the server's memory budget can ever hold (at most %d positions). "
+                          "Lower max_tokens or shorten the %s.", (int32_t)n_ids + gen, n_ids, gen,
+                          kw_engine_max_positions(eng), chat ? "messages" : "prompt");
+        goto fail;
     }
     if (!j->stream) {
         j->lp = j->logprobs ? (chat ? cJSON_CreateArray() : cJSON_CreateObject()) : NULL;
@@ -842,9 +865,10 @@ static void on_toolparse_event(void *user, const kw_tc_event *ev) {
 static void stream_finish(kw_job *j, const kw_sched_event *ev) {
     if (ev->finish == KW_FINISH_ERROR || ev->finish == KW_FINISH_CANCELLED) {
         kw_http_error he = {0};
-        bool err = ev->finish == KW_FINISH_ERROR;   /* (memory ran out: the event says 503 out_of_memory) */
-        kw_http_error_set(&he, err ? (ev->http_status ? ev->http_status : 500) : 503, NULL,
-                          err ? (ev->code ? ev->code : "internal_error") : "cancelled", "%s",
+        int status;
+        const char *code;
+        kw_openai_reason_status(ev->finish, ev->reason, &status, &code);
+        kw_http_error_set(&he, status, NULL, ev->finish == KW_FINISH_CANCELLED ? "cancelled" : code, "%s",
                           ev->error ? ev->error : "request cancelled");
         char *s = kw_http_error_json(&he);
         if (s) { kw_sbuf_printf(&j->out, "data: %s\n\n", s); free(s); }
@@ -887,8 +911,7 @@ void kw_openai_on_event(kw_job *j, const kw_sched_event *ev) {
         j->prompt_tokens = ev->prompt_tokens;
         j->completion_tokens = ev->completion_tokens;
         j->cached_tokens = ev->cached_tokens;
-        j->reject_status = ev->http_status;
-        j->reject_code = ev->code;
+        j->reason = ev->reason;
         if (ev->error) snprintf(j->error, sizeof j->error, "%s", ev->error);
         if (j->tp && (ev->finish == KW_FINISH_STOP || ev->finish == KW_FINISH_LENGTH)) kw_toolparse_finish(j->tp);
         if (j->tp && j->tp->n_calls) {

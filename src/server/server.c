@@ -277,13 +277,12 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
     int rc = kw_sched_submit(s->sched, &j->req, &err);
     pthread_mutex_unlock(&j->mu);
     pthread_rwlock_unlock(&s->lk);
-    if (rc < 0) {
-        /* never reached the scheduler: finish it here so the resume path answers 503 */
+    if (rc != 0) {
+        /* never reached the scheduler: finish it here so the resume path answers (503) */
         pthread_mutex_lock(&j->mu);
         j->finished = true;
         j->finish = KW_FINISH_REJECTED;
-        j->reject_status = 503;
-        j->reject_code = !strncmp(err.msg, "queue full", 10) ? "queue_full" : "shutting_down";
+        j->reason = (kw_reject_reason)rc;
         snprintf(j->error, sizeof j->error, "%s", err.msg);
         j->suspended = false;
         pthread_mutex_unlock(&j->mu);
@@ -321,11 +320,12 @@ static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *
     snprintf(msg, sizeof msg, "%s", j->error[0] ? j->error : "request cancelled");
     pthread_mutex_unlock(&j->mu);
     c->phase = 2;
-    if (f == KW_FINISH_ERROR)   /* 503 out_of_memory when the scheduler says memory ran out */
-        return send_err(s, mc, j->reject_status ? j->reject_status : 500, j->reject_code ? j->reject_code : "internal_error", msg);
-    if (f == KW_FINISH_CANCELLED) return send_err(s, mc, 503, "unavailable", msg);
-    if (f == KW_FINISH_REJECTED)
-        return send_err(s, mc, j->reject_status ? j->reject_status : 503, j->reject_code ? j->reject_code : "busy", msg);
+    if (f == KW_FINISH_ERROR || f == KW_FINISH_CANCELLED || f == KW_FINISH_REJECTED) {
+        int status;
+        const char *code;
+        kw_openai_reason_status(f, j->reason, &status, &code);
+        return send_err(s, mc, status, code, msg);
+    }
     return send_body(s, mc, 200, "application/json", kw_openai_final_json(j));
 }
 
@@ -337,10 +337,9 @@ static enum MHD_Result send_memory(kw_server *s, struct MHD_Connection *mc, rout
     kw_memview_counters c = {0};
     c.requests_total = __atomic_load_n(&s->n_requests, __ATOMIC_RELAXED);
     c.requests_ok = __atomic_load_n(&s->n_ok, __ATOMIC_RELAXED);
-    c.rejected[KW_REJECT_QUEUE_FULL] = st->rejected_queue_full;
-    c.rejected[KW_REJECT_QUEUE_TIMEOUT] = st->rejected_queue_timeout;
-    c.rejected[KW_REJECT_NEVER_FITS] = st->rejected_never + __atomic_load_n(&s->n_rej_never, __ATOMIC_RELAXED);
-    c.rejected[KW_REJECT_CONTEXT] = __atomic_load_n(&s->n_rej_ctx, __ATOMIC_RELAXED);
+    for (int k = 0; k < KW_REJECT_REASON_COUNT; k++) c.rejected[k] = st->rejected[k];
+    c.rejected[KW_REJECT_NEVER_FITS] += __atomic_load_n(&s->n_rej_never, __ATOMIC_RELAXED);
+    c.rejected[KW_REJECT_CONTEXT] += __atomic_load_n(&s->n_rej_ctx, __ATOMIC_RELAXED);
     c.prompt_tokens = st->prompt_tokens;
     c.cached_tokens = st->cached_tokens;
     c.completion_tokens = st->tokens_generated;
@@ -349,9 +348,9 @@ static enum MHD_Result send_memory(kw_server *s, struct MHD_Connection *mc, rout
     kw_footprint f;
     bool have_f = kw_footprint_read(&f, NULL) == 0;
     pthread_rwlock_rdlock(&s->lk);
-    struct kw_kvmem *kv = s->engine && !s->stopping ? s->engine->kvmem : NULL;
-    char *body = rt == R_MEMORY ? kw_memview_json(kv, s->o.ledger, have_f ? &f : NULL, &c)
-                                : kw_memview_metrics(kv, s->o.ledger, have_f ? &f : NULL, &c);
+    const kw_engine *eng = !s->stopping ? s->engine : NULL;
+    char *body = rt == R_MEMORY ? kw_memview_json(eng, s->o.ledger, have_f ? &f : NULL, &c)
+                                : kw_memview_metrics(eng, s->o.ledger, have_f ? &f : NULL, &c);
     pthread_rwlock_unlock(&s->lk);
     if (!body) return send_err(s, mc, 500, "internal_error", "out of memory");
     return send_body(s, mc, 200, rt == R_MEMORY ? "application/json" : "text/plain; version=0.0.4", body);

@@ -7,6 +7,7 @@
  * pending releases everything. Runs the stub engine with real KV (the
  * replay script stands in for sampling, so the tokens are chosen here). */
 #include "testutil.h"
+#include "engine_stub.h"
 #include "kvwise/kvmem.h"
 #include "kvwise/sched.h"
 #include <pthread.h>
@@ -40,7 +41,7 @@ static void on_event(kw_sched_req *r, const kw_sched_event *ev) {
     }
     pthread_mutex_lock(&w->mu);
     w->fin = *ev;
-    w->fin.text = NULL; w->fin.error = NULL; w->fin.code = NULL;
+    w->fin.text = NULL; w->fin.error = NULL;
     w->done = true;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);

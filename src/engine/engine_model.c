@@ -2,15 +2,15 @@
  * kw_model, one kw_ctx workspace sized for the largest step, the paged KV
  * pool and, through kvmem (kvmem.h), one block table per slot with prefix
  * matching, reservation and prompt-cache insertion. Owns
- * kw_engine_model_create (sched.h). */
+ * kw_engine_model_create (engine.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kvwise/engine.h"
 #include "kvwise/kvmem.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"
 #include "kvwise/model.h"
-#include "kvwise/sched.h"
 #include "kvwise/tensor.h"
 #include "kvwise/tokenizer.h"
 

@@ -1,0 +1,36 @@
+/* serve_testctl.h - the test-only part of `kvwise serve`, compiled only in
+ * builds with the test hooks (CMake option KW_TESTCTL): the flags that run
+ * the stub engine instead of a model (--stub-engine, --stub-kv,
+ * --stub-step-us). A build without KW_TESTCTL has none of them: they are
+ * not in `serve --help` and are refused as unknown options. */
+#ifndef KW_CLI_SERVE_TESTCTL_H
+#define KW_CLI_SERVE_TESTCTL_H
+#include <stdio.h>
+#include "kvwise/engine.h"
+
+struct kw_ledger;
+
+typedef struct serve_test_opts {
+    bool stub;                  /* --stub-engine: the deterministic stub instead of a model */
+    bool stub_kv;               /* --stub-kv: the stub keeps real KV memory */
+    int stub_step_us;           /* --stub-step-us N: simulated cost of a forward call */
+} serve_test_opts;
+
+/* Takes argv[*i] when it is a test flag (then *i moves past its value):
+ * 1 taken, 0 not a test flag, -1 bad value (a message was printed). */
+int serve_test_parse(int argc, char **argv, int *i, serve_test_opts *t);
+/* The test flags' lines of `serve --help`. */
+void serve_test_usage(FILE *f);
+
+/* The stub engine's settings besides serve_test_opts: the context and
+ * slots, and, with --stub-kv, its KV pool and prompt-cache caps. */
+typedef struct serve_test_engine_opts {
+    int32_t n_ctx, n_slots, max_batch;
+    int32_t kv_blocks, block_tokens;    /* --stub-kv: requested pool (0 = derived) and block size */
+    int32_t cache_max_seqs;
+    uint64_t cache_max_bytes;
+    struct kw_ledger *ledger;
+} serve_test_engine_opts;
+kw_engine *serve_test_engine(const serve_test_opts *t, const serve_test_engine_opts *o, kw_err *err);
+
+#endif
