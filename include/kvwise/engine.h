@@ -69,16 +69,17 @@ struct kw_engine {
 
 typedef struct kw_engine_model_opts {
     const char *model_path;
-    int32_t n_ctx;              /* 0 = min(model's n_ctx_train, 4096) */
+    int32_t n_ctx;              /* positions per sequence (> 0; `kvwise serve`: kw_plan_serve_ctx) */
     int32_t n_slots;
     int32_t max_batch;
-    int32_t kv_blocks;          /* 0 = derived: n_ctx x n_slots */
+    int32_t kv_blocks;          /* the KV pool in blocks (> 0; `kvwise serve`: the plan's, kw_plan_serve_sizing);
+                                   fewer when the budget has less room once the model is loaded */
     int32_t kv_block_tokens;    /* 0 = 32 */
     uint32_t kv_type;           /* KW_TYPE_F16, KW_TYPE_KV_I16, KW_TYPE_KV_I8, KW_TYPE_Q8_0 or KW_KV_TYPE_AUTO */
     bool mlock;
     int n_threads;              /* 0 = physical cores */
     int32_t cache_max_seqs;     /* prompt cache caps (kvmem.h); 0 = no prompt cache */
-    uint64_t cache_max_bytes;
+    uint64_t cache_max_bytes;   /* as given (kw_plan_serve_sizing decides serve's default) */
     struct kw_ledger *ledger;   /* the memory budget: KV reservations count against it (or NULL) */
     double cache_log_interval_s;/* "Prompt cache: ..." log line at most this often (0 = never) */
 } kw_engine_model_opts;

@@ -34,7 +34,7 @@ typedef struct kw_kvmem_opts {
     int32_t n_slots;            /* sequences that may be live at once */
     int32_t n_ctx;              /* positions per sequence */
     int32_t cache_max_seqs;     /* --prompt-cache-size (0 = no cache) */
-    uint64_t cache_max_bytes;   /* --prompt-cache-bytes (0 = no cache; UINT64_MAX = half the pool) */
+    uint64_t cache_max_bytes;   /* --prompt-cache-bytes (0 = no cache); serve's default is the plan's (plan.h) */
     struct kw_ledger *ledger;   /* optional: kv_live / kv_cached lines follow the pool */
     double log_interval_s;      /* > 0: after a cache insert, print the "Prompt cache: ..."
                                    line to stderr if at least this long since the last one */

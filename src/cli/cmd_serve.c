@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "kvwise/engine.h"
 #include "kvwise/footprint.h"
+#include "kvwise/gguf.h"
 #include "kvwise/kv.h"
 #include "kvwise/fault.h"
 #include "kvwise/ledger.h"
@@ -20,6 +21,7 @@
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
 #ifdef KW_TESTCTL
+#include "engine_stub.h"
 #include "serve_testctl.h"
 #endif
 
@@ -33,7 +35,7 @@ typedef struct serve_opts {
     bool mlock, quiet_progress;
     /* memory (docs/MEMORY.md) */
     uint64_t memory_limit;      /* 0 = default: MemAvailable at start minus a reserve */
-    uint64_t cache_bytes;       /* UINT64_MAX = default: half the KV pool */
+    uint64_t cache_bytes;       /* UINT64_MAX = default: the plan's (kw_plan_serve_sizing) */
     int cache_size;
     double queue_timeout;
     bool test_replay;           /* --test-replay: honour a request's "test_replay" text (tests only) */
@@ -117,10 +119,13 @@ static void usage(FILE *f) {
         "                           cache). A conversation that grew over many turns is 1 sequence. 10\n"
         "                           suits 10 people chatting; a batch pipeline with one shared system\n"
         "                           prompt needs 1 or 2.\n"
-        "  --prompt-cache-bytes B   BYTES cap on the same cache (default: half the KV pool): the KV of the\n"
-        "                           cached tokens (`kvwise plan` prints bytes per token). Size it at\n"
-        "                           about one longest reused conversation. Both caps hold at every\n"
-        "                           insert, whichever binds first; eviction is LRU over conversations and\n"
+        "  --prompt-cache-bytes B   BYTES cap on the same cache: the KV of the cached tokens (`kvwise plan`\n"
+        "                           prints bytes per token). Default: what `kvwise plan` recommends for\n"
+        "                           these settings, --prompt-cache-size conversations at full context as\n"
+        "                           far as the budget left after every slot at full context holds them\n"
+        "                           (half the KV pool when not every slot fits). Size it at about one\n"
+        "                           longest reused conversation. Both caps hold at every insert,\n"
+        "                           whichever binds first; eviction is LRU over conversations and\n"
         "                           keeps a shared system prompt longest. Eviction costs time, never\n"
         "                           quality: an evicted prefix is prefilled again when next used, and\n"
         "                           the model sees the same tokens (no context text is ever cut).\n"
@@ -133,8 +138,9 @@ static void usage(FILE *f) {
         "                           q8_0's precision and attention faster than i16 at long context\n"
         "                           (same kernels); q8_0 halves it too, on any CPU, with slow attention\n"
         "                           (measured logit effects: docs/MODEL.md)\n"
-        "  --kv-blocks N            KV pool size in blocks (default: what --memory-limit leaves after the\n"
-        "                           fixed lines, at most ctx-size x decode-concurrency positions)\n"
+        "  --kv-blocks N            KV pool size in blocks, live sequences and prompt cache together\n"
+        "                           (default: the plan's, every slot at full context + the cache's\n"
+        "                           bytes; at most what --memory-limit leaves after the fixed lines)\n"
         "  --kv-block-size N        positions per KV block (default 32)\n");
 #ifdef KW_TESTCTL
     serve_test_usage(f);
@@ -286,22 +292,71 @@ static void print_report(const cJSON *c) {
     }
 }
 
-static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, kw_err *err) {
+/* Compute threads: --threads, else the physical cores (the workspace's
+ * per-thread scratch depends on it, so the plan and the engine use the same). */
+static int serve_threads(const serve_opts *o) {
+    int n = o->threads > 0 ? o->threads : kw_cpu_physical_cores();
+    return n > 0 ? n : 1;
+}
+
+/* The shape the plan sizes: the model's metadata and tensor headers (no
+ * weight is loaded), or the stub's KV layout in test builds. */
+static int read_plan_model(const serve_opts *o, kw_plan_model *m, kw_err *err) {
+#ifdef KW_TESTCTL
+    if (o->test.stub) { kw_engine_stub_plan_model(m); return 0; }
+#endif
+    kw_gguf *g = kw_gguf_open(o->model, err);
+    if (!g) return -1;
+    int rc = kw_plan_model_from_gguf(g, m, err);
+    kw_gguf_close(g);
+    return rc;
+}
+
+/* One plan with the settings serve runs with (plan.h): its context, the
+ * decode slots as the plan's concurrency, --prompt-cache-size as the wanted
+ * cache, the ledger's measured overhead; then the pool and cache caps the
+ * engine gets (kw_plan_serve_sizing), or the startup refusal. */
+static int plan_memory(const serve_opts *o, const kw_ledger *led, kw_plan *p, kw_plan_serve *sz, kw_err *err) {
+    kw_plan_model m;
+    if (read_plan_model(o, &m, err) < 0) return -1;
+    kw_plan_opts po;
+    kw_plan_opts_default(&po);
+    po.memory_limit = o->memory_limit;
+    po.ctx = kw_plan_serve_ctx(&m, o->ctx_size);
+    po.concurrency = o->decode_conc;
+    po.prompt_concurrency = o->prompt_conc;
+    po.prefill_step = o->prefill_step;
+    po.kv_type = (uint32_t)kw_kv_type_from_name(o->kv_type);
+#ifdef KW_TESTCTL
+    if (o->test.stub) po.kv_type = kw_engine_stub_kv_layout(o->kv_block_tokens).type;    /* the stub's own */
+#endif
+    po.block_tokens = o->kv_block_tokens;
+    po.n_threads = serve_threads(o);
+    po.cache_seqs = o->cache_size;
+    po.overhead = kw_ledger_line(led, KW_LEDGER_OVERHEAD);
+    po.max_connections = o->max_conns;
+    po.max_body = o->max_body;
+    if (kw_plan_compute(&m, &po, p, err) < 0) return -1;
+    kw_plan_serve_opts f = {.kv_blocks = o->kv_blocks, .cache_seqs = o->cache_size, .cache_bytes = o->cache_bytes};
+    return kw_plan_serve_sizing(p, &f, sz, err);
+}
+
+static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, const kw_plan *p, const kw_plan_serve *sz,
+                              kw_err *err) {
     int32_t max_batch = o->decode_conc + o->prompt_conc * o->prefill_step;
 #ifdef KW_TESTCTL
     if (o->test.stub) {
-        serve_test_engine_opts so = {.n_ctx = o->ctx_size ? o->ctx_size : 4096, .n_slots = o->decode_conc,
-                                     .max_batch = max_batch, .kv_blocks = o->kv_blocks,
-                                     .block_tokens = o->kv_block_tokens, .cache_max_seqs = o->cache_size,
-                                     .cache_max_bytes = o->cache_bytes, .ledger = led};
+        serve_test_engine_opts so = {.n_ctx = p->o.ctx, .n_slots = o->decode_conc, .max_batch = max_batch,
+                                     .kv_blocks = sz->kv_blocks, .block_tokens = o->kv_block_tokens,
+                                     .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
+                                     .ledger = led};
         return serve_test_engine(&o->test, &so, err);
     }
 #endif
-    kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = o->ctx_size, .n_slots = o->decode_conc,
-                               .max_batch = max_batch, .kv_blocks = o->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
-                               .kv_type = (uint32_t)kw_kv_type_from_name(o->kv_type), .mlock = o->mlock,
-                               .n_threads = o->threads,
-                               .cache_max_seqs = o->cache_size, .cache_max_bytes = o->cache_bytes,
+    kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = p->o.ctx, .n_slots = o->decode_conc,
+                               .max_batch = max_batch, .kv_blocks = sz->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
+                               .kv_type = p->o.kv_type, .mlock = o->mlock, .n_threads = serve_threads(o),
+                               .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
                                .ledger = led, .cache_log_interval_s = 10};
     return kw_engine_model_create(&mo, err);
 }
@@ -320,18 +375,17 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
     }
     kw_ledger *led = kw_ledger_create(o->memory_limit);
     if (!led) { kw_err_set(err, "out of memory"); return NULL; }
-    char lim[32], body[32];
-    kw_format_bytes(o->memory_limit, lim, sizeof lim);
-    kw_err e = {{0}};
-    if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, kw_plan_measured_overhead(), &e) < 0) {
-        kw_err_set(err, "--memory-limit %s is too small: %s", lim, e.msg);
+    uint64_t overhead = kw_plan_measured_overhead(), conns = kw_plan_connections_bytes(o->max_conns, o->max_body);
+    if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, overhead, NULL) < 0) {
+        kw_plan_limit_error(err, o->memory_limit, NULL, 0, "the fixed overhead (process, libraries, server)", overhead);
         kw_ledger_destroy(led);
         return NULL;
     }
-    if (kw_ledger_set(led, KW_LEDGER_CONNECTIONS, kw_plan_connections_bytes(o->max_conns, o->max_body), &e) < 0) {
-        kw_err_set(err, "--memory-limit %s is too small: %s (or shrink that line: --max-connections %d x %llu bytes "
-                   "+ --max-body %s)", lim, e.msg, o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES,
-                   kw_format_bytes(o->max_body, body, sizeof body));
+    if (kw_ledger_set(led, KW_LEDGER_CONNECTIONS, conns, NULL) < 0) {
+        char what[200], body[32];
+        snprintf(what, sizeof what, "the HTTP connections (--max-connections %d x %llu bytes + --max-body %s)",
+                 o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES, kw_format_bytes(o->max_body, body, sizeof body));
+        kw_plan_limit_error(err, o->memory_limit, "the fixed overhead", overhead, what, conns);
         kw_ledger_destroy(led);
         return NULL;
     }
@@ -389,7 +443,9 @@ int cmd_serve(int argc, char **argv) {
     if (!srv) { fprintf(stderr, "kvwise serve: %s\n", err.msg); kw_ledger_destroy(led); return 1; }
     o.port = kw_server_port(srv);
     fprintf(stderr, "kvwise serve: listening on http://%s:%d (loading model)\n", o.host, o.port);
-    kw_engine *e = make_engine(&o, led, &err);
+    kw_plan plan;
+    kw_plan_serve sz;
+    kw_engine *e = plan_memory(&o, led, &plan, &sz, &err) < 0 ? NULL : make_engine(&o, led, &plan, &sz, &err);
     if (!e) {
         fprintf(stderr, "kvwise serve: %s\n", err.msg[0] ? err.msg : "cannot create the engine");
         kw_server_stop(srv);

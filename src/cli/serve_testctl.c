@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_stub.h"
-#include "kvwise/ledger.h"
 #include "serve_testctl.h"
 
 int serve_test_parse(int argc, char **argv, int *i, serve_test_opts *t) {
@@ -34,34 +33,12 @@ void serve_test_usage(FILE *f) {
         "  --stub-step-us N         TESTS ONLY: simulated cost of one stub forward call in microseconds\n");
 }
 
-/* The stub with real KV: the pool gets what the budget leaves after the
- * fixed lines (there are no weights), at most the requested blocks; the
- * server refuses to start when not even one full-context sequence fits. */
-static int stub_enable_kv(kw_engine *e, const serve_test_engine_opts *o, kw_err *err) {
-    kw_ledger *led = o->ledger;
-    kw_kv_layout lay = kw_engine_stub_kv_layout(o->block_tokens);
-    uint64_t bb = kw_kv_block_bytes(&lay);
-    int64_t per_seq = (e->n_ctx + lay.block_tokens - 1) / lay.block_tokens;
-    int64_t want = o->kv_blocks > 0 ? o->kv_blocks : per_seq * e->n_slots;
-    int64_t fit = (int64_t)(kw_ledger_available(led) / bb);
-    int64_t blocks = want < fit ? want : fit;
-    if (blocks < per_seq) {
-        char a[32], b[32];
-        return kw_err_set(err, "--memory-limit %s is too small: the fixed lines take %s and one sequence of "
-                          "--ctx-size %d needs %lld KV blocks of %zu bytes; a limit of at least %s would work",
-                          kw_format_bytes(kw_ledger_limit(led), a, sizeof a),
-                          kw_format_bytes(kw_ledger_used(led), b, sizeof b), e->n_ctx, (long long)per_seq,
-                          (size_t)bb, kw_format_bytes(kw_ledger_used(led) + (uint64_t)per_seq * bb, (char[32]){0}, 32));
-    }
-    kw_engine_stub_kv_opts ko = {.kv_blocks = (int32_t)blocks, .block_tokens = lay.block_tokens,
-                                 .cache_max_seqs = o->cache_max_seqs, .cache_max_bytes = o->cache_max_bytes,
-                                 .ledger = led, .log_interval_s = 10};
-    return kw_engine_stub_enable_kv(e, &ko, err);
-}
-
 kw_engine *serve_test_engine(const serve_test_opts *t, const serve_test_engine_opts *o, kw_err *err) {
     kw_engine *e = kw_engine_stub_create(o->n_ctx, o->n_slots, o->max_batch, t->stub_step_us);
     if (!e) { kw_err_set(err, "stub engine: out of memory"); return NULL; }
-    if (t->stub_kv && stub_enable_kv(e, o, err) < 0) { e->destroy(e); return NULL; }
+    kw_engine_stub_kv_opts ko = {.kv_blocks = o->kv_blocks, .block_tokens = o->block_tokens,
+                                 .cache_max_seqs = o->cache_max_seqs, .cache_max_bytes = o->cache_max_bytes,
+                                 .ledger = o->ledger, .log_interval_s = 10};
+    if (t->stub_kv && kw_engine_stub_enable_kv(e, &ko, err) < 0) { e->destroy(e); return NULL; }
     return e;
 }

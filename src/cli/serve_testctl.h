@@ -23,10 +23,11 @@ int serve_test_parse(int argc, char **argv, int *i, serve_test_opts *t);
 void serve_test_usage(FILE *f);
 
 /* The stub engine's settings besides serve_test_opts: the context and
- * slots, and, with --stub-kv, its KV pool and prompt-cache caps. */
+ * slots, and, with --stub-kv, its KV pool and prompt-cache caps (the
+ * plan's, as for a model: kw_plan_serve_sizing). */
 typedef struct serve_test_engine_opts {
     int32_t n_ctx, n_slots, max_batch;
-    int32_t kv_blocks, block_tokens;    /* --stub-kv: requested pool (0 = derived) and block size */
+    int32_t kv_blocks, block_tokens;    /* --stub-kv: the pool and its block size */
     int32_t cache_max_seqs;
     uint64_t cache_max_bytes;
     struct kw_ledger *ledger;

@@ -124,9 +124,7 @@ kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err)
     m->last_log = -1e9;
     m->tables = calloc((size_t)o->n_slots, sizeof *m->tables);
     m->live = calloc((size_t)o->n_slots, sizeof *m->live);
-    uint64_t cache_bytes = o->cache_max_bytes;
-    if (cache_bytes == UINT64_MAX) cache_bytes = (uint64_t)pool->n_blocks * pool->block_bytes / 2;
-    m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, cache_bytes);
+    m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, o->cache_max_bytes);
     if (!m->tables || !m->live || !m->cache) {
         kw_err_set(err, "kvmem: out of memory");
         kw_kvmem_destroy(m);

@@ -176,6 +176,19 @@ kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens) {
     return lay;
 }
 
+void kw_engine_stub_plan_model(kw_plan_model *m) {
+    kw_kv_layout lay = kw_engine_stub_kv_layout(0);
+    memset(m, 0, sizeof *m);
+    snprintf(m->source, sizeof m->source, "stub");
+    snprintf(m->hp.arch_name, sizeof m->hp.arch_name, "stub");
+    m->hp.n_layer = m->hp.n_kv_layers = lay.n_layer;
+    m->hp.n_head = m->hp.n_head_kv = lay.n_head_kv;
+    m->hp.head_dim_k = lay.head_dim_k;
+    m->hp.head_dim_v = lay.head_dim_v;
+    m->hp.n_vocab = STUB_VOCAB;       /* n_embd 0: no forward pass, no workspace */
+    m->main_type = KW_TYPE_COUNT;
+}
+
 int kw_engine_stub_enable_kv(kw_engine *e, const kw_engine_stub_kv_opts *o, kw_err *err) {
     stub *st = e->impl;
     if (st->pool) return kw_err_set(err, "stub engine: KV already enabled");

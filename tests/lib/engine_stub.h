@@ -9,6 +9,7 @@
 #define KW_TESTS_ENGINE_STUB_H
 #include "kvwise/engine.h"
 #include "kvwise/kv.h"
+#include "kvwise/plan.h"
 
 kw_engine *kw_engine_stub_create(int32_t n_ctx, int32_t n_slots, int32_t max_batch, int32_t step_us);
 
@@ -25,5 +26,8 @@ typedef struct kw_engine_stub_kv_opts {
 } kw_engine_stub_kv_opts;
 int kw_engine_stub_enable_kv(kw_engine *e, const kw_engine_stub_kv_opts *o, kw_err *err);
 kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens);
+/* The stub as the plan sees it (plan.h): its KV layout (plan it with
+ * kw_engine_stub_kv_layout's type), no weights, tokenizer or workspace. */
+void kw_engine_stub_plan_model(kw_plan_model *m);
 
 #endif
