@@ -33,7 +33,9 @@
 
 /* A request's sampling parameters (OpenAI names); the scheduler samples
  * with kw_sample() (sampler.h), the one sampler, over the tokens generated
- * so far, with a per-request RNG seeded by seed (or the clock). */
+ * so far, with a per-request RNG seeded by seed (or the clock). In builds
+ * with the test hooks a test may plug in a sampler that chooses the tokens
+ * of the requests it claims instead (testctl.h: the replay). */
 typedef struct kw_sampling {
     float temperature;          /* 0 = greedy */
     float top_p;                /* 1 = off */
@@ -99,8 +101,6 @@ struct kw_sched_req {
     int32_t top_logprobs;       /* 0..KW_SCHED_MAX_TOP_LOGPROBS */
     bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     int client_fd;              /* polled for hang-up each step (-1 = none) */
-    const int32_t *replay;      /* TESTS ONLY (replay sampler): emit these tokens instead of sampling, then stop */
-    int32_t n_replay;
     kw_sched_cb on_event;
     void *user;
     /* set by the scheduler */

@@ -14,7 +14,6 @@
 #include "kvwise/footprint.h"
 #include "kvwise/gguf.h"
 #include "kvwise/kv.h"
-#include "kvwise/fault.h"
 #include "kvwise/ledger.h"
 #include "kvwise/plan.h"
 #include "kvwise/sched.h"
@@ -38,9 +37,6 @@ typedef struct serve_opts {
     uint64_t cache_bytes;       /* UINT64_MAX = default: the plan's (kw_plan_serve_sizing) */
     int cache_size;
     double queue_timeout;
-    bool test_replay;           /* --test-replay: honour a request's "test_replay" text (tests only) */
-    const char *test_fail_alloc;/* --test-fail-alloc SPEC: injected allocation failures (tests only, fault.h) */
-    const char *test_replay_script; /* --test-replay-script FILE: scripted outputs per request (tests only) */
 #ifdef KW_TESTCTL
     serve_test_opts test;       /* the test hooks' flags (serve_testctl.h) */
 #endif
@@ -86,10 +82,6 @@ static void usage(FILE *f) {
         "                           4096). Set it to the longest real input + answer\n"
         "  --chat-template NAME|FILE  chatml|llama3|llama2|mistral|gemma|phi3, or a file with template text\n"
         "  --mlock                  lock the weights in RAM\n"
-        "  --test-replay            TESTS ONLY: a request's \"test_replay\" text is emitted as the model's output\n"
-        "  --test-fail-alloc SPEC   TESTS ONLY (loopback only): make chosen allocations fail on purpose, e.g.\n"
-        "                           kv_block=%%5 (every 5th KV block); see include/kvwise/fault.h\n"
-        "  --test-replay-script FILE  TESTS ONLY: outputs chosen per chat request by the rules in FILE (docs/SERVER.md)\n"
         "  -t, --threads N          compute threads (default: physical cores)\n"
         "scheduling (continuous batching):\n"
         "  --decode-concurrency N   sequences decoding together in one batched step (default 8)\n"
@@ -201,9 +193,6 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
             if (kw_parse_bytes(v, &o->max_body, &err) < 0 || o->max_body == 0) { fprintf(stderr, "kvwise serve: --max-body: %s\n", err.msg[0] ? err.msg : "must be > 0"); return -1; }
         }
         else if (!strcmp(a, "--mlock")) o->mlock = true;
-        else if (!strcmp(a, "--test-replay")) o->test_replay = true;
-        else if (!strcmp(a, "--test-fail-alloc")) { TAKES_VALUE(); o->test_fail_alloc = v; }
-        else if (!strcmp(a, "--test-replay-script")) { TAKES_VALUE(); o->test_replay = true; o->test_replay_script = v; }
         else if (!strcmp(a, "--memory-limit") || !strcmp(a, "--prompt-cache-bytes")) {
             TAKES_VALUE();
             kw_err err = {{0}};
@@ -268,7 +257,9 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddNumberToObject(c, "threads", o->threads);
     cJSON_AddNumberToObject(c, "memory_limit", (double)o->memory_limit);
     cJSON_AddNumberToObject(c, "queue_timeout_s", o->queue_timeout);
-    if (o->test_fail_alloc) cJSON_AddStringToObject(c, "test_fail_alloc", o->test_fail_alloc);
+#ifdef KW_TESTCTL
+    serve_test_config(&o->test, c);
+#endif
     int32_t cache_seqs;
     uint64_t cache_bytes;
     if (kw_engine_cache_caps(e, &cache_seqs, &cache_bytes)) {     /* the caps in force, as the cache reports them */
@@ -397,17 +388,6 @@ static bool host_is_loopback(const char *h) {
     return !strncmp(h, "127.", 4) || !strcmp(h, "::1") || !strcmp(h, "[::1]") || !strcmp(h, "localhost");
 }
 
-/* --test-fail-alloc: a test hook, never a setting. Refused off loopback;
- * loud on stderr. Rules marked @start count from here (model load included). */
-static int start_fault_injection(const serve_opts *o, kw_err *err) {
-    if (!host_is_loopback(o->host))
-        return kw_err_set(err, "--test-fail-alloc is a test hook: refused when listening on %s (loopback only)", o->host);
-    if (kw_fault_configure(o->test_fail_alloc, err) < 0) return -1;
-    fprintf(stderr, "kvwise serve: WARNING: --test-fail-alloc %s: TEST-ONLY fault injection, allocations will fail "
-            "on purpose (never use this outside tests)\n", o->test_fail_alloc);
-    return 0;
-}
-
 /* The weights are mmap'd: if the file is truncated on disk while served, the
  * next access to a page past its new end raises SIGBUS. Say why in one line,
  * then die of the signal (no silent garbage; docs/RELIABILITY.md). */
@@ -427,14 +407,16 @@ int cmd_serve(int argc, char **argv) {
     if (o.max_client_conns < 0) o.max_client_conns = host_is_loopback(o.host) ? 0 : 64;
     if (o.http_threads > o.max_conns) o.http_threads = o.max_conns;    /* MHD gives each thread a share */
     kw_err err = {{0}};
-    if (o.test_fail_alloc && start_fault_injection(&o, &err) < 0) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 2; }
+#ifdef KW_TESTCTL
+    /* the test hooks first: fault rules marked @start count from here (model load included) */
+    if (serve_test_start(&o.test, o.host, host_is_loopback(o.host), &err) < 0) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 2; }
+#endif
     kw_ledger *led = make_ledger(&o, &err);
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
                          .max_client_connections = o.max_client_conns, .max_connections = o.max_conns,
-                         .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led,
-                         .test_replay = o.test_replay, .test_replay_script = o.test_replay_script};
+                         .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led};
     if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))
         fprintf(stderr, "kvwise serve: WARNING: listening on %s without --api-key: anyone who can reach this "
                 "address can use the model (see docs/SECURITY.md)\n", o.host);
@@ -475,7 +457,9 @@ int cmd_serve(int argc, char **argv) {
     /* The config endpoint is answered from the server's copy. */
     kw_server_set_config(srv, cfg_s);
     free(cfg_s);
-    kw_fault_arm();             /* --test-fail-alloc rules (without @start) count from here */
+#ifdef KW_TESTCTL
+    serve_test_ready(&o.test);  /* --test-fail-alloc rules (without @start) count from here */
+#endif
     fprintf(stderr, "kvwise serve: ready on http://%s:%d\n", o.host, o.port);
     kw_server_wait(srv);
     fprintf(stderr, "kvwise serve: shutting down (finishing in-flight requests)\n");

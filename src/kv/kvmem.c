@@ -13,7 +13,7 @@
  * blocks and the ledger has the bytes, so a pool sized larger than the
  * budget still cannot push the process past --memory-limit. */
 #include "kvwise/kvmem.h"
-#include "kvwise/fault.h"
+#include "kvwise/testctl.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"
 #include <cjson/cJSON.h>
@@ -199,7 +199,7 @@ int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t
         (ledger_sync(m), m->ledger_errors != ledger_errors)) {
         /* make_room found the blocks and the bytes, yet taking a block or
          * reserving its bytes failed (an allocation failure; in tests an
-         * injected one, fault.h): give everything back, refuse for now. */
+         * injected one, testctl.h): give everything back, refuse for now. */
         kw_block_table_release(t, m->pool);
         ledger_sync(m);
         ret = KW_KVMEM_NOMEM;
@@ -221,7 +221,7 @@ int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions) {
     int rc = 0;
     int32_t more = blocks_for(m, n_positions) - t->n;
     if (kw_fault_hit(KW_FAULT_KV_ENSURE, -1)) {
-        rc = -1;                  /* tests only (fault.h): as if the pool had run out here */
+        rc = -1;                  /* tests only (testctl.h): as if the pool had run out here */
     } else if (more > 0) {
         if (n_positions > m->n_ctx || !make_room(m, more) || kw_block_table_ensure(t, m->pool, n_positions) != 0)
             rc = -1;

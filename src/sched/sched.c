@@ -27,6 +27,7 @@
 #include <time.h>
 #include "kvwise/memory.h"
 #include "kvwise/sched.h"
+#include "kvwise/testctl.h"
 
 /* SEQ_COMMIT: finished (the request is gone), its last token still to be
  * fed so that the KV handed to the prompt cache covers every token. */
@@ -43,6 +44,7 @@ typedef struct seq {
     kw_tok_logprob *lps; int32_t n_lp, cap_lp;
     int32_t row;                               /* logits row this step, -1 none */
     int32_t chunk;                             /* prefill tokens in this step */
+    bool scripted_end;                         /* a plugged-in test sampler gave its last token */
     kw_reject_reason fail;                     /* an ERROR end caused by memory: KW_REJECT_NOMEM */
 } seq;
 
@@ -197,18 +199,17 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
     if (rel || q->n_lp) { seq_emit_text(q, q->tx.buf, rel); kw_textout_consume(&q->tx, rel); }
     if (stopped) { q->tx.len = 0; q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     if (q->n_gen >= q->max_gen) { seq_finish(s, slot, KW_FINISH_LENGTH, NULL); return; }
-    if (q->r->replay && q->n_gen >= q->r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+    if (q->scripted_end) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     q->st = SEQ_DECODE;
 }
 
 static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     seq *q = &s->seqs[slot];
     kw_sched_req *r = q->r;
-    if (r->replay) {            /* the test-only replay sampler: scripted tokens, then end of generation */
-        if (q->n_gen >= r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }   /* empty script */
-        seq_accept(s, slot, r->replay[q->n_gen]);
-        return;
-    }
+    /* a sampler a test plugged in (testctl.h; a constant PASS without the test hooks) */
+    int32_t scripted = kw_testctl_sample(r, q->n_gen, &q->scripted_end);
+    if (scripted == KW_TEST_SAMPLE_END) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+    if (scripted >= 0) { seq_accept(s, slot, scripted); return; }
     kw_tok_logprob *lp = r->logprobs ? seq_new_lp(q) : NULL;
     /* the one sampler (sampler.h); OpenAI penalties count the generated tokens only */
     kw_sampler_params sp = {.temp = r->sp.temperature, .top_k = r->sp.top_k, .top_p = r->sp.top_p,

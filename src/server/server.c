@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "kvwise/footprint.h"
 #include "kvwise/memview.h"
+#include "kvwise/testctl.h"
 
 struct kw_server {
     kw_server_opts o;
@@ -37,6 +38,9 @@ struct kw_server {
     uint64_t n_conns_refused;     /* connections closed at accept for being over it (atomic) */
     uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
+#ifdef KW_TESTCTL
+    bool replay;                  /* the replay sampler is plugged in (serve --test-replay) */
+#endif
 };
 
 typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_CHAT, R_COMPLETIONS, R_MEMORY, R_METRICS } route;
@@ -607,6 +611,10 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
+#ifdef KW_TESTCTL
+    s->replay = kw_testctl_replay(NULL);
+    if (s->replay) kw_replay_plug(true);          /* serve --test-replay: its sampler (test builds) */
+#endif
     return s;
 }
 
@@ -629,8 +637,6 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
 }
 
 const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
-bool kw_server_test_replay(const kw_server *s) { return s && s->o.test_replay; }
-const char *kw_server_test_replay_script(const kw_server *s) { return s ? s->o.test_replay_script : NULL; }
 
 void kw_server_set_config(kw_server *s, const char *json) {
     char *c = dup_or_null(json);
@@ -659,6 +665,9 @@ void kw_server_stop(kw_server *s) {
     s->sched = NULL;
     pthread_rwlock_unlock(&s->lk);
     kw_sched_stop(sched);                                /* every job gets its FINISH */
+#ifdef KW_TESTCTL
+    if (s->replay) kw_replay_plug(false);
+#endif
     for (int i = 0; i < 500 && __atomic_load_n(&s->n_jobs, __ATOMIC_ACQUIRE) > 0; i++) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);                            /* let streams send their last bytes */
