@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine_stub.h"
 #include "server/internal.h"
 
 static kw_engine *g_eng;

@@ -2,8 +2,10 @@
  *
  * A test is a plain C program: main() runs checks with KW_CHECK*, then
  * returns kw_test_finish(). It prints "N passed, N failed" so a failing
- * run says what failed and where; a run with no checks at all fails. Tests that need ../shared call
- * kw_test_shared_dir() which exits 77 (CTest "skipped") when it is absent. */
+ * run says what failed and where; a run with no checks at all fails. Tests
+ * that need ../shared call kw_test_shared_dir() which exits 77 (CTest
+ * "skipped") when it is absent. The library's test hooks (testctl.h) come
+ * with it. */
 #ifndef KW_TESTUTIL_H
 #define KW_TESTUTIL_H
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <math.h>
+#include "kvwise/testctl.h"     /* the test hooks: every test build has them */
 
 extern int kw_test_passed, kw_test_failed;
 

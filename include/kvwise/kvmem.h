@@ -2,7 +2,7 @@
  * over the paged pool, the prompt cache in front of it, and the ledger's KV
  * lines kept in step with both.
  *
- * An engine (sched.h) delegates its seq_begin / seq_ensure / seq_end hooks
+ * An engine (engine.h) delegates its seq_begin / seq_ensure / seq_end hooks
  * here:
  *   begin   longest cached prefix of the prompt (mapped, no copy), private
  *           copy of a shared last block, then a reservation of every block
@@ -11,7 +11,7 @@
  *           pool is short, LRU cache leaves are evicted first; if it is
  *           still short the sequence must wait (KW_KVMEM_WAIT); if it could
  *           never fit (more positions than the context or than the whole
- *           pool) the answer is KW_KVMEM_NEVER (the server says 400).
+ *           pool) the answer is KW_KVMEM_NEVER (refused as it is).
  *   ensure  grows a table past its reservation (evicting cache if needed).
  *   end     offers the finished sequence to the prompt cache (caps are
  *           enforced inside insert) and releases the slot's blocks.
@@ -27,14 +27,14 @@ struct cJSON;
 struct kw_ledger;
 
 #define KW_KVMEM_WAIT  (-1)   /* does not fit now: queue and retry */
-#define KW_KVMEM_NEVER (-2)   /* can never fit: reject at once (400) */
-#define KW_KVMEM_NOMEM (-3)   /* there was room, but taking it failed (allocation failure): 503, retry */
+#define KW_KVMEM_NEVER (-2)   /* can never fit: reject at once */
+#define KW_KVMEM_NOMEM (-3)   /* there was room, but taking it failed (allocation failure): refuse, retry later */
 
 typedef struct kw_kvmem_opts {
     int32_t n_slots;            /* sequences that may be live at once */
     int32_t n_ctx;              /* positions per sequence */
     int32_t cache_max_seqs;     /* --prompt-cache-size (0 = no cache) */
-    uint64_t cache_max_bytes;   /* --prompt-cache-bytes (0 = no cache; UINT64_MAX = half the pool) */
+    uint64_t cache_max_bytes;   /* --prompt-cache-bytes (0 = no cache); serve's default is the plan's (plan.h) */
     struct kw_ledger *ledger;   /* optional: kv_live / kv_cached lines follow the pool */
     double log_interval_s;      /* > 0: after a cache insert, print the "Prompt cache: ..."
                                    line to stderr if at least this long since the last one */

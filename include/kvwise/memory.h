@@ -52,8 +52,6 @@ uint64_t kw_mem_total(void);                 /* sum over kinds */
 uint64_t kw_mem_total_peak(void);            /* high-water mark of the sum */
 const char *kw_mem_kind_name(kw_mem_kind kind);
 
-/* Fault injection (tests only): the n-th accounted allocation from now
- * fails (n = 1: the next one). n = 0 disables. */
-void kw_mem_fail_nth(long n);
+/* Allocations made to fail on purpose in tests: testctl.h (kw_mem_fail_nth, fault rules). */
 
 #endif

@@ -4,7 +4,7 @@
  *
  * /v1/memory = {"budget": ledger (limit, used, lines, peak, reservations),
  *               "measured": the kernel's figures (footprint.h),
- *               "prompt_cache": {...}, "kv_pool": {...} (kvmem.h),
+ *               "prompt_cache": {...}, "kv_pool": {...} (the engine's, engine.h),
  *               "requests": counters, queue depth, rejections by reason}
  * /metrics   = the same figures as kvwise_memory_*_bytes (ledger lines,
  *              limit, used, peak; measured rss/pss/anon/file/hwm),
@@ -15,21 +15,21 @@
 #ifndef KVWISE_MEMVIEW_H
 #define KVWISE_MEMVIEW_H
 #include "kvwise/common.h"
+#include "kvwise/engine.h"
 #include "kvwise/footprint.h"
+#include "kvwise/sched.h"
 
-struct kw_kvmem;
 struct kw_ledger;
 
-typedef enum kw_reject_reason {
-    KW_REJECT_QUEUE_FULL = 0,   /* 503: the wait queue is full */
-    KW_REJECT_QUEUE_TIMEOUT,    /* 503: waited --queue-timeout seconds for memory */
-    KW_REJECT_NEVER_FITS,       /* 400: more KV than the pool / budget can ever hold */
-    KW_REJECT_CONTEXT,          /* 400: longer than --ctx-size */
-    KW_REJECT_REASON_COUNT
-} kw_reject_reason;
-const char *kw_reject_reason_name(kw_reject_reason r);  /* "queue_full", ... */
+/* The refusals counted in the "rejected" figures, by their label:
+ * "queue_full" (the wait queue is full), "queue_timeout" (waited
+ * --queue-timeout seconds for memory), "never_fits" (more KV than the pool /
+ * budget can ever hold), "context_length" (longer than --ctx-size). Other
+ * reasons have no label ("other") and are not shown. */
+const char *kw_reject_reason_name(kw_reject_reason r);
 
-/* Counters the server keeps (thread-safe increments are the caller's). */
+/* Counters the server keeps (thread-safe increments are the caller's);
+ * rejected[] is indexed by the scheduler's reasons (sched.h). */
 typedef struct kw_memview_counters {
     uint64_t requests_total, requests_ok;
     uint64_t rejected[KW_REJECT_REASON_COUNT];
@@ -38,9 +38,9 @@ typedef struct kw_memview_counters {
 } kw_memview_counters;
 
 /* malloc'd NUL-terminated bodies (free()); NULL when out of memory. */
-char *kw_memview_json(struct kw_kvmem *m, struct kw_ledger *l, const kw_footprint *measured,
+char *kw_memview_json(const kw_engine *e, struct kw_ledger *l, const kw_footprint *measured,
                       const kw_memview_counters *c);
-char *kw_memview_metrics(struct kw_kvmem *m, struct kw_ledger *l, const kw_footprint *measured,
+char *kw_memview_metrics(const kw_engine *e, struct kw_ledger *l, const kw_footprint *measured,
                          const kw_memview_counters *c);
 
 #endif

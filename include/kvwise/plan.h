@@ -125,6 +125,8 @@ int kw_plan_compute(const kw_plan_model *m, const kw_plan_opts *o, kw_plan *p, k
 
 /* The arithmetic pieces (exposed for tests and the server). */
 uint64_t kw_plan_kv_bytes_per_token(const kw_plan_model *m, uint32_t kv_type);
+/* The prefill workspace (0 for a model without an embedding, n_embd 0: a KV
+ * layout only, such as the test stub engine, has no forward pass). */
 uint64_t kw_plan_workspace_bytes(const kw_plan_model *m, int32_t tokens, int32_t ctx, int n_threads);
 /* Default memory limit: (ram - reserve) with reserve = min(6 GiB, ram/4)
  * when ram is given; from MemAvailable with reserve = max(256 MiB,
@@ -141,6 +143,52 @@ void kw_plan_serve_line(const kw_plan *p, const char *model_path, char *buf, siz
  * tokenizer, overhead and connections lines are set; KV lines are left to
  * reservations. */
 int kw_plan_fill_ledger(const kw_plan *p, kw_ledger *l, kw_err *err);
+
+/* ---- `kvwise serve` sizes its memory with the plan -------------------------
+ * serve computes one plan with the settings it runs with (memory limit, its
+ * context, decode concurrency as the plan's concurrency, --prompt-cache-size
+ * as the wanted cache, its measured overhead line) and takes from it the KV
+ * pool and the prompt-cache caps: what `kvwise plan` with the same settings
+ * prints. */
+
+/* serve's default context: the model's training context, at most this. */
+#define KW_PLAN_SERVE_CTX 4096
+/* The context serve runs with: ctx when > 0, else min(n_ctx_train, KW_PLAN_SERVE_CTX). */
+int32_t kw_plan_serve_ctx(const kw_plan_model *m, int32_t ctx);
+
+/* serve's memory flags */
+typedef struct kw_plan_serve_opts {
+    int32_t kv_blocks;          /* --kv-blocks: the pool in blocks; 0 = the plan's */
+    int32_t cache_seqs;         /* --prompt-cache-size: the count cap; 0 = no prompt cache */
+    uint64_t cache_bytes;       /* --prompt-cache-bytes: the byte cap; UINT64_MAX = the plan's */
+} kw_plan_serve_opts;
+
+/* What serve runs with. */
+typedef struct kw_plan_serve {
+    int32_t kv_blocks;          /* the KV pool, live sequences and prompt cache together */
+    int32_t cache_max_seqs;     /* prompt-cache caps */
+    uint64_t cache_max_bytes;
+} kw_plan_serve;
+
+/* From plan p (computed with serve's settings, p->o.cache_seqs = the count cap):
+ *   byte cap  --prompt-cache-bytes; else the plan's prompt_cache_bytes when the
+ *             plan fits; else (not every slot can hold a full-context sequence
+ *             at once: requests wait for memory) half the pool; 0 without a
+ *             cache (count 0);
+ *   pool      --kv-blocks; else the plan's: every slot at full context + the
+ *             cache's blocks (kv_pool_blocks), or all the budget leaves when the
+ *             plan does not fit; never more than the budget leaves after the
+ *             fixed lines.
+ * -1 + err (kw_plan_limit_error) when one sequence of the context does not
+ * fit beside the fixed lines. */
+int kw_plan_serve_sizing(const kw_plan *p, const kw_plan_serve_opts *f, kw_plan_serve *out, kw_err *err);
+
+/* The one "--memory-limit is too small" message of the server: `taken` bytes
+ * held by what taken_what names (none when taken_what is NULL) and `need`
+ * more for what need_what names; a limit of at least taken + need would
+ * work. Sets err, returns -1. */
+int kw_plan_limit_error(kw_err *err, uint64_t limit, const char *taken_what, uint64_t taken,
+                        const char *need_what, uint64_t need);
 
 /* Loads the model and times a prefill of `tokens` positions and a few
  * decode steps (tokens/s each). Slow (it loads the weights): for --probe only. */

@@ -9,12 +9,12 @@
  * and reports back through the request's on_event callback (called on the
  * engine thread; it must not block).
  *
- * The engine behind the scheduler is a small vtable (kw_engine) so that the
- * scheduler runs unchanged over the real model (kw_engine_model_create) or
- * over a deterministic stub used by tests and the overhead benchmark
- * (kw_engine_stub_create). Memory admission hooks live in the engine:
- * seq_begin (prefix match + reservation), seq_end (prompt-cache insert +
- * release), so the prompt cache and the memory ledger plug in there.
+ * The engine behind the scheduler is the vtable of engine.h: the real model
+ * or a test engine; memory admission (seq_begin / seq_end) lives there.
+ *
+ * The scheduler speaks no protocol: a request it refuses or ends for lack
+ * of memory carries a kw_reject_reason, and each front-end maps reasons to
+ * its own answers (src/server: HTTP statuses and OpenAI error codes).
  *
  * Request lifetime: after submit the scheduler owns the request until it
  * delivers exactly one KW_EV_FINISH event; after that it never touches it.
@@ -23,97 +23,8 @@
 #ifndef KVWISE_SCHED_H
 #define KVWISE_SCHED_H
 #include "kvwise/common.h"
-#include "kvwise/kv.h"
+#include "kvwise/engine.h"
 #include "kvwise/sampler.h"
-
-/* ---- the engine vtable -------------------------------------------------- */
-
-#define KW_ENGINE_WAIT (-1)
-#define KW_ENGINE_NEVER (-2)
-#define KW_ENGINE_NOMEM (-3)
-
-struct kw_kvmem;
-struct kw_ledger;
-
-typedef struct kw_engine kw_engine;
-struct kw_engine {
-    void *impl;
-    char model_id[128];
-    int32_t n_vocab;
-    int32_t n_ctx;              /* positions per sequence */
-    int32_t n_slots;            /* sequences that may be live at once */
-    int32_t max_batch;          /* tokens per forward call */
-    const char *chat_template;  /* model's tokenizer.chat_template or NULL */
-    const char *bos_text;       /* text of BOS for templates ("" if none) */
-    const char *eos_text;
-    /* Thread-safe (read-only tokenizer). *ids malloc'd. */
-    int (*tokenize)(kw_engine *e, const char *text, size_t len, bool add_special,
-                    bool parse_special, int32_t **ids, size_t *n_ids, kw_err *err);
-    /* Bytes of a token (special tokens render as nothing unless render_special). */
-    size_t (*piece)(kw_engine *e, int32_t id, char *buf, size_t cap, bool render_special);
-    bool (*is_eog)(kw_engine *e, int32_t id);
-    /* Admission of a sequence into slot: may map a cached prefix (returns
-     * the number of prompt tokens already in the KV, 0..n-1) and must
-     * reserve what the sequence can need (n_reserve positions). Returns
-     * KW_ENGINE_WAIT (-1) when it cannot fit now (the scheduler keeps it
-     * queued), KW_ENGINE_NEVER (-2) when it never can (rejected, 400) or
-     * KW_ENGINE_NOMEM (-3) when taking the memory failed (rejected, 503). */
-    int32_t (*seq_begin)(kw_engine *e, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve);
-    /* Makes slot's KV cover n_positions. -1 if memory ran out. */
-    int (*seq_ensure)(kw_engine *e, int32_t slot, int32_t n_positions);
-    /* The sequence tokens[0..n) whose KV is complete ends; keep = offer it
-     * to the prompt cache. Releases the slot's blocks. */
-    void (*seq_end)(kw_engine *e, int32_t slot, const int32_t *tokens, int32_t n, bool keep);
-    /* One batched step; one row of n_vocab logits per want[i] (batch order). */
-    int (*forward)(kw_engine *e, int32_t n, const int32_t *tokens, const int32_t *pos,
-                   const int32_t *slot, const bool *want, float *logits, kw_err *err);
-    /* One line describing the KV pool / memory (startup report). */
-    void (*describe)(kw_engine *e, char *buf, size_t cap);
-    void (*destroy)(kw_engine *e);
-    /* The KV pool + prompt cache behind seq_begin/ensure/end (kvmem.h), or
-     * NULL when the engine keeps no KV: the server reads its state for
-     * /v1/memory and /metrics and asks it whether a request could ever fit. */
-    struct kw_kvmem *kvmem;
-};
-
-typedef struct kw_engine_model_opts {
-    const char *model_path;
-    int32_t n_ctx;              /* 0 = min(model's n_ctx_train, 4096) */
-    int32_t n_slots;
-    int32_t max_batch;
-    int32_t kv_blocks;          /* 0 = derived: n_ctx x n_slots */
-    int32_t kv_block_tokens;    /* 0 = 32 */
-    uint32_t kv_type;           /* KW_TYPE_F16, KW_TYPE_KV_I16, KW_TYPE_KV_I8, KW_TYPE_Q8_0 or KW_KV_TYPE_AUTO */
-    bool mlock;
-    int n_threads;              /* 0 = physical cores */
-    int32_t cache_max_seqs;     /* prompt cache caps (kvmem.h); 0 = no prompt cache */
-    uint64_t cache_max_bytes;
-    struct kw_ledger *ledger;   /* the memory budget: KV reservations count against it (or NULL) */
-    double cache_log_interval_s;/* "Prompt cache: ..." log line at most this often (0 = never) */
-} kw_engine_model_opts;
-
-/* The real model engine. NULL + err on failure. */
-kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err);
-
-/* A deterministic stand-in for tests/benchmarks: byte-level vocabulary
- * (ids 0..255 are bytes) plus <|im_start|> <|im_end|> <|endoftext|>, a
- * ChatML template, logits a hash of (previous token, position). step_us
- * simulates the cost of a forward call. */
-kw_engine *kw_engine_stub_create(int32_t n_ctx, int32_t n_slots, int32_t max_batch, int32_t step_us);
-
-/* Gives the stub real KV memory: a paged pool of a fixed toy layout
- * (kw_engine_stub_kv_layout: 4 KiB per token) with a prompt cache and
- * admission (kvmem.h), so the memory wall can be tested without a model. */
-typedef struct kw_engine_stub_kv_opts {
-    int32_t kv_blocks;          /* 0 = n_ctx x n_slots positions */
-    int32_t block_tokens;       /* 0 = 32 */
-    int32_t cache_max_seqs;
-    uint64_t cache_max_bytes;
-    struct kw_ledger *ledger;
-    double log_interval_s;
-} kw_engine_stub_kv_opts;
-int kw_engine_stub_enable_kv(kw_engine *e, const kw_engine_stub_kv_opts *o, kw_err *err);
-kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens);
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -122,7 +33,9 @@ kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens);
 
 /* A request's sampling parameters (OpenAI names); the scheduler samples
  * with kw_sample() (sampler.h), the one sampler, over the tokens generated
- * so far, with a per-request RNG seeded by seed (or the clock). */
+ * so far, with a per-request RNG seeded by seed (or the clock). In builds
+ * with the test hooks a test may plug in a sampler that chooses the tokens
+ * of the requests it claims instead (testctl.h: the replay). */
 typedef struct kw_sampling {
     float temperature;          /* 0 = greedy */
     float top_p;                /* 1 = off */
@@ -143,9 +56,24 @@ typedef enum kw_sched_ev_type {
 
 typedef enum kw_finish {
     KW_FINISH_NONE = 0, KW_FINISH_STOP, KW_FINISH_LENGTH, KW_FINISH_CANCELLED, KW_FINISH_ERROR,
-    KW_FINISH_REJECTED          /* never admitted: the event's http_status/code say why (400 never fits, 503 busy) */
+    KW_FINISH_REJECTED          /* never admitted: the event's reason says why */
 } kw_finish;
 const char *kw_finish_name(kw_finish f);   /* "stop", "length", "cancelled", "error", "rejected" */
+
+/* Why a request got no answer: FINISH with KW_FINISH_REJECTED (never
+ * admitted), or with KW_FINISH_ERROR when memory ran out; KW_REJECT_NONE on
+ * any other end. Retrying later can help for every reason but NEVER_FITS
+ * and CONTEXT, which need a smaller request. */
+typedef enum kw_reject_reason {
+    KW_REJECT_NONE = 0,
+    KW_REJECT_QUEUE_FULL,       /* the wait queue was full at submit (max_queue) */
+    KW_REJECT_QUEUE_TIMEOUT,    /* waited longer than queue_timeout_s for a slot or for memory */
+    KW_REJECT_NEVER_FITS,       /* needs more KV than the memory can ever hold */
+    KW_REJECT_CONTEXT,          /* longer than the context (front-ends refuse it before submitting) */
+    KW_REJECT_NOMEM,            /* taking memory failed: at admission, or a running sequence's KV */
+    KW_REJECT_SHUTTING_DOWN,    /* the scheduler is stopping */
+    KW_REJECT_REASON_COUNT
+} kw_reject_reason;
 
 typedef struct kw_sched_event {
     kw_sched_ev_type type;
@@ -155,10 +83,7 @@ typedef struct kw_sched_event {
     kw_finish finish;                   /* FINISH */
     const char *error;                  /* FINISH with KW_FINISH_ERROR */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
-    int32_t http_status;                /* FINISH with KW_FINISH_REJECTED: 400 or 503; with KW_FINISH_ERROR:
-                                           503 when memory ran out (0 = unspecified, 500) */
-    const char *code;                   /* ... and its error code ("request_exceeds_memory", "queue_timeout",
-                                           "out_of_memory") */
+    kw_reject_reason reason;            /* FINISH REJECTED, or ERROR when memory ran out (else NONE) */
 } kw_sched_event;
 
 typedef struct kw_sched_req kw_sched_req;
@@ -176,8 +101,6 @@ struct kw_sched_req {
     int32_t top_logprobs;       /* 0..KW_SCHED_MAX_TOP_LOGPROBS */
     bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     int client_fd;              /* polled for hang-up each step (-1 = none) */
-    const int32_t *replay;      /* TESTS ONLY (replay sampler): emit these tokens instead of sampling, then stop */
-    int32_t n_replay;
     kw_sched_cb on_event;
     void *user;
     /* set by the scheduler */
@@ -193,7 +116,8 @@ typedef struct kw_sched_opts {
     int32_t prefill_step;       /* prompt tokens per prompt per step */
     int32_t max_queue;          /* waiting requests before submit refuses (0 = unbounded) */
     bool log_progress;          /* "Prompt processing progress: a/b" lines */
-    double queue_timeout_s;     /* a request waiting longer (for a slot or for memory) gets 503; 0 = no limit */
+    double queue_timeout_s;     /* a request waiting longer (for a slot or for memory) is refused
+                                   (KW_REJECT_QUEUE_TIMEOUT); 0 = no limit */
 } kw_sched_opts;
 
 typedef struct kw_sched kw_sched;
@@ -202,13 +126,14 @@ typedef struct kw_sched_stats {
     uint64_t steps, tokens_prefilled, tokens_generated, requests_done;
     int32_t active, waiting;
     double forward_seconds, step_seconds;   /* time inside forward, and whole steps */
-    uint64_t rejected_queue_full, rejected_queue_timeout, rejected_never;  /* refusals by reason */
+    uint64_t rejected[KW_REJECT_REASON_COUNT];  /* refusals by reason */
     uint64_t prompt_tokens, cached_tokens;  /* of admitted requests: all prompt tokens, and those from the cache */
 } kw_sched_stats;
 
 /* Starts the engine thread. The engine stays owned by the caller. */
 kw_sched *kw_sched_start(kw_engine *e, const kw_sched_opts *o, kw_err *err);
-/* Queues r. Returns -1 (err) when the queue is full or the scheduler stops. */
+/* Queues r: 0, or the reason it is refused (KW_REJECT_QUEUE_FULL,
+ * KW_REJECT_SHUTTING_DOWN) with err set; a refused r gets no event. */
 int kw_sched_submit(kw_sched *s, kw_sched_req *r, kw_err *err);
 void kw_sched_cancel(kw_sched *s, kw_sched_req *r);
 /* Cancels everything (FINISH cancelled is delivered to each) and joins. */

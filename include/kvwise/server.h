@@ -47,8 +47,6 @@ typedef struct kw_server_opts {
     const char *model_alias;      /* id in /v1/models (default: the engine's) */
     const char *config_json;      /* GET /v1/config body (the effective settings) */
     struct kw_ledger *ledger;     /* the memory budget shown by /v1/memory and /metrics (or NULL) */
-    bool test_replay;             /* TESTS ONLY (--test-replay): a request's "test_replay" text replaces sampling */
-    const char *test_replay_script; /* TESTS ONLY (--test-replay-script FILE): per-request scripted outputs, or NULL */
 } kw_server_opts;
 
 typedef struct kw_server kw_server;

@@ -1,7 +1,7 @@
 /* cmd_serve.c - `kvwise serve`: parses the settings (mlx_lm.server names),
  * prints the startup report (every effective setting; the same JSON is
- * served at GET /v1/config), starts listening (GET /health is 503 while the
- * model loads), loads the engine, starts the scheduler and runs until
+ * served at GET /v1/config), starts listening (GET /health says "loading"
+ * while the model loads), loads the engine, starts the scheduler and runs until
  * SIGTERM/SIGINT, then shuts down gracefully and exits 0. */
 #include <signal.h>
 #include <stdio.h>
@@ -10,34 +10,47 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
+#include "kvwise/engine.h"
 #include "kvwise/footprint.h"
+#include "kvwise/gguf.h"
 #include "kvwise/kv.h"
-#include "kvwise/kvmem.h"
-#include "kvwise/fault.h"
 #include "kvwise/ledger.h"
 #include "kvwise/plan.h"
 #include "kvwise/sched.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
+#ifdef KW_TESTCTL
+#include "engine_stub.h"
+#include "serve_testctl.h"
+#endif
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *origins, *chat_template, *alias, *kv_type;
     int port, ctx_size, decode_conc, prompt_conc, prefill_step, kv_blocks, kv_block_tokens;
-    int timeout_s, http_threads, max_queue, stub_step_us, threads;
+    int timeout_s, http_threads, max_queue, threads;
     int max_client_conns;       /* -1 = default: unlimited on loopback, 64 elsewhere */
     int max_conns;              /* open HTTP connections in all (a ledger line) */
     uint64_t max_body;
-    bool mlock, stub, quiet_progress;
+    bool mlock, quiet_progress;
     /* memory (docs/MEMORY.md) */
     uint64_t memory_limit;      /* 0 = default: MemAvailable at start minus a reserve */
-    uint64_t cache_bytes;       /* UINT64_MAX = default: half the KV pool */
+    uint64_t cache_bytes;       /* UINT64_MAX = default: the plan's (kw_plan_serve_sizing) */
     int cache_size;
     double queue_timeout;
-    bool stub_kv;
-    bool test_replay;           /* --test-replay: honour a request's "test_replay" text (tests only) */
-    const char *test_fail_alloc;/* --test-fail-alloc SPEC: injected allocation failures (tests only, fault.h) */
-    const char *test_replay_script; /* --test-replay-script FILE: scripted outputs per request (tests only) */
+#ifdef KW_TESTCTL
+    serve_test_opts test;       /* the test hooks' flags (serve_testctl.h) */
+#endif
 } serve_opts;
+
+/* Does this server run the test stub instead of a model (test builds only)? */
+static bool serve_uses_stub(const serve_opts *o) {
+#ifdef KW_TESTCTL
+    return o->test.stub;
+#else
+    (void)o;
+    return false;
+#endif
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -47,11 +60,12 @@ static void usage(FILE *f) {
         "network:\n"
         "  --host ADDR              listen address (default 127.0.0.1; 0.0.0.0 exposes it to the network)\n"
         "  --port N                 TCP port (default 8080; 0 = any free port, printed at startup)\n"
-        "  --api-key KEY            require 'Authorization: Bearer KEY' (401 otherwise; /health is open)\n"
+        "  --api-key KEY            require 'Authorization: Bearer KEY' (refused otherwise; /health is open)\n"
         "  --allowed-origins LIST   CORS: comma-separated origins allowed to call from a browser, or '*'\n"
-        "  --max-body BYTES         largest request body (default 16MiB; 413 above). Bodies being read\n"
-        "                           or parsed share this many bytes in all (503 + Retry-After when one\n"
-        "                           does not fit beside the others); counted in --memory-limit\n"
+        "  --max-body BYTES         largest request body (default 16MiB; a larger one is refused). Bodies\n"
+        "                           being read or parsed share this many bytes in all (one that does not\n"
+        "                           fit beside the others is told to retry: Retry-After); counted in\n"
+        "                           --memory-limit\n"
         "  --timeout S              idle connection timeout in seconds (default 600)\n"
         "  --max-client-connections N  open connections one client address may hold; more are closed at\n"
         "                           once (default: unlimited on loopback, where every local tool shares\n"
@@ -68,10 +82,6 @@ static void usage(FILE *f) {
         "                           4096). Set it to the longest real input + answer\n"
         "  --chat-template NAME|FILE  chatml|llama3|llama2|mistral|gemma|phi3, or a file with template text\n"
         "  --mlock                  lock the weights in RAM\n"
-        "  --test-replay            TESTS ONLY: a request's \"test_replay\" text is emitted as the model's output\n"
-        "  --test-fail-alloc SPEC   TESTS ONLY (loopback only): make chosen allocations fail on purpose, e.g.\n"
-        "                           kv_block=%%5 (every 5th KV block); see include/kvwise/fault.h\n"
-        "  --test-replay-script FILE  TESTS ONLY: outputs chosen per chat request by the rules in FILE (docs/SERVER.md)\n"
         "  -t, --threads N          compute threads (default: physical cores)\n"
         "scheduling (continuous batching):\n"
         "  --decode-concurrency N   sequences decoding together in one batched step (default 8)\n"
@@ -80,8 +90,10 @@ static void usage(FILE *f) {
         "                           read in chunks interleaved with decode steps, with progress logged.\n"
         "                           With --prompt-concurrency it sizes the prefill workspace: the\n"
         "                           transient memory a long prompt needs, counted in --memory-limit\n"
-        "  --max-queue N            requests waiting for a slot or for memory; one more gets 503 (default 64)\n"
-        "  --queue-timeout S        a request waiting longer than S seconds gets 503 + Retry-After (default 30)\n"
+        "  --max-queue N            requests waiting for a slot or for memory; one more is told to retry\n"
+        "                           later (default 64)\n"
+        "  --queue-timeout S        a request waiting longer than S seconds is told to retry later, with\n"
+        "                           Retry-After (default 30)\n"
         "memory (one wall: docs/MEMORY.md; GET /v1/config and /v1/memory show what applied):\n"
         "  --memory-limit B         the whole server's budget: resident weights (the mapped file counted\n"
         "                           in full) + live KV + prompt cache + prefill workspace + scratch +\n"
@@ -90,18 +102,22 @@ static void usage(FILE *f) {
         "                           reserve for the OS (10%%, at least 256 MiB); better: measure what the\n"
         "                           OS and your other apps need at idle and give the server the rest.\n"
         "                           Requests are admitted only when their KV (prompt + max_tokens) fits:\n"
-        "                           evict the cache, then queue, then 503 + Retry-After; a request that\n"
-        "                           can never fit gets 400 at once. The server refuses to start when the\n"
+        "                           evict the cache, then queue, then retry later (Retry-After); a request\n"
+        "                           that can never fit is refused at once as invalid (docs/SERVER.md has\n"
+        "                           the HTTP statuses). The server refuses to start when the\n"
         "                           weights and one full-context sequence do not fit, and says which\n"
         "                           limit would work.\n"
         "  --prompt-cache-size N    COUNT cap: finished sequences kept for prefix reuse (default 4; 0 = no\n"
         "                           cache). A conversation that grew over many turns is 1 sequence. 10\n"
         "                           suits 10 people chatting; a batch pipeline with one shared system\n"
         "                           prompt needs 1 or 2.\n"
-        "  --prompt-cache-bytes B   BYTES cap on the same cache (default: half the KV pool): the KV of the\n"
-        "                           cached tokens (`kvwise plan` prints bytes per token). Size it at\n"
-        "                           about one longest reused conversation. Both caps hold at every\n"
-        "                           insert, whichever binds first; eviction is LRU over conversations and\n"
+        "  --prompt-cache-bytes B   BYTES cap on the same cache: the KV of the cached tokens (`kvwise plan`\n"
+        "                           prints bytes per token). Default: what `kvwise plan` recommends for\n"
+        "                           these settings, --prompt-cache-size conversations at full context as\n"
+        "                           far as the budget left after every slot at full context holds them\n"
+        "                           (half the KV pool when not every slot fits). Size it at about one\n"
+        "                           longest reused conversation. Both caps hold at every insert,\n"
+        "                           whichever binds first; eviction is LRU over conversations and\n"
         "                           keeps a shared system prompt longest. Eviction costs time, never\n"
         "                           quality: an evicted prefix is prefilled again when next used, and\n"
         "                           the model sees the same tokens (no context text is ever cut).\n"
@@ -114,9 +130,13 @@ static void usage(FILE *f) {
         "                           q8_0's precision and attention faster than i16 at long context\n"
         "                           (same kernels); q8_0 halves it too, on any CPU, with slow attention\n"
         "                           (measured logit effects: docs/MODEL.md)\n"
-        "  --kv-blocks N            KV pool size in blocks (default: what --memory-limit leaves after the\n"
-        "                           fixed lines, at most ctx-size x decode-concurrency positions)\n"
+        "  --kv-blocks N            KV pool size in blocks, live sequences and prompt cache together\n"
+        "                           (default: the plan's, every slot at full context + the cache's\n"
+        "                           bytes; at most what --memory-limit leaves after the fixed lines)\n"
         "  --kv-block-size N        positions per KV block (default 32)\n");
+#ifdef KW_TESTCTL
+    serve_test_usage(f);
+#endif
 }
 
 static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
@@ -173,9 +193,6 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
             if (kw_parse_bytes(v, &o->max_body, &err) < 0 || o->max_body == 0) { fprintf(stderr, "kvwise serve: --max-body: %s\n", err.msg[0] ? err.msg : "must be > 0"); return -1; }
         }
         else if (!strcmp(a, "--mlock")) o->mlock = true;
-        else if (!strcmp(a, "--test-replay")) o->test_replay = true;
-        else if (!strcmp(a, "--test-fail-alloc")) { TAKES_VALUE(); o->test_fail_alloc = v; }
-        else if (!strcmp(a, "--test-replay-script")) { TAKES_VALUE(); o->test_replay = true; o->test_replay_script = v; }
         else if (!strcmp(a, "--memory-limit") || !strcmp(a, "--prompt-cache-bytes")) {
             TAKES_VALUE();
             kw_err err = {{0}};
@@ -196,14 +213,14 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
             if (*end || !(t >= 0 && t <= 86400)) { fprintf(stderr, "kvwise serve: --queue-timeout needs seconds in [0, 86400]\n"); return -1; }
             o->queue_timeout = t;
         }
-        else if (!strcmp(a, "--stub-kv")) o->stub_kv = true;     /* tests only: the stub keeps real KV memory */
-        else if (!strcmp(a, "--stub-engine")) o->stub = true;   /* tests/benchmarks only: no model */
-        else if (!strcmp(a, "--stub-step-us")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 10000000, &o->stub_step_us); }
+#ifdef KW_TESTCTL
+        else if ((rc = serve_test_parse(argc, argv, &i, &o->test)) != 0) { if (rc > 0) rc = 0; }
+#endif
         else { fprintf(stderr, "kvwise serve: unknown option '%s' (see --help)\n", a); return -1; }
         if (rc < 0) return -1;
 #undef TAKES_VALUE
     }
-    if (!o->model && !o->stub) { fprintf(stderr, "kvwise serve: -m MODEL.gguf is required (see --help)\n"); return -1; }
+    if (!o->model && !serve_uses_stub(o)) { fprintf(stderr, "kvwise serve: -m MODEL.gguf is required (see --help)\n"); return -1; }
     return 0;
 }
 
@@ -211,7 +228,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
 static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *tpl_desc) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "version", KW_VERSION);
-    cJSON_AddStringToObject(c, "model", o->stub ? "(stub engine)" : o->model);
+    cJSON_AddStringToObject(c, "model", serve_uses_stub(o) ? "(stub engine)" : o->model);
     cJSON_AddStringToObject(c, "model_id", o->alias ? o->alias : e->model_id);
     cJSON_AddStringToObject(c, "host", o->host);
     cJSON_AddNumberToObject(c, "port", o->port);
@@ -240,11 +257,14 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddNumberToObject(c, "threads", o->threads);
     cJSON_AddNumberToObject(c, "memory_limit", (double)o->memory_limit);
     cJSON_AddNumberToObject(c, "queue_timeout_s", o->queue_timeout);
-    if (o->test_fail_alloc) cJSON_AddStringToObject(c, "test_fail_alloc", o->test_fail_alloc);
-    if (e->kvmem) {     /* the caps in force, as the cache itself reports them */
-        kw_kvmem_stats ks = kw_kvmem_get_stats(e->kvmem);
-        cJSON_AddNumberToObject(c, "prompt_cache_size", ks.cache.max_seqs);
-        cJSON_AddNumberToObject(c, "prompt_cache_bytes", (double)ks.cache.max_bytes);
+#ifdef KW_TESTCTL
+    serve_test_config(&o->test, c);
+#endif
+    int32_t cache_seqs;
+    uint64_t cache_bytes;
+    if (kw_engine_cache_caps(e, &cache_seqs, &cache_bytes)) {     /* the caps in force, as the cache reports them */
+        cJSON_AddNumberToObject(c, "prompt_cache_size", cache_seqs);
+        cJSON_AddNumberToObject(c, "prompt_cache_bytes", (double)cache_bytes);
     } else {
         cJSON_AddStringToObject(c, "prompt_cache", "none (this engine keeps no KV)");
     }
@@ -263,43 +283,71 @@ static void print_report(const cJSON *c) {
     }
 }
 
-/* The stub with real KV: the pool gets what the budget leaves after the
- * fixed lines (there are no weights), at most --kv-blocks; the server
- * refuses to start when not even one full-context sequence fits. */
-static int stub_enable_kv(kw_engine *e, const serve_opts *o, kw_ledger *led, kw_err *err) {
-    kw_kv_layout lay = kw_engine_stub_kv_layout(o->kv_block_tokens);
-    uint64_t bb = kw_kv_block_bytes(&lay);
-    int64_t per_seq = (e->n_ctx + lay.block_tokens - 1) / lay.block_tokens;
-    int64_t want = o->kv_blocks > 0 ? o->kv_blocks : per_seq * e->n_slots;
-    int64_t fit = (int64_t)(kw_ledger_available(led) / bb);
-    int64_t blocks = want < fit ? want : fit;
-    if (blocks < per_seq) {
-        char a[32], b[32];
-        return kw_err_set(err, "--memory-limit %s is too small: the fixed lines take %s and one sequence of "
-                          "--ctx-size %d needs %lld KV blocks of %zu bytes; a limit of at least %s would work",
-                          kw_format_bytes(kw_ledger_limit(led), a, sizeof a),
-                          kw_format_bytes(kw_ledger_used(led), b, sizeof b), e->n_ctx, (long long)per_seq,
-                          (size_t)bb, kw_format_bytes(kw_ledger_used(led) + (uint64_t)per_seq * bb, (char[32]){0}, 32));
-    }
-    kw_engine_stub_kv_opts ko = {.kv_blocks = (int32_t)blocks, .block_tokens = lay.block_tokens,
-                                 .cache_max_seqs = o->cache_size, .cache_max_bytes = o->cache_bytes,
-                                 .ledger = led, .log_interval_s = 10};
-    return kw_engine_stub_enable_kv(e, &ko, err);
+/* Compute threads: --threads, else the physical cores (the workspace's
+ * per-thread scratch depends on it, so the plan and the engine use the same). */
+static int serve_threads(const serve_opts *o) {
+    int n = o->threads > 0 ? o->threads : kw_cpu_physical_cores();
+    return n > 0 ? n : 1;
 }
 
-static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, kw_err *err) {
+/* The shape the plan sizes: the model's metadata and tensor headers (no
+ * weight is loaded), or the stub's KV layout in test builds. */
+static int read_plan_model(const serve_opts *o, kw_plan_model *m, kw_err *err) {
+#ifdef KW_TESTCTL
+    if (o->test.stub) { kw_engine_stub_plan_model(m); return 0; }
+#endif
+    kw_gguf *g = kw_gguf_open(o->model, err);
+    if (!g) return -1;
+    int rc = kw_plan_model_from_gguf(g, m, err);
+    kw_gguf_close(g);
+    return rc;
+}
+
+/* One plan with the settings serve runs with (plan.h): its context, the
+ * decode slots as the plan's concurrency, --prompt-cache-size as the wanted
+ * cache, the ledger's measured overhead; then the pool and cache caps the
+ * engine gets (kw_plan_serve_sizing), or the startup refusal. */
+static int plan_memory(const serve_opts *o, const kw_ledger *led, kw_plan *p, kw_plan_serve *sz, kw_err *err) {
+    kw_plan_model m;
+    if (read_plan_model(o, &m, err) < 0) return -1;
+    kw_plan_opts po;
+    kw_plan_opts_default(&po);
+    po.memory_limit = o->memory_limit;
+    po.ctx = kw_plan_serve_ctx(&m, o->ctx_size);
+    po.concurrency = o->decode_conc;
+    po.prompt_concurrency = o->prompt_conc;
+    po.prefill_step = o->prefill_step;
+    po.kv_type = (uint32_t)kw_kv_type_from_name(o->kv_type);
+#ifdef KW_TESTCTL
+    if (o->test.stub) po.kv_type = kw_engine_stub_kv_layout(o->kv_block_tokens).type;    /* the stub's own */
+#endif
+    po.block_tokens = o->kv_block_tokens;
+    po.n_threads = serve_threads(o);
+    po.cache_seqs = o->cache_size;
+    po.overhead = kw_ledger_line(led, KW_LEDGER_OVERHEAD);
+    po.max_connections = o->max_conns;
+    po.max_body = o->max_body;
+    if (kw_plan_compute(&m, &po, p, err) < 0) return -1;
+    kw_plan_serve_opts f = {.kv_blocks = o->kv_blocks, .cache_seqs = o->cache_size, .cache_bytes = o->cache_bytes};
+    return kw_plan_serve_sizing(p, &f, sz, err);
+}
+
+static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, const kw_plan *p, const kw_plan_serve *sz,
+                              kw_err *err) {
     int32_t max_batch = o->decode_conc + o->prompt_conc * o->prefill_step;
-    if (o->stub) {
-        kw_engine *e = kw_engine_stub_create(o->ctx_size ? o->ctx_size : 4096, o->decode_conc, max_batch, o->stub_step_us);
-        if (!e) { kw_err_set(err, "stub engine: out of memory"); return NULL; }
-        if (o->stub_kv && stub_enable_kv(e, o, led, err) < 0) { e->destroy(e); return NULL; }
-        return e;
+#ifdef KW_TESTCTL
+    if (o->test.stub) {
+        serve_test_engine_opts so = {.n_ctx = p->o.ctx, .n_slots = o->decode_conc, .max_batch = max_batch,
+                                     .kv_blocks = sz->kv_blocks, .block_tokens = o->kv_block_tokens,
+                                     .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
+                                     .ledger = led};
+        return serve_test_engine(&o->test, &so, err);
     }
-    kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = o->ctx_size, .n_slots = o->decode_conc,
-                               .max_batch = max_batch, .kv_blocks = o->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
-                               .kv_type = (uint32_t)kw_kv_type_from_name(o->kv_type), .mlock = o->mlock,
-                               .n_threads = o->threads,
-                               .cache_max_seqs = o->cache_size, .cache_max_bytes = o->cache_bytes,
+#endif
+    kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = p->o.ctx, .n_slots = o->decode_conc,
+                               .max_batch = max_batch, .kv_blocks = sz->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
+                               .kv_type = p->o.kv_type, .mlock = o->mlock, .n_threads = serve_threads(o),
+                               .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
                                .ledger = led, .cache_log_interval_s = 10};
     return kw_engine_model_create(&mo, err);
 }
@@ -318,18 +366,17 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
     }
     kw_ledger *led = kw_ledger_create(o->memory_limit);
     if (!led) { kw_err_set(err, "out of memory"); return NULL; }
-    char lim[32], body[32];
-    kw_format_bytes(o->memory_limit, lim, sizeof lim);
-    kw_err e = {{0}};
-    if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, kw_plan_measured_overhead(), &e) < 0) {
-        kw_err_set(err, "--memory-limit %s is too small: %s", lim, e.msg);
+    uint64_t overhead = kw_plan_measured_overhead(), conns = kw_plan_connections_bytes(o->max_conns, o->max_body);
+    if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, overhead, NULL) < 0) {
+        kw_plan_limit_error(err, o->memory_limit, NULL, 0, "the fixed overhead (process, libraries, server)", overhead);
         kw_ledger_destroy(led);
         return NULL;
     }
-    if (kw_ledger_set(led, KW_LEDGER_CONNECTIONS, kw_plan_connections_bytes(o->max_conns, o->max_body), &e) < 0) {
-        kw_err_set(err, "--memory-limit %s is too small: %s (or shrink that line: --max-connections %d x %llu bytes "
-                   "+ --max-body %s)", lim, e.msg, o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES,
-                   kw_format_bytes(o->max_body, body, sizeof body));
+    if (kw_ledger_set(led, KW_LEDGER_CONNECTIONS, conns, NULL) < 0) {
+        char what[200], body[32];
+        snprintf(what, sizeof what, "the HTTP connections (--max-connections %d x %llu bytes + --max-body %s)",
+                 o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES, kw_format_bytes(o->max_body, body, sizeof body));
+        kw_plan_limit_error(err, o->memory_limit, "the fixed overhead", overhead, what, conns);
         kw_ledger_destroy(led);
         return NULL;
     }
@@ -339,17 +386,6 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
 /* 127.0.0.0/8, ::1 and localhost: reachable from this machine only. */
 static bool host_is_loopback(const char *h) {
     return !strncmp(h, "127.", 4) || !strcmp(h, "::1") || !strcmp(h, "[::1]") || !strcmp(h, "localhost");
-}
-
-/* --test-fail-alloc: a test hook, never a setting. Refused off loopback;
- * loud on stderr. Rules marked @start count from here (model load included). */
-static int start_fault_injection(const serve_opts *o, kw_err *err) {
-    if (!host_is_loopback(o->host))
-        return kw_err_set(err, "--test-fail-alloc is a test hook: refused when listening on %s (loopback only)", o->host);
-    if (kw_fault_configure(o->test_fail_alloc, err) < 0) return -1;
-    fprintf(stderr, "kvwise serve: WARNING: --test-fail-alloc %s: TEST-ONLY fault injection, allocations will fail "
-            "on purpose (never use this outside tests)\n", o->test_fail_alloc);
-    return 0;
 }
 
 /* The weights are mmap'd: if the file is truncated on disk while served, the
@@ -371,23 +407,27 @@ int cmd_serve(int argc, char **argv) {
     if (o.max_client_conns < 0) o.max_client_conns = host_is_loopback(o.host) ? 0 : 64;
     if (o.http_threads > o.max_conns) o.http_threads = o.max_conns;    /* MHD gives each thread a share */
     kw_err err = {{0}};
-    if (o.test_fail_alloc && start_fault_injection(&o, &err) < 0) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 2; }
+#ifdef KW_TESTCTL
+    /* the test hooks first: fault rules marked @start count from here (model load included) */
+    if (serve_test_start(&o.test, o.host, host_is_loopback(o.host), &err) < 0) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 2; }
+#endif
     kw_ledger *led = make_ledger(&o, &err);
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
                          .max_client_connections = o.max_client_conns, .max_connections = o.max_conns,
-                         .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led,
-                         .test_replay = o.test_replay, .test_replay_script = o.test_replay_script};
+                         .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led};
     if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))
         fprintf(stderr, "kvwise serve: WARNING: listening on %s without --api-key: anyone who can reach this "
                 "address can use the model (see docs/SECURITY.md)\n", o.host);
-    /* Listen first so /health answers 503 "loading" while the model loads. */
+    /* Listen first so /health answers "loading" while the model loads. */
     kw_server *srv = kw_server_start(&so, &err);
     if (!srv) { fprintf(stderr, "kvwise serve: %s\n", err.msg); kw_ledger_destroy(led); return 1; }
     o.port = kw_server_port(srv);
     fprintf(stderr, "kvwise serve: listening on http://%s:%d (loading model)\n", o.host, o.port);
-    kw_engine *e = make_engine(&o, led, &err);
+    kw_plan plan;
+    kw_plan_serve sz;
+    kw_engine *e = plan_memory(&o, led, &plan, &sz, &err) < 0 ? NULL : make_engine(&o, led, &plan, &sz, &err);
     if (!e) {
         fprintf(stderr, "kvwise serve: %s\n", err.msg[0] ? err.msg : "cannot create the engine");
         kw_server_stop(srv);
@@ -417,7 +457,9 @@ int cmd_serve(int argc, char **argv) {
     /* The config endpoint is answered from the server's copy. */
     kw_server_set_config(srv, cfg_s);
     free(cfg_s);
-    kw_fault_arm();             /* --test-fail-alloc rules (without @start) count from here */
+#ifdef KW_TESTCTL
+    serve_test_ready(&o.test);  /* --test-fail-alloc rules (without @start) count from here */
+#endif
     fprintf(stderr, "kvwise serve: ready on http://%s:%d\n", o.host, o.port);
     kw_server_wait(srv);
     fprintf(stderr, "kvwise serve: shutting down (finishing in-flight requests)\n");

@@ -13,7 +13,7 @@
  * blocks and the ledger has the bytes, so a pool sized larger than the
  * budget still cannot push the process past --memory-limit. */
 #include "kvwise/kvmem.h"
-#include "kvwise/fault.h"
+#include "kvwise/testctl.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"
 #include <cjson/cJSON.h>
@@ -124,9 +124,7 @@ kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err)
     m->last_log = -1e9;
     m->tables = calloc((size_t)o->n_slots, sizeof *m->tables);
     m->live = calloc((size_t)o->n_slots, sizeof *m->live);
-    uint64_t cache_bytes = o->cache_max_bytes;
-    if (cache_bytes == UINT64_MAX) cache_bytes = (uint64_t)pool->n_blocks * pool->block_bytes / 2;
-    m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, cache_bytes);
+    m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, o->cache_max_bytes);
     if (!m->tables || !m->live || !m->cache) {
         kw_err_set(err, "kvmem: out of memory");
         kw_kvmem_destroy(m);
@@ -201,7 +199,7 @@ int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t
         (ledger_sync(m), m->ledger_errors != ledger_errors)) {
         /* make_room found the blocks and the bytes, yet taking a block or
          * reserving its bytes failed (an allocation failure; in tests an
-         * injected one, fault.h): give everything back, refuse for now. */
+         * injected one, testctl.h): give everything back, refuse for now. */
         kw_block_table_release(t, m->pool);
         ledger_sync(m);
         ret = KW_KVMEM_NOMEM;
@@ -223,7 +221,7 @@ int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions) {
     int rc = 0;
     int32_t more = blocks_for(m, n_positions) - t->n;
     if (kw_fault_hit(KW_FAULT_KV_ENSURE, -1)) {
-        rc = -1;                  /* tests only (fault.h): as if the pool had run out here */
+        rc = -1;                  /* tests only (testctl.h): as if the pool had run out here */
     } else if (more > 0) {
         if (n_positions > m->n_ctx || !make_room(m, more) || kw_block_table_ensure(t, m->pool, n_positions) != 0)
             rc = -1;

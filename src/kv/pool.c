@@ -20,7 +20,7 @@
  * were measured with them). Pages are touched chunk by chunk as blocks are
  * first written; the budget holds the whole pool either way. */
 #include "kvwise/kv.h"
-#include "kvwise/fault.h"
+#include "kvwise/testctl.h"
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
 #include "tensor/kernels.h"
@@ -146,7 +146,7 @@ static bool valid_id(const kw_kv_pool *p, int32_t id) {
 }
 
 int32_t kw_kv_alloc(kw_kv_pool *p) {
-    if (!p || p->n_free <= 0 || kw_fault_hit(KW_FAULT_KV_BLOCK, -1)) return -1;   /* (fault.h: tests only) */
+    if (!p || p->n_free <= 0 || kw_fault_hit(KW_FAULT_KV_BLOCK, -1)) return -1;   /* (testctl.h: tests only) */
     int32_t id = p->free_ids[--p->n_free];
     p->refs[id] = 1;
     return id;

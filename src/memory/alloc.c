@@ -4,11 +4,11 @@
  * size, kind and how it was obtained. Big blocks come from mmap so that
  * kw_mem_free() gives the pages back to the kernel immediately; huge blocks
  * (kw_mem_alloc_huge) come from a mapping trimmed so that the user pointer
- * is 2 MiB aligned, advised for transparent huge pages. Two test
- * hooks make an allocation fail on purpose: kw_mem_fail_nth (unit tests) and
- * the alloc rules of a fault spec (fault.h, `serve --test-fail-alloc`). */
+ * is 2 MiB aligned, advised for transparent huge pages. In builds with the
+ * test hooks, the alloc rules of a fault spec make an allocation fail on
+ * purpose (testctl.h: `serve --test-fail-alloc`, kw_mem_fail_nth). */
 #include "kvwise/memory.h"
-#include "kvwise/fault.h"
+#include "kvwise/testctl.h"
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +31,6 @@ typedef struct {
 static _Atomic uint64_t g_cur[KW_MEM_KIND_COUNT];
 static _Atomic uint64_t g_peak[KW_MEM_KIND_COUNT];
 static _Atomic uint64_t g_total, g_total_peak;
-static _Atomic long g_fail_nth;
 
 static void bump_peak(_Atomic uint64_t *peak, uint64_t v) {
     uint64_t p = atomic_load(peak);
@@ -42,14 +41,6 @@ static void account(kw_mem_kind kind, int64_t delta) {
     uint64_t cur = atomic_fetch_add(&g_cur[kind], (uint64_t)delta) + (uint64_t)delta;
     uint64_t tot = atomic_fetch_add(&g_total, (uint64_t)delta) + (uint64_t)delta;
     if (delta > 0) { bump_peak(&g_peak[kind], cur); bump_peak(&g_total_peak, tot); }
-}
-
-static int injected_failure(void) {
-    long n = atomic_load(&g_fail_nth);
-    while (n > 0) {
-        if (atomic_compare_exchange_weak(&g_fail_nth, &n, n - 1)) return n == 1;
-    }
-    return 0;
 }
 
 /* The header of a new block at base (map_off bytes into its mapping); returns the user pointer. */
@@ -68,7 +59,7 @@ static void *start_block(void *base, uint64_t map_off, size_t bytes, size_t tota
 /* The checks every allocation passes first: a valid kind (else OTHER), a sane size, the test hooks. */
 static bool may_allocate(kw_mem_kind *kind, size_t bytes) {
     if ((unsigned)*kind >= KW_MEM_KIND_COUNT) *kind = KW_MEM_OTHER;
-    return bytes <= ((size_t)1 << 46) && !injected_failure() && !kw_fault_hit(KW_FAULT_ALLOC, (int)*kind);
+    return bytes <= ((size_t)1 << 46) && !kw_fault_hit(KW_FAULT_ALLOC, (int)*kind);
 }
 
 void *kw_mem_alloc(kw_mem_kind kind, size_t bytes) {
@@ -144,7 +135,6 @@ uint64_t kw_mem_current(kw_mem_kind kind) { return (unsigned)kind < KW_MEM_KIND_
 uint64_t kw_mem_peak(kw_mem_kind kind) { return (unsigned)kind < KW_MEM_KIND_COUNT ? atomic_load(&g_peak[kind]) : 0; }
 uint64_t kw_mem_total(void) { return atomic_load(&g_total); }
 uint64_t kw_mem_total_peak(void) { return atomic_load(&g_total_peak); }
-void kw_mem_fail_nth(long n) { atomic_store(&g_fail_nth, n); }
 
 const char *kw_mem_kind_name(kw_mem_kind kind) {
     static const char *names[KW_MEM_KIND_COUNT] = {

@@ -4,7 +4,7 @@
  * fail instead of overshooting the limit), the startup table and the JSON
  * export. All sums saturate instead of wrapping, so a huge request can
  * never "fit" by overflowing. One mutex guards every field. */
-#include "kvwise/fault.h"
+#include "kvwise/testctl.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"
 #include <cjson/cJSON.h>
@@ -77,7 +77,7 @@ int kw_ledger_reserve(kw_ledger *l, kw_ledger_kind kind, uint64_t bytes) {
     lock(l);
     uint64_t total = sat_add(l->used, bytes);
     if (total > l->limit || sat_add(l->line[kind], bytes) == UINT64_MAX ||
-        kw_fault_hit(KW_FAULT_LEDGER, -1)) {              /* (a test-only injected refusal: fault.h) */
+        kw_fault_hit(KW_FAULT_LEDGER, -1)) {              /* (a test-only injected refusal: testctl.h) */
         l->reserve_failed++;
         unlock(l);
         return -1;

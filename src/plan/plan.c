@@ -72,7 +72,7 @@ uint64_t kw_plan_kv_bytes_per_token(const kw_plan_model *m, uint32_t kv_type) {
 }
 
 uint64_t kw_plan_workspace_bytes(const kw_plan_model *m, int32_t tokens, int32_t ctx, int n_threads) {
-    if (tokens < 1 || ctx < 1) return 0;
+    if (tokens < 1 || ctx < 1 || m->hp.n_embd < 1) return 0;    /* no embedding: no forward pass (a KV layout only) */
     return (uint64_t)plan_ctx_workspace_bytes(&m->hp, tokens, ctx, n_threads);
 }
 

@@ -14,6 +14,8 @@
  * libmicrohttpd, PCRE2, cJSON, thread stacks actually touched, HTTP
  * buffers. `kvwise plan` measures its own baseline instead (same binary). */
 #define KW_PLAN_DEFAULT_OVERHEAD (48ULL << 20)
+/* Most blocks a server's KV pool is given (its block ids are int32). */
+#define KW_PLAN_SERVE_MAX_BLOCKS (1 << 24)
 /* Added to the measured baseline for the HTTP server's threads and buffers (open
  * connections are their own ledger line: kw_plan_connections_bytes). */
 #define KW_PLAN_SERVER_ALLOWANCE (16ULL << 20)

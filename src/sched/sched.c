@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "kvwise/kvmem.h"
 #include "kvwise/memory.h"
 #include "kvwise/sched.h"
+#include "kvwise/testctl.h"
 
 /* SEQ_COMMIT: finished (the request is gone), its last token still to be
  * fed so that the KV handed to the prompt cache covers every token. */
@@ -44,7 +44,8 @@ typedef struct seq {
     kw_tok_logprob *lps; int32_t n_lp, cap_lp;
     int32_t row;                               /* logits row this step, -1 none */
     int32_t chunk;                             /* prefill tokens in this step */
-    int32_t fail_status; const char *fail_code;/* an ERROR end caused by memory: 503 out_of_memory */
+    bool scripted_end;                         /* a plugged-in test sampler gave its last token */
+    kw_reject_reason fail;                     /* an ERROR end caused by memory: KW_REJECT_NOMEM */
 } seq;
 
 struct kw_sched {
@@ -93,10 +94,11 @@ static void finish_unadmitted(kw_sched_req *r, kw_finish why, const char *msg) {
     emit(r, &ev);
 }
 
-/* Refuses a request that never got a slot: 400 (it can never fit) or 503 (busy: retry). */
-static void reject_unadmitted(kw_sched_req *r, int status, const char *code, const char *msg) {
+/* Refuses a request that never got a slot, counting the refusal by reason. */
+static void reject_unadmitted(kw_sched *s, kw_sched_req *r, kw_reject_reason why, const char *msg) {
+    s->st.rejected[why]++;
     kw_sched_event ev = {.type = KW_EV_FINISH, .finish = KW_FINISH_REJECTED, .error = msg,
-                         .prompt_tokens = r->n_prompt, .http_status = status, .code = code};
+                         .prompt_tokens = r->n_prompt, .reason = why};
     emit(r, &ev);
 }
 
@@ -144,7 +146,7 @@ static void seq_release(kw_sched *s, int32_t slot, bool keep) {
 /* Should a finished sequence feed its last token before caching? Only when
  * that token has no KV yet and a prompt cache would keep the result. */
 static bool seq_wants_commit(const kw_sched *s, const seq *q, bool keep) {
-    return keep && q->n_toks == q->n_past + 1 && s->e->kvmem && kw_kvmem_caching(s->e->kvmem);
+    return keep && q->n_toks == q->n_past + 1 && kw_engine_caching(s->e);
 }
 
 static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg) {
@@ -162,7 +164,7 @@ static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg
     bool keep = why == KW_FINISH_STOP || why == KW_FINISH_LENGTH;
     kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg,
                          .prompt_tokens = q->n_prompt, .completion_tokens = q->n_gen,
-                         .cached_tokens = q->cached, .http_status = q->fail_status, .code = q->fail_code};
+                         .cached_tokens = q->cached, .reason = q->fail};
     kw_sched_req *r = q->r;
     kw_textout_free(&q->tx);
     free(q->lps);
@@ -175,10 +177,9 @@ static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg
 }
 
 /* The slot's KV could not cover the next positions (memory ran out): the
- * request ends with 503 out_of_memory (retry), its KV is released. */
+ * request ends in an error for lack of memory (retry), its KV is released. */
 static void seq_fail_nomem(kw_sched *s, int32_t slot) {
-    s->seqs[slot].fail_status = 503;
-    s->seqs[slot].fail_code = "out_of_memory";
+    s->seqs[slot].fail = KW_REJECT_NOMEM;
     seq_finish(s, slot, KW_FINISH_ERROR, "out of memory: the KV for this sequence could not be allocated; retry");
 }
 
@@ -198,18 +199,17 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
     if (rel || q->n_lp) { seq_emit_text(q, q->tx.buf, rel); kw_textout_consume(&q->tx, rel); }
     if (stopped) { q->tx.len = 0; q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     if (q->n_gen >= q->max_gen) { seq_finish(s, slot, KW_FINISH_LENGTH, NULL); return; }
-    if (q->r->replay && q->n_gen >= q->r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+    if (q->scripted_end) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     q->st = SEQ_DECODE;
 }
 
 static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     seq *q = &s->seqs[slot];
     kw_sched_req *r = q->r;
-    if (r->replay) {            /* the test-only replay sampler: scripted tokens, then end of generation */
-        if (q->n_gen >= r->n_replay) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }   /* empty script */
-        seq_accept(s, slot, r->replay[q->n_gen]);
-        return;
-    }
+    /* a sampler a test plugged in (testctl.h; a constant PASS without the test hooks) */
+    int32_t scripted = kw_testctl_sample(r, q->n_gen, &q->scripted_end);
+    if (scripted == KW_TEST_SAMPLE_END) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
+    if (scripted >= 0) { seq_accept(s, slot, scripted); return; }
     kw_tok_logprob *lp = r->logprobs ? seq_new_lp(q) : NULL;
     /* the one sampler (sampler.h); OpenAI penalties count the generated tokens only */
     kw_sampler_params sp = {.temp = r->sp.temperature, .top_k = r->sp.top_k, .top_p = r->sp.top_p,
@@ -302,9 +302,7 @@ static bool waiting_cancelled(kw_sched *s, kw_sched_req *r, double now) {
 }
 
 static bool waiting_expired(kw_sched *s, kw_sched_req *r, double now) {
-    if (now - r->t_submit <= s->o.queue_timeout_s) return false;
-    s->st.rejected_queue_timeout++;
-    return true;
+    return now - r->t_submit > s->o.queue_timeout_s;
 }
 
 /* Removes cancelled requests that never got a slot and finishes them. */
@@ -326,7 +324,7 @@ static void drop_cancelled_waiting(kw_sched *s) {
     }
 }
 
-/* Refuses (503) requests that waited longer than queue_timeout_s. */
+/* Refuses requests that waited longer than queue_timeout_s. */
 static void expire_waiting(kw_sched *s) {
     if (s->o.queue_timeout_s <= 0) return;
     pthread_mutex_lock(&s->mu);
@@ -338,7 +336,7 @@ static void expire_waiting(kw_sched *s) {
         char msg[200];
         snprintf(msg, sizeof msg, "the server is busy: no memory or slot became free within %.0f s; retry later",
                  s->o.queue_timeout_s);
-        reject_unadmitted(r, 503, "queue_timeout", msg);
+        reject_unadmitted(s, r, KW_REJECT_QUEUE_TIMEOUT, msg);
     }
 }
 
@@ -355,7 +353,7 @@ static bool commit_would_help(kw_sched *s, const kw_sched_req *r) {
         int32_t n = q->n_past + 1 < lim ? q->n_past + 1 : lim, l = 0;
         while (l < n && q->toks[l] == r->prompt[l]) l++;
         if (l == 0) continue;
-        if (cached < 0) cached = kw_kvmem_cached_prefix(s->e->kvmem, r->prompt, r->n_prompt);
+        if (cached < 0) cached = kw_engine_cached_prefix(s->e, r->prompt, r->n_prompt);
         if (l > cached) return true;
     }
     return false;
@@ -382,7 +380,7 @@ static void admit_waiting(kw_sched *s) {
         int32_t max_gen = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
         int32_t cached = e->seq_begin(e, slot, r->prompt, r->n_prompt, r->n_prompt + max_gen);
         if (cached == KW_ENGINE_NOMEM) {
-            reject_unadmitted(r, 503, "out_of_memory", "could not allocate the memory to admit this request; retry");
+            reject_unadmitted(s, r, KW_REJECT_NOMEM, "could not allocate the memory to admit this request; retry");
             continue;
         }
         if (cached == KW_ENGINE_NEVER || (cached < 0 && n_active(s) == 0)) {
@@ -391,8 +389,7 @@ static void admit_waiting(kw_sched *s) {
             snprintf(msg, sizeof msg, "this request needs KV for %d positions (prompt %d + up to %d generated), "
                      "more than the memory budget can ever hold; shorten the prompt or lower max_tokens",
                      r->n_prompt + max_gen, r->n_prompt, max_gen);
-            s->st.rejected_never++;
-            reject_unadmitted(r, 400, "request_exceeds_memory", msg);
+            reject_unadmitted(s, r, KW_REJECT_NEVER_FITS, msg);
             continue;
         }
         if (cached < 0) {
@@ -600,11 +597,17 @@ kw_sched *kw_sched_start(kw_engine *e, const kw_sched_opts *o, kw_err *err) {
 
 int kw_sched_submit(kw_sched *s, kw_sched_req *r, kw_err *err) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping) { pthread_mutex_unlock(&s->mu); return kw_err_set(err, "server is shutting down"); }
-    if (s->o.max_queue > 0 && s->n_waiting >= s->o.max_queue) {
-        s->st.rejected_queue_full++;
+    if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
-        return kw_err_set(err, "queue full (%d waiting)", s->n_waiting);
+        kw_err_set(err, "server is shutting down");
+        return KW_REJECT_SHUTTING_DOWN;
+    }
+    if (s->o.max_queue > 0 && s->n_waiting >= s->o.max_queue) {
+        s->st.rejected[KW_REJECT_QUEUE_FULL]++;
+        int32_t n = s->n_waiting;
+        pthread_mutex_unlock(&s->mu);
+        kw_err_set(err, "queue full (%d waiting)", n);
+        return KW_REJECT_QUEUE_FULL;
     }
     r->next = NULL;
     r->cancel = 0;

@@ -26,6 +26,11 @@ int kw_http_error_set(kw_http_error *e, int status, const char *param, const cha
                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* {"error":{...}} as a malloc'd string. */
 char *kw_http_error_json(const kw_http_error *e);
+/* The HTTP status and OpenAI error code of a request that ended without an
+ * answer (finish ERROR, CANCELLED or REJECTED) for the scheduler's reason:
+ * the one place scheduler reasons become HTTP (400 for a request that can
+ * never run as is, 503 + Retry-After for a retry later, 500 otherwise). */
+void kw_openai_reason_status(kw_finish f, kw_reject_reason why, int *status, const char **code);
 
 typedef struct kw_job {
     pthread_mutex_t mu;
@@ -43,8 +48,7 @@ typedef struct kw_job {
     cJSON *lp;                  /* non-stream logprobs accumulator */
     size_t text_offset;         /* completions logprobs text_offset */
     kw_finish finish;
-    int reject_status;          /* KW_FINISH_REJECTED: 400 or 503 */
-    const char *reject_code;    /* ... and the error code (a static string) */
+    kw_reject_reason reason;    /* why a REJECTED or ERROR end got no answer (the event's) */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
     char error[512];
     char id[48];
@@ -58,14 +62,14 @@ typedef struct kw_job {
     kw_sbuf call_args;          /* non-stream: the arguments of the call being written */
     bool prefilling;            /* tool_choice prefill being fed to the parser: no output */
     bool single_call;           /* parallel_tool_calls: false -> only the first call is reported */
+#ifdef KW_TESTCTL
     int32_t *replay_ids;        /* --test-replay: the scripted output's tokens */
+    int32_t n_replay;
+    bool replaying;             /* its output is replay_ids (replay_testctl.c) */
+#endif
     char log_note[96];          /* chat: " msgs=N last=ROLE tools=N calls=N" for the request log line */
 } kw_job;
 
-/* true if the server was started with --test-replay (tests only). */
-bool kw_server_test_replay(const struct kw_server *s);
-/* --test-replay-script FILE, or NULL. */
-const char *kw_server_test_replay_script(const struct kw_server *s);
 
 /* Parses the body of /v1/chat/completions (chat=true) or /v1/completions
  * into a new job (tokenized, context-checked). NULL + e on failure. */
@@ -80,5 +84,17 @@ const char *kw_openai_finish_reason(kw_job *j);
 char *kw_openai_final_json(kw_job *j);
 /* GET /v1/models body. */
 char *kw_openai_models_json(const char *model_id, long created);
+/* A message's content (a string, null, or a list of text parts) appended to out; -1 + e on a bad shape. */
+int kw_openai_message_text(const cJSON *msg, int idx, kw_sbuf *out, kw_http_error *e);
+/* A step that failed with msg: 503 out_of_memory when memory was the cause, else 400 naming param. -1. */
+int kw_openai_error_400_or_oom(kw_http_error *e, const char *param, const char *msg);
+
+#ifdef KW_TESTCTL
+/* serve --test-replay (replay_testctl.c): sets j's scripted output from the
+ * request's "test_replay" or the script's rules (nothing when replay is off). */
+int kw_replay_setup(kw_job *j, const cJSON *root, kw_engine *eng, kw_http_error *e);
+/* Plugs the replay sampler into the scheduler (on) or unplugs it. */
+void kw_replay_plug(bool on);
+#endif
 
 #endif

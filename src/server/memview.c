@@ -1,11 +1,10 @@
 /* memview.c - bodies of GET /v1/memory and GET /metrics (memview.h).
  *
  * Owns: how the budget (ledger), the kernel's figures (footprint), the KV
- * pool and prompt cache (kvmem) and the server's request counters are put
+ * pool and prompt cache (the engine's queries) and the server's request counters are put
  * into one JSON document and into Prometheus text. Reads only snapshots:
  * safe to call from HTTP threads while the engine runs. */
 #include "kvwise/memview.h"
-#include "kvwise/kvmem.h"
 #include "kvwise/ledger.h"
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -13,9 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The counted reasons, in the order they are shown. */
+static const kw_reject_reason shown[] = {KW_REJECT_QUEUE_FULL, KW_REJECT_QUEUE_TIMEOUT, KW_REJECT_NEVER_FITS,
+                                         KW_REJECT_CONTEXT};
+#define N_SHOWN (int)(sizeof shown / sizeof shown[0])
+
 const char *kw_reject_reason_name(kw_reject_reason r) {
-    static const char *names[KW_REJECT_REASON_COUNT] = {"queue_full", "queue_timeout", "never_fits", "context_length"};
-    return (unsigned)r < KW_REJECT_REASON_COUNT ? names[r] : "other";
+    static const char *names[KW_REJECT_REASON_COUNT] = {
+        [KW_REJECT_QUEUE_FULL] = "queue_full", [KW_REJECT_QUEUE_TIMEOUT] = "queue_timeout",
+        [KW_REJECT_NEVER_FITS] = "never_fits", [KW_REJECT_CONTEXT] = "context_length"};
+    return (unsigned)r < KW_REJECT_REASON_COUNT && names[r] ? names[r] : "other";
 }
 
 static void add_counters_json(cJSON *o, const kw_memview_counters *c) {
@@ -29,11 +35,11 @@ static void add_counters_json(cJSON *o, const kw_memview_counters *c) {
     cJSON_AddNumberToObject(r, "cached_tokens", (double)c->cached_tokens);
     cJSON_AddNumberToObject(r, "completion_tokens", (double)c->completion_tokens);
     cJSON *rej = cJSON_AddObjectToObject(r, "rejected");
-    for (int i = 0; rej && i < KW_REJECT_REASON_COUNT; i++)
-        cJSON_AddNumberToObject(rej, kw_reject_reason_name((kw_reject_reason)i), (double)c->rejected[i]);
+    for (int i = 0; rej && i < N_SHOWN; i++)
+        cJSON_AddNumberToObject(rej, kw_reject_reason_name(shown[i]), (double)c->rejected[shown[i]]);
 }
 
-char *kw_memview_json(struct kw_kvmem *m, struct kw_ledger *l, const kw_footprint *measured,
+char *kw_memview_json(const kw_engine *e, struct kw_ledger *l, const kw_footprint *measured,
                       const kw_memview_counters *c) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
@@ -45,7 +51,7 @@ char *kw_memview_json(struct kw_kvmem *m, struct kw_ledger *l, const kw_footprin
         cJSON *f = cJSON_AddObjectToObject(o, "measured");
         if (f) kw_footprint_add_json(measured, f);
     }
-    if (m) kw_kvmem_add_json(m, o);
+    if (e) kw_engine_memory_json(e, o);
     if (c) add_counters_json(o, c);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -113,9 +119,9 @@ static void counter_metrics(tbuf *t, const kw_memview_counters *c) {
     counter(t, "kvwise_requests_ok_total", "Completion requests answered 200.", c->requests_ok);
     put(t, "# HELP kvwise_requests_rejected_total Requests refused, by reason.\n"
            "# TYPE kvwise_requests_rejected_total counter\n");
-    for (int i = 0; i < KW_REJECT_REASON_COUNT; i++)
-        put(t, "kvwise_requests_rejected_total{reason=\"%s\"} %llu\n", kw_reject_reason_name((kw_reject_reason)i),
-            (unsigned long long)c->rejected[i]);
+    for (int i = 0; i < N_SHOWN; i++)
+        put(t, "kvwise_requests_rejected_total{reason=\"%s\"} %llu\n", kw_reject_reason_name(shown[i]),
+            (unsigned long long)c->rejected[shown[i]]);
     counter(t, "kvwise_prompt_tokens_total", "Prompt tokens of finished requests.", c->prompt_tokens);
     counter(t, "kvwise_cached_tokens_total", "Prompt tokens served from the prompt cache.", c->cached_tokens);
     counter(t, "kvwise_completion_tokens_total", "Generated tokens.", c->completion_tokens);
@@ -123,15 +129,15 @@ static void counter_metrics(tbuf *t, const kw_memview_counters *c) {
     gauge(t, "kvwise_requests_active", "Requests running.", (uint64_t)(c->active > 0 ? c->active : 0));
 }
 
-char *kw_memview_metrics(struct kw_kvmem *m, struct kw_ledger *l, const kw_footprint *measured,
+char *kw_memview_metrics(const kw_engine *e, struct kw_ledger *l, const kw_footprint *measured,
                          const kw_memview_counters *c) {
     tbuf t = {0};
     put(&t, "%s", "");
     if (l) ledger_metrics(&t, l);
     if (measured) measured_metrics(&t, measured);
     if (c) counter_metrics(&t, c);
-    if (m && !t.oom) {
-        if (kw_kvmem_metrics(m, &t.buf, &t.len) != 0) t.oom = 1;
+    if (e && !t.oom) {
+        if (kw_engine_memory_metrics(e, &t.buf, &t.len) != 0) t.oom = 1;
     }
     if (t.oom) { free(t.buf); return NULL; }
     return t.buf;

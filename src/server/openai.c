@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 #include "internal.h"
-#include "kvwise/kvmem.h"
 #include "kvwise/toolcall.h"
 
 /* ---- errors ------------------------------------------------------------- */
@@ -32,6 +31,32 @@ int kw_http_error_set(kw_http_error *e, int status, const char *param, const cha
     return -1;
 }
 
+void kw_openai_reason_status(kw_finish f, kw_reject_reason why, int *status, const char **code) {
+    static const struct { int status; const char *code; } refused[KW_REJECT_REASON_COUNT] = {
+        [KW_REJECT_NONE] = {503, "busy"},
+        [KW_REJECT_QUEUE_FULL] = {503, "queue_full"},
+        [KW_REJECT_QUEUE_TIMEOUT] = {503, "queue_timeout"},
+        [KW_REJECT_NEVER_FITS] = {400, "request_exceeds_memory"},
+        [KW_REJECT_CONTEXT] = {400, "context_length_exceeded"},
+        [KW_REJECT_NOMEM] = {503, "out_of_memory"},
+        [KW_REJECT_SHUTTING_DOWN] = {503, "shutting_down"},
+    };
+    unsigned r = (unsigned)why < KW_REJECT_REASON_COUNT ? (unsigned)why : KW_REJECT_NONE;
+    if (f == KW_FINISH_REJECTED) {
+        *status = refused[r].status;
+        *code = refused[r].code;
+    } else if (f == KW_FINISH_ERROR && r != KW_REJECT_NONE) {
+        *status = refused[r].status;       /* memory ran out mid-request: 503 out_of_memory, retry */
+        *code = refused[r].code;
+    } else if (f == KW_FINISH_ERROR) {
+        *status = 500;
+        *code = "internal_error";
+    } else {
+        *status = 503;                     /* cancelled: the server is stopping or the client left */
+        *code = "unavailable";
+    }
+}
+
 char *kw_http_error_json(const kw_http_error *e) {
     cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(o, "message", e->message);
@@ -50,7 +75,7 @@ char *kw_http_error_json(const kw_http_error *e) {
 /* A step that failed with `msg`: when the cause is memory (tokenizer or
  * template could not allocate) it is the server's problem, not the
  * request's: 503 out_of_memory (Retry-After), else 400 naming param. */
-static int error_400_or_oom(kw_http_error *e, const char *param, const char *msg) {
+int kw_openai_error_400_or_oom(kw_http_error *e, const char *param, const char *msg) {
     if (strstr(msg, "out of memory")) return kw_http_error_set(e, 503, NULL, "out_of_memory", "%s", msg);
     return kw_http_error_set(e, 400, param, NULL, "%s", msg);
 }
@@ -68,7 +93,9 @@ void kw_job_free(kw_job *j) {
     kw_sbuf_free(&j->reasoning);
     cJSON_Delete(j->tool_calls);
     kw_sbuf_free(&j->call_args);
+#ifdef KW_TESTCTL
     free(j->replay_ids);
+#endif
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -164,8 +191,7 @@ static int parse_stop(const cJSON *root, kw_job *j, kw_http_error *e) {
     return 0;
 }
 
-/* A message's content: a string, null, or a list of {"type":"text","text":...} parts. */
-static int message_text(const cJSON *msg, int idx, kw_sbuf *out, kw_http_error *e) {
+int kw_openai_message_text(const cJSON *msg, int idx, kw_sbuf *out, kw_http_error *e) {
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
     if (!c || cJSON_IsNull(c)) return 0;
     if (cJSON_IsString(c)) return kw_sbuf_puts(out, c->valuestring);
@@ -208,7 +234,7 @@ static char *render_chat(const cJSON *root, const kw_chat_template *tpl, kw_http
             kw_http_error_set(e, 400, "messages", "invalid_value", "messages[%d]: unknown role '%s'", i, role->valuestring);
             goto done;
         }
-        if (message_text(msg, i, &texts[i], e) < 0) goto done;
+        if (kw_openai_message_text(msg, i, &texts[i], e) < 0) goto done;
         if (kw_sbuf_add(&texts[i], "", 0) < 0) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto done; }
         m[i].role = role->valuestring;
         m[i].content = texts[i].p;
@@ -216,7 +242,7 @@ static char *render_chat(const cJSON *root, const kw_chat_template *tpl, kw_http
     }
     kw_err err = {{0}};
     out = kw_chat_apply(tpl, m, n, root, &err);
-    if (!out) error_400_or_oom(e, "messages", err.msg);
+    if (!out) kw_openai_error_400_or_oom(e, "messages", err.msg);
 done:
     for (int k = 0; texts && k < n; k++) kw_sbuf_free(&texts[k]);
     free(texts);
@@ -359,80 +385,6 @@ static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template 
     return 0;
 }
 
-/* --test-replay-script FILE (tests only): a JSON array of rules
- * {"if_last_role": R, "if_tools": B, "if_contains": S, "text": T}; the
- * first rule whose conditions all hold (last message's role, the request
- * has tools, the last message's text contains S) gives the output T. The
- * file is read on every request (tests rewrite it freely). NULL: no rule. */
-static char *replay_script_text(const char *path, const cJSON *root, kw_http_error *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { kw_http_error_set(e, 500, NULL, NULL, "test replay script %s: cannot open", path); return NULL; }
-    kw_sbuf b = {0};
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && b.len < (1u << 20)) kw_sbuf_add(&b, chunk, n);
-    fclose(f);
-    cJSON *rules = cJSON_ParseWithLength(b.p ? b.p : "", b.len);
-    kw_sbuf_free(&b);
-    if (!cJSON_IsArray(rules)) {
-        cJSON_Delete(rules);
-        kw_http_error_set(e, 500, NULL, NULL, "test replay script %s: not a JSON array of rules", path);
-        return NULL;
-    }
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    const cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
-    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
-    kw_sbuf last_text = {0};
-    kw_http_error ignored;
-    message_text(last, 0, &last_text, &ignored);
-    kw_sbuf_add(&last_text, "", 0);
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    bool has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
-    char *out = NULL;
-    const cJSON *r;
-    cJSON_ArrayForEach(r, rules) {
-        const cJSON *want_role = cJSON_GetObjectItemCaseSensitive(r, "if_last_role");
-        const cJSON *want_tools = cJSON_GetObjectItemCaseSensitive(r, "if_tools");
-        const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(r, "if_contains");
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(r, "text");
-        if (!cJSON_IsString(text)) continue;
-        if (cJSON_IsString(want_role) && !(cJSON_IsString(role) && !strcmp(role->valuestring, want_role->valuestring))) continue;
-        if (cJSON_IsBool(want_tools) && cJSON_IsTrue(want_tools) != has_tools) continue;
-        if (cJSON_IsString(want_text) && !strstr(last_text.p, want_text->valuestring)) continue;
-        out = strdup(text->valuestring);
-        break;
-    }
-    kw_sbuf_free(&last_text);
-    cJSON_Delete(rules);
-    return out;
-}
-
-/* --test-replay only: the request's "test_replay" text (or the script's) becomes the output. */
-static int replay_setup(kw_job *j, const cJSON *root, kw_engine *eng, kw_http_error *e) {
-    if (!kw_server_test_replay(j->srv)) return 0;
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "test_replay");
-    char *scripted = NULL;
-    const char *script = kw_server_test_replay_script(j->srv);
-    if (!r && script && j->chat) {
-        e->status = 0;
-        scripted = replay_script_text(script, root, e);
-        if (!scripted) return e->status ? -1 : 0;
-    } else if (!r) {
-        return 0;
-    } else if (!cJSON_IsString(r)) {
-        return kw_http_error_set(e, 400, "test_replay", "invalid_type", "'test_replay' must be a string");
-    }
-    const char *text = scripted ? scripted : r->valuestring;
-    size_t n = 0;
-    kw_err err = {{0}};
-    int rc = eng->tokenize(eng, text, strlen(text), false, false, &j->replay_ids, &n, &err);
-    free(scripted);
-    if (rc < 0) return error_400_or_oom(e, "test_replay", err.msg);
-    j->req.replay = j->replay_ids;
-    j->req.n_replay = (int32_t)n;
-    return 0;
-}
-
 /* " msgs=N last=ROLE tools=N" for the request log line: an agent's tool round
  * trip shows as a request whose last message is a tool result. */
 static void set_log_note(kw_job *j, const cJSON *root) {
@@ -453,7 +405,7 @@ static int completion_prompt(const cJSON *root, kw_engine *eng, int32_t **ids, s
     if (cJSON_IsString(p)) {
         kw_err err = {{0}};
         if (eng->tokenize(eng, p->valuestring, strlen(p->valuestring), true, true, ids, n, &err) < 0)
-            return error_400_or_oom(e, "prompt", err.msg);
+            return kw_openai_error_400_or_oom(e, "prompt", err.msg);
         return 0;
     }
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
@@ -564,13 +516,15 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         }
         free(text);
         free(prefill);
-        if (rc < 0) { error_400_or_oom(e, "messages", err.msg); goto fail; }
+        if (rc < 0) { kw_openai_error_400_or_oom(e, "messages", err.msg); goto fail; }
     } else if (completion_prompt(root, eng, &ids, &n_ids, e) < 0) {
         goto fail;
     }
     j->req.prompt = ids;
     j->req.n_prompt = (int32_t)n_ids;
-    if (replay_setup(j, root, eng, e) < 0) goto fail;
+#ifdef KW_TESTCTL
+    if (kw_replay_setup(j, root, eng, e) < 0) goto fail;     /* serve --test-replay (test builds) */
+#endif
     if (n_ids == 0) { kw_http_error_set(e, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty"); goto fail; }
     if ((int64_t)n_ids >= eng->n_ctx) {
         kw_http_error_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
@@ -581,21 +535,19 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         e->n_ctx = eng->n_ctx;
         goto fail;
     }
-    if (eng->kvmem) {
-        /* The scheduler reserves KV for prompt + max_tokens (or up to the
-         * context); what could never be reserved is refused now with a 400,
-         * never queued and never answered with a 503 the client would retry. */
-        int32_t room = eng->n_ctx - (int32_t)n_ids;
-        int32_t gen = j->req.max_tokens > 0 && j->req.max_tokens < room ? j->req.max_tokens : room;
-        if (!kw_kvmem_could_ever_fit(eng->kvmem, (int32_t)n_ids + gen)) {
-            kw_http_error_set(e, 400, j->req.max_tokens > 0 ? "max_tokens" : chat ? "messages" : "prompt",
-                              "request_exceeds_memory",
-                              "This request needs KV memory for %d positions (prompt %zu + up to %d generated), "
-                              "more than the server's memory budget can ever hold (at most %d positions). "
-                              "Lower max_tokens or shorten the %s.", (int32_t)n_ids + gen, n_ids, gen,
-                              kw_kvmem_max_positions(eng->kvmem), chat ? "messages" : "prompt");
-            goto fail;
-        }
+    /* The scheduler reserves KV for prompt + max_tokens (or up to the
+     * context); what could never be reserved is refused now with a 400,
+     * never queued and never answered with a 503 the client would retry. */
+    int32_t room = eng->n_ctx - (int32_t)n_ids;
+    int32_t gen = j->req.max_tokens > 0 && j->req.max_tokens < room ? j->req.max_tokens : room;
+    if (!kw_engine_could_ever_fit(eng, (int32_t)n_ids + gen)) {
+        kw_http_error_set(e, 400, j->req.max_tokens > 0 ? "max_tokens" : chat ? "messages" : "prompt",
+                          "request_exceeds_memory",
+                          "This request needs KV memory for %d positions (prompt %zu + up to %d generated), "
+                          "more than the server's memory budget can ever hold (at most %d positions). "
+                          "Lower max_tokens or shorten the %s.", (int32_t)n_ids + gen, n_ids, gen,
+                          kw_engine_max_positions(eng), chat ? "messages" : "prompt");
+        goto fail;
     }
     if (!j->stream) {
         j->lp = j->logprobs ? (chat ? cJSON_CreateArray() : cJSON_CreateObject()) : NULL;
@@ -842,9 +794,10 @@ static void on_toolparse_event(void *user, const kw_tc_event *ev) {
 static void stream_finish(kw_job *j, const kw_sched_event *ev) {
     if (ev->finish == KW_FINISH_ERROR || ev->finish == KW_FINISH_CANCELLED) {
         kw_http_error he = {0};
-        bool err = ev->finish == KW_FINISH_ERROR;   /* (memory ran out: the event says 503 out_of_memory) */
-        kw_http_error_set(&he, err ? (ev->http_status ? ev->http_status : 500) : 503, NULL,
-                          err ? (ev->code ? ev->code : "internal_error") : "cancelled", "%s",
+        int status;
+        const char *code;
+        kw_openai_reason_status(ev->finish, ev->reason, &status, &code);
+        kw_http_error_set(&he, status, NULL, ev->finish == KW_FINISH_CANCELLED ? "cancelled" : code, "%s",
                           ev->error ? ev->error : "request cancelled");
         char *s = kw_http_error_json(&he);
         if (s) { kw_sbuf_printf(&j->out, "data: %s\n\n", s); free(s); }
@@ -887,8 +840,7 @@ void kw_openai_on_event(kw_job *j, const kw_sched_event *ev) {
         j->prompt_tokens = ev->prompt_tokens;
         j->completion_tokens = ev->completion_tokens;
         j->cached_tokens = ev->cached_tokens;
-        j->reject_status = ev->http_status;
-        j->reject_code = ev->code;
+        j->reason = ev->reason;
         if (ev->error) snprintf(j->error, sizeof j->error, "%s", ev->error);
         if (j->tp && (ev->finish == KW_FINISH_STOP || ev->finish == KW_FINISH_LENGTH)) kw_toolparse_finish(j->tp);
         if (j->tp && j->tp->n_calls) {

@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "kvwise/footprint.h"
 #include "kvwise/memview.h"
+#include "kvwise/testctl.h"
 
 struct kw_server {
     kw_server_opts o;
@@ -37,6 +38,9 @@ struct kw_server {
     uint64_t n_conns_refused;     /* connections closed at accept for being over it (atomic) */
     uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
+#ifdef KW_TESTCTL
+    bool replay;                  /* the replay sampler is plugged in (serve --test-replay) */
+#endif
 };
 
 typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_CHAT, R_COMPLETIONS, R_MEMORY, R_METRICS } route;
@@ -277,13 +281,12 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
     int rc = kw_sched_submit(s->sched, &j->req, &err);
     pthread_mutex_unlock(&j->mu);
     pthread_rwlock_unlock(&s->lk);
-    if (rc < 0) {
-        /* never reached the scheduler: finish it here so the resume path answers 503 */
+    if (rc != 0) {
+        /* never reached the scheduler: finish it here so the resume path answers (503) */
         pthread_mutex_lock(&j->mu);
         j->finished = true;
         j->finish = KW_FINISH_REJECTED;
-        j->reject_status = 503;
-        j->reject_code = !strncmp(err.msg, "queue full", 10) ? "queue_full" : "shutting_down";
+        j->reason = (kw_reject_reason)rc;
         snprintf(j->error, sizeof j->error, "%s", err.msg);
         j->suspended = false;
         pthread_mutex_unlock(&j->mu);
@@ -321,11 +324,12 @@ static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *
     snprintf(msg, sizeof msg, "%s", j->error[0] ? j->error : "request cancelled");
     pthread_mutex_unlock(&j->mu);
     c->phase = 2;
-    if (f == KW_FINISH_ERROR)   /* 503 out_of_memory when the scheduler says memory ran out */
-        return send_err(s, mc, j->reject_status ? j->reject_status : 500, j->reject_code ? j->reject_code : "internal_error", msg);
-    if (f == KW_FINISH_CANCELLED) return send_err(s, mc, 503, "unavailable", msg);
-    if (f == KW_FINISH_REJECTED)
-        return send_err(s, mc, j->reject_status ? j->reject_status : 503, j->reject_code ? j->reject_code : "busy", msg);
+    if (f == KW_FINISH_ERROR || f == KW_FINISH_CANCELLED || f == KW_FINISH_REJECTED) {
+        int status;
+        const char *code;
+        kw_openai_reason_status(f, j->reason, &status, &code);
+        return send_err(s, mc, status, code, msg);
+    }
     return send_body(s, mc, 200, "application/json", kw_openai_final_json(j));
 }
 
@@ -337,10 +341,9 @@ static enum MHD_Result send_memory(kw_server *s, struct MHD_Connection *mc, rout
     kw_memview_counters c = {0};
     c.requests_total = __atomic_load_n(&s->n_requests, __ATOMIC_RELAXED);
     c.requests_ok = __atomic_load_n(&s->n_ok, __ATOMIC_RELAXED);
-    c.rejected[KW_REJECT_QUEUE_FULL] = st->rejected_queue_full;
-    c.rejected[KW_REJECT_QUEUE_TIMEOUT] = st->rejected_queue_timeout;
-    c.rejected[KW_REJECT_NEVER_FITS] = st->rejected_never + __atomic_load_n(&s->n_rej_never, __ATOMIC_RELAXED);
-    c.rejected[KW_REJECT_CONTEXT] = __atomic_load_n(&s->n_rej_ctx, __ATOMIC_RELAXED);
+    for (int k = 0; k < KW_REJECT_REASON_COUNT; k++) c.rejected[k] = st->rejected[k];
+    c.rejected[KW_REJECT_NEVER_FITS] += __atomic_load_n(&s->n_rej_never, __ATOMIC_RELAXED);
+    c.rejected[KW_REJECT_CONTEXT] += __atomic_load_n(&s->n_rej_ctx, __ATOMIC_RELAXED);
     c.prompt_tokens = st->prompt_tokens;
     c.cached_tokens = st->cached_tokens;
     c.completion_tokens = st->tokens_generated;
@@ -349,9 +352,9 @@ static enum MHD_Result send_memory(kw_server *s, struct MHD_Connection *mc, rout
     kw_footprint f;
     bool have_f = kw_footprint_read(&f, NULL) == 0;
     pthread_rwlock_rdlock(&s->lk);
-    struct kw_kvmem *kv = s->engine && !s->stopping ? s->engine->kvmem : NULL;
-    char *body = rt == R_MEMORY ? kw_memview_json(kv, s->o.ledger, have_f ? &f : NULL, &c)
-                                : kw_memview_metrics(kv, s->o.ledger, have_f ? &f : NULL, &c);
+    const kw_engine *eng = !s->stopping ? s->engine : NULL;
+    char *body = rt == R_MEMORY ? kw_memview_json(eng, s->o.ledger, have_f ? &f : NULL, &c)
+                                : kw_memview_metrics(eng, s->o.ledger, have_f ? &f : NULL, &c);
     pthread_rwlock_unlock(&s->lk);
     if (!body) return send_err(s, mc, 500, "internal_error", "out of memory");
     return send_body(s, mc, 200, rt == R_MEMORY ? "application/json" : "text/plain; version=0.0.4", body);
@@ -608,6 +611,10 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
+#ifdef KW_TESTCTL
+    s->replay = kw_testctl_replay(NULL);
+    if (s->replay) kw_replay_plug(true);          /* serve --test-replay: its sampler (test builds) */
+#endif
     return s;
 }
 
@@ -630,8 +637,6 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
 }
 
 const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
-bool kw_server_test_replay(const kw_server *s) { return s && s->o.test_replay; }
-const char *kw_server_test_replay_script(const kw_server *s) { return s ? s->o.test_replay_script : NULL; }
 
 void kw_server_set_config(kw_server *s, const char *json) {
     char *c = dup_or_null(json);
@@ -660,6 +665,9 @@ void kw_server_stop(kw_server *s) {
     s->sched = NULL;
     pthread_rwlock_unlock(&s->lk);
     kw_sched_stop(sched);                                /* every job gets its FINISH */
+#ifdef KW_TESTCTL
+    if (s->replay) kw_replay_plug(false);
+#endif
     for (int i = 0; i < 500 && __atomic_load_n(&s->n_jobs, __ATOMIC_ACQUIRE) > 0; i++) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);                            /* let streams send their last bytes */

@@ -153,11 +153,6 @@ static inline int kw_pack_missing(const kw_pack_arena *a) { return a && !a->base
  * *p and returns the bytes (0: nothing for this thread). */
 size_t kw_span_slice(kw_mem_span s, int ith, int nth, const char **p);
 
-/* matmul.c, for tests: with on, every thread of a streaming (decode) split
- * first takes pieces from the back of the other threads' parts and only
- * then its own, so the helping path runs on every call (it otherwise runs
- * only when a thread finishes early). Results must not change. */
-void kw_matmul_test_help_first(bool on);
 /* matmul.c: the groups a streaming part's next piece takes when `left`
  * remain (1..min(left, piece)); exposed for its test. */
 uint32_t kw_mm_piece_groups(uint32_t left, uint32_t piece);

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include "kvwise/memory.h"
+#include "kvwise/testctl.h"
 
 #define KW_MM_QUANT_PARALLEL_MIN 65536   /* values; below this thread 0 quantizes alone */
 #define KW_MM_ROW_ALIGN 16               /* chunk boundaries are multiples of this */
@@ -181,10 +182,6 @@ static void stream_piece(const mm_task *t, const mm_unit *u, const mm_part *pt, 
     else t->ks->gemm[W->type](W, r0, r1, t->xq, t->xq_stride, t->n, u->Y, W->rows);
 }
 
-static _Atomic bool g_help_first;   /* kw_matmul_test_help_first */
-
-void kw_matmul_test_help_first(bool on) { atomic_store(&g_help_first, on); }
-
 /* The owner streams its part of unit u: pieces from the front of each
  * panel in turn. Its pieces are computed before it moves to the next
  * panel (a release store, so a helper taking rows of the next panel sees
@@ -258,7 +255,7 @@ static void help_others(mm_task *t, int ith, int nth, bool wait) {
  * helps with what the others have left, from the back of their parts. */
 static void stream_task(void *v, int ith, int nth) {
     mm_task *t = v;
-    if (atomic_load_explicit(&g_help_first, memory_order_relaxed)) help_others(t, ith, nth, false);
+    if (kw_testctl_matmul_help_first()) help_others(t, ith, nth, false);   /* a test order (testctl.h) */
     own_parts(t, ith, nth);
     help_others(t, ith, nth, true);
 }

@@ -1,6 +1,7 @@
 /* test_memview.c - the /v1/memory JSON and /metrics text (memview.h): every
  * section present, figures equal to their sources, Prometheus lines well
- * formed (name, optional labels, a number). */
+ * formed (name, optional labels, a number). The KV part comes through the
+ * engine's queries (engine.h), here over a kvmem of its own. */
 #include "testutil.h"
 #include "kvwise/memview.h"
 #include "kvwise/kvmem.h"
@@ -44,10 +45,11 @@ int main(void) {
     kw_kvmem_end(m, 0, t, 8, true);
     kw_footprint f;
     KW_CHECK(kw_footprint_read(&f, NULL) == 0);
+    kw_engine eng = {.n_ctx = 64, .kvmem = m};     /* an engine whose KV memory is m (engine.h queries) */
     kw_memview_counters c = {.requests_total = 5, .requests_ok = 3, .queue_depth = 2};
     c.rejected[KW_REJECT_QUEUE_TIMEOUT] = 2;
 
-    char *js = kw_memview_json(m, led, &f, &c);
+    char *js = kw_memview_json(&eng, led, &f, &c);
     cJSON *j = js ? cJSON_Parse(js) : NULL;
     KW_CHECK(j != NULL);
     cJSON *b = cJSON_GetObjectItem(j, "budget");
@@ -64,7 +66,7 @@ int main(void) {
     cJSON_Delete(j);
     free(js);
 
-    char *txt = kw_memview_metrics(m, led, &f, &c);
+    char *txt = kw_memview_metrics(&eng, led, &f, &c);
     KW_CHECK(txt != NULL);
     if (txt) {
         KW_CHECK_EQ_INT(bad_prom_lines(txt), 0);

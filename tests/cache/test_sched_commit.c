@@ -4,9 +4,11 @@
  * prompt cache covers prompt + every generated token; the client's FINISH
  * does not wait for that step; the commit stays inside the reservation;
  * with the cache off there is no commit; a server stopping with a commit
- * pending releases everything. Runs the stub engine with real KV (the
- * replay script stands in for sampling, so the tokens are chosen here). */
+ * pending releases everything. Runs the stub engine with real KV (a
+ * sampler plugged into the sampling step, testctl.h, plays each request's
+ * script, so the tokens are chosen here). */
 #include "testutil.h"
+#include "engine_stub.h"
 #include "kvwise/kvmem.h"
 #include "kvwise/sched.h"
 #include <pthread.h>
@@ -27,7 +29,18 @@ typedef struct waiter {
     kw_kvmem_stats at_admit;    /* ... and inside the ADMITTED callback */
     kw_sched *s;
     kw_sched_req *next;         /* submitted from inside the FINISH callback */
+    const int32_t *script;      /* the request's output, token by token (then it stops) */
+    int32_t n_script;
 } waiter;
+
+/* The plugged-in sampler: each request's script from its waiter. */
+static int32_t play_script(void *ctx, const kw_sched_req *r, int32_t n_gen, bool *last) {
+    (void)ctx;
+    const waiter *w = r->user;
+    if (n_gen >= w->n_script) return KW_TEST_SAMPLE_END;
+    *last = n_gen + 1 >= w->n_script;
+    return w->script[n_gen];
+}
 
 static void on_event(kw_sched_req *r, const kw_sched_event *ev) {
     waiter *w = r->user;
@@ -40,7 +53,7 @@ static void on_event(kw_sched_req *r, const kw_sched_event *ev) {
     }
     pthread_mutex_lock(&w->mu);
     w->fin = *ev;
-    w->fin.text = NULL; w->fin.error = NULL; w->fin.code = NULL;
+    w->fin.text = NULL; w->fin.error = NULL;
     w->done = true;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -74,8 +87,8 @@ static void req_init(kw_sched_req *r, const int32_t *p, int32_t n, const int32_t
     r->prompt = (int32_t *)p;
     r->n_prompt = n;
     r->max_tokens = max_tokens;
-    r->replay = script;
-    r->n_replay = ns;
+    w->script = script;
+    w->n_script = ns;
     r->client_fd = -1;
     r->on_event = on_event;
     r->user = w;
@@ -302,6 +315,7 @@ static void test_stop_with_commit_pending(void) {
 }
 
 int main(void) {
+    kw_testctl_set_sampler(play_script, NULL);
     test_eog_is_committed();
     test_next_turn_right_away();
     test_unrelated_not_deferred();

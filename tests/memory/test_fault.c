@@ -1,11 +1,11 @@
-/* test_fault.c - test-only fault injection (fault.h): spec parsing, the
+/* test_fault.c - test-only fault injection (testctl.h): spec parsing, the
  * once / every / from-N rules, kind filters and arming; then the real
  * failure paths it drives: kw_mem_alloc returns NULL, kw_kv_alloc -1,
  * kw_ledger_reserve -1 with the ledger unchanged, and a KV admission
  * (kw_kvmem_begin) that fails half-way gives back every block and every
  * ledger byte (KW_KVMEM_NOMEM), then admits normally. */
 #include "testutil.h"
-#include "kvwise/fault.h"
+#include "kvwise/testctl.h"
 #include "kvwise/kvmem.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"

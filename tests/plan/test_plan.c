@@ -431,7 +431,67 @@ static void test_limits_and_errors(void) {
     KW_CHECK(has_warning(&p, "8 of 128 experts"));
 }
 
+/* What `kvwise serve` runs with (kw_plan_serve_sizing): the plan's pool and
+ * byte cap when the plan fits; the flags as given; half the pool when not
+ * every slot fits at full context; no cache with count 0; and the startup
+ * refusal, naming the limit that would work, exactly at one sequence. */
+static void test_serve_sizing(void) {
+    kw_plan_model m;
+    KW_CHECK(load(QWEN3_8B, 5 * GiB, &m) == 0);
+    KW_CHECK_EQ_INT(kw_plan_serve_ctx(&m, 0), KW_PLAN_SERVE_CTX);         /* trained 40960: at most 4096 */
+    KW_CHECK_EQ_INT(kw_plan_serve_ctx(&m, 777), 777);
+    kw_plan_opts o = opts(32 * GiB, 8192);
+    o.concurrency = 2;
+    o.cache_seqs = 4;
+    kw_plan p;
+    kw_err err = {{0}};
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0 && p.fits);
+    kw_plan_serve sz;
+    kw_plan_serve_opts f = {.cache_seqs = 4, .cache_bytes = UINT64_MAX};
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == 0);
+    KW_CHECK_EQ_INT(sz.kv_blocks, p.kv_pool_blocks);                      /* 2 live + 4 cached x 256 blocks */
+    KW_CHECK_EQ_INT(sz.kv_blocks, 6 * 256);
+    KW_CHECK_EQ_INT(sz.cache_max_bytes, p.prompt_cache_bytes);
+    KW_CHECK_EQ_INT(sz.cache_max_seqs, 4);
+    f = (kw_plan_serve_opts){.kv_blocks = 100, .cache_seqs = 2, .cache_bytes = 64 * MiB};
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == 0);                /* flags as given */
+    KW_CHECK(sz.kv_blocks == 100 && sz.cache_max_seqs == 2 && sz.cache_max_bytes == 64 * MiB);
+    f = (kw_plan_serve_opts){.cache_seqs = 2, .cache_bytes = 64 * MiB};
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == 0);                /* the pool holds live + the given cache */
+    KW_CHECK_EQ_INT(sz.kv_blocks, 2 * 256 + (int32_t)(64 * MiB / p.kv_block_bytes));
+    f = (kw_plan_serve_opts){.cache_seqs = 0, .cache_bytes = UINT64_MAX};
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == 0);                /* no cache: live sequences only */
+    KW_CHECK(sz.kv_blocks == 2 * 256 && sz.cache_max_bytes == 0 && sz.cache_max_seqs == 0);
+    f = (kw_plan_serve_opts){.kv_blocks = 1 << 30, .cache_seqs = 4, .cache_bytes = UINT64_MAX};
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == 0);                /* never past what the budget leaves */
+    KW_CHECK_EQ_INT((uint64_t)sz.kv_blocks, (p.memory_limit - p.fixed) / p.kv_block_bytes);
+
+    /* not every slot fits: the pool is what the budget leaves, the cache may hold half of it */
+    o.concurrency = 64;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0 && !p.fits);
+    f = (kw_plan_serve_opts){.cache_seqs = 4, .cache_bytes = UINT64_MAX};
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == 0);
+    KW_CHECK_EQ_INT((uint64_t)sz.kv_blocks, (p.memory_limit - p.fixed) / p.kv_block_bytes);
+    KW_CHECK_EQ_INT(sz.cache_max_bytes, (uint64_t)sz.kv_blocks * p.kv_block_bytes / 2);
+
+    /* exactly one sequence beside the fixed lines starts; one byte less is refused with that limit */
+    o.concurrency = 1;
+    o.memory_limit = 0;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    uint64_t need = p.fixed + 256 * p.kv_block_bytes;
+    o.memory_limit = need;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == 0 && sz.kv_blocks == 256);
+    o.memory_limit = need - 1;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK(kw_plan_serve_sizing(&p, &f, &sz, &err) == -1);
+    char want[64];
+    KW_CHECK_MSG(strstr(err.msg, "--memory-limit ") && strstr(err.msg, "is too small") &&
+                 strstr(err.msg, kw_format_bytes(need, want, sizeof want)) && strstr(err.msg, "would work"), "%s", err.msg);
+}
+
 int main(void) {
+    test_serve_sizing();
     test_qwen3_8b_kv();
     test_hybrid();
     test_bandwidth_ceiling();

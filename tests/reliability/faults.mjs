@@ -3,7 +3,7 @@
 //     chunk and [DONE]), the process exits 0 within 10 s;
 //  2. SIGKILL mid-stream, then a restart on the same port and model: starts
 //     cleanly (no stale socket/lock), serves, and greedy output is unchanged;
-//  3. real allocation failures (serve --test-fail-alloc SPEC, fault.h): a KV
+//  3. real allocation failures (serve --test-fail-alloc SPEC, testctl.h): a KV
 //     block or the ledger reservation at admission, the KV check mid-prefill
 //     (stream or not): 503 out_of_memory + Retry-After (or an error chunk in
 //     a started stream), every reservation returned, the server keeps
@@ -81,7 +81,7 @@ async function main() {
     check((await waitExit(srv2.proc, 10000)).code === 0, 'restarted server exits 0');
   }
 
-  // 3. real allocation failures (--test-fail-alloc, include/kvwise/fault.h): the calls fail for real
+  // 3. real allocation failures (--test-fail-alloc, include/kvwise/testctl.h): the calls fail for real
   //    and their callers' failure paths run. One server, six requests, in order:
   //    r1 the 1st KV block taken after startup fails (admission)           -> 503 out_of_memory
   //    r2 (stream) the 1st ledger reservation fails (admission)            -> 503 before any stream byte

@@ -2,15 +2,16 @@
  * kw_model, one kw_ctx workspace sized for the largest step, the paged KV
  * pool and, through kvmem (kvmem.h), one block table per slot with prefix
  * matching, reservation and prompt-cache insertion. Owns
- * kw_engine_model_create (sched.h). */
+ * kw_engine_model_create (engine.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kvwise/engine.h"
 #include "kvwise/kvmem.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memory.h"
 #include "kvwise/model.h"
-#include "kvwise/sched.h"
+#include "kvwise/plan.h"
 #include "kvwise/tensor.h"
 #include "kvwise/tokenizer.h"
 
@@ -97,6 +98,32 @@ static void me_destroy(kw_engine *e) {
     free(e);
 }
 
+/* A budget line, refused with the server's one "--memory-limit is too small" message. */
+static int set_line(kw_ledger *l, kw_ledger_kind kind, uint64_t bytes, kw_err *err) {
+    if (!l || kw_ledger_set(l, kind, bytes, NULL) == 0) return 0;
+    return kw_plan_limit_error(err, kw_ledger_limit(l), "the lines already set", kw_ledger_used(l) - kw_ledger_line(l, kind),
+                               kw_ledger_kind_label(kind), bytes);
+}
+
+/* The pool: the blocks asked for (the plan's), never more than the budget
+ * has room for now that the model is loaded; at least one sequence of n_ctx. */
+static int32_t pool_blocks(const kw_engine_model_opts *o, int32_t n_ctx, uint64_t block_bytes, int32_t bt, kw_err *err) {
+    int64_t per_seq = (n_ctx + bt - 1) / bt, blocks = o->kv_blocks;
+    if (o->ledger) {
+        int64_t fit = (int64_t)(kw_ledger_available(o->ledger) / block_bytes);
+        if (fit < blocks) blocks = fit;
+    }
+    if (blocks < per_seq) {
+        char what[160];
+        snprintf(what, sizeof what, "one sequence of --ctx-size %d (%lld KV blocks of %llu bytes)", n_ctx,
+                 (long long)per_seq, (unsigned long long)block_bytes);
+        if (!o->ledger) return kw_err_set(err, "engine: %d KV blocks cannot hold %s", o->kv_blocks, what);
+        return kw_plan_limit_error(err, kw_ledger_limit(o->ledger), "the weights, workspace and fixed lines",
+                                   kw_ledger_used(o->ledger), what, (uint64_t)per_seq * block_bytes);
+    }
+    return (int32_t)blocks;
+}
+
 static void token_text_or_empty(const kw_tokenizer *t, int32_t id, char *buf, size_t cap) {
     const char *s = id >= 0 ? kw_token_text(t, id) : NULL;
     snprintf(buf, cap, "%s", s ? s : "");
@@ -117,8 +144,13 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
         me->tok = me->own_tok = kw_tokenizer_load(kw_model_gguf(me->m), err);
         if (!me->tok) { me_destroy(e); return NULL; }
     }
-    int32_t n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int32_t n_ctx = o->n_ctx;
     int32_t bt = o->kv_block_tokens > 0 ? o->kv_block_tokens : 32;
+    if (n_ctx < 1 || o->kv_blocks < 1) {
+        kw_err_set(err, "engine: needs a context (%d) and a KV pool (%d blocks)", n_ctx, o->kv_blocks);
+        me_destroy(e);
+        return NULL;
+    }
     uint32_t kt = o->kv_type == KW_TYPE_Q8_0 || kw_kv_type_is_int(o->kv_type) || o->kv_type == KW_KV_TYPE_AUTO
         ? o->kv_type : KW_TYPE_F16;
     kw_kv_layout lay = kw_model_kv_layout(me->m, kt, bt);   /* resolves auto */
@@ -127,8 +159,8 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     int32_t max_batch = o->max_batch > 0 ? o->max_batch : 512;
     /* The budget's fixed lines first: what the weights and tokenizer hold now. */
     uint64_t w = kw_mem_current(KW_MEM_WEIGHTS);
-    if (o->ledger && (kw_ledger_set(o->ledger, KW_LEDGER_WEIGHTS, w ? w : hp->weight_bytes, err) < 0 ||
-                      kw_ledger_set(o->ledger, KW_LEDGER_TOKENIZER, kw_mem_current(KW_MEM_TOKENIZER), err) < 0)) {
+    if (set_line(o->ledger, KW_LEDGER_WEIGHTS, w ? w : hp->weight_bytes, err) < 0 ||
+        set_line(o->ledger, KW_LEDGER_TOKENIZER, kw_mem_current(KW_MEM_TOKENIZER), err) < 0) {
         me_destroy(e);
         return NULL;
     }
@@ -139,31 +171,14 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     me->ctx = kw_ctx_create(me->m, me->threads, max_batch, n_ctx, err);
     if (!me->ctx) { me_destroy(e); return NULL; }
     /* The prefill workbench, as allocated (sized for the largest step). */
-    if (o->ledger && (kw_ledger_set(o->ledger, KW_LEDGER_WORKSPACE, kw_mem_current(KW_MEM_WORKSPACE) - ws0, err) < 0 ||
-                      kw_ledger_set(o->ledger, KW_LEDGER_SCRATCH, kw_mem_current(KW_MEM_SCRATCH) - sc0, err) < 0)) {
+    if (set_line(o->ledger, KW_LEDGER_WORKSPACE, kw_mem_current(KW_MEM_WORKSPACE) - ws0, err) < 0 ||
+        set_line(o->ledger, KW_LEDGER_SCRATCH, kw_mem_current(KW_MEM_SCRATCH) - sc0, err) < 0) {
         me_destroy(e);
         return NULL;
     }
-    /* The KV pool gets what is left of the budget, up to ctx x slots. */
-    uint64_t bb = kw_kv_block_bytes(&lay);
-    int64_t per_seq = (n_ctx + bt - 1) / bt;
-    int64_t blocks = o->kv_blocks > 0 ? o->kv_blocks : per_seq * n_slots;
-    if (o->ledger) {
-        int64_t fit = (int64_t)(kw_ledger_available(o->ledger) / bb);
-        if (fit < blocks) blocks = fit;
-        if (blocks < per_seq) {
-            char a[32], b[32], c[32];
-            kw_err_set(err, "--memory-limit %s is too small: weights, workspace and fixed lines take %s and one "
-                       "sequence of --ctx-size %d needs %lld KV blocks of %llu bytes; a limit of at least %s would work",
-                       kw_format_bytes(kw_ledger_limit(o->ledger), a, sizeof a),
-                       kw_format_bytes(kw_ledger_used(o->ledger), b, sizeof b), n_ctx, (long long)per_seq,
-                       (unsigned long long)bb, kw_format_bytes(kw_ledger_used(o->ledger) + (uint64_t)per_seq * bb, c, sizeof c));
-            me_destroy(e);
-            return NULL;
-        }
-    }
-    if (blocks > (1 << 24)) blocks = 1 << 24;
-    me->pool = kw_kv_pool_create(&lay, (int32_t)blocks, err);
+    int32_t blocks = pool_blocks(o, n_ctx, kw_kv_block_bytes(&lay), bt, err);
+    if (blocks < 1) { me_destroy(e); return NULL; }
+    me->pool = kw_kv_pool_create(&lay, blocks, err);
     if (!me->pool) { me_destroy(e); return NULL; }
     kw_kvmem_opts ko = {.n_slots = n_slots, .n_ctx = n_ctx, .cache_max_seqs = o->cache_max_seqs,
                         .cache_max_bytes = o->cache_max_bytes, .ledger = o->ledger,

@@ -1,4 +1,5 @@
-/* engine_stub.c - a deterministic stand-in engine (tests, overhead bench).
+/* engine_stub.c - a deterministic stand-in engine (engine_stub.h: tests,
+ * `serve --stub-engine` in test builds, the overhead bench).
  * Vocabulary: ids 0..255 are the bytes, then <|im_start|>, <|im_end|>,
  * <|endoftext|>. Logits are a hash of (token, position) favouring lower-
  * case letters and spaces, so greedy output is reproducible and looks like
@@ -12,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "engine_stub.h"
 #include "kvwise/kvmem.h"
-#include "kvwise/sched.h"
 #include "kvwise/tensor.h"
 
 #define STUB_IM_START 256
@@ -175,12 +176,24 @@ kw_kv_layout kw_engine_stub_kv_layout(int32_t block_tokens) {
     return lay;
 }
 
+void kw_engine_stub_plan_model(kw_plan_model *m) {
+    kw_kv_layout lay = kw_engine_stub_kv_layout(0);
+    memset(m, 0, sizeof *m);
+    snprintf(m->source, sizeof m->source, "stub");
+    snprintf(m->hp.arch_name, sizeof m->hp.arch_name, "stub");
+    m->hp.n_layer = m->hp.n_kv_layers = lay.n_layer;
+    m->hp.n_head = m->hp.n_head_kv = lay.n_head_kv;
+    m->hp.head_dim_k = lay.head_dim_k;
+    m->hp.head_dim_v = lay.head_dim_v;
+    m->hp.n_vocab = STUB_VOCAB;       /* n_embd 0: no forward pass, no workspace */
+    m->main_type = KW_TYPE_COUNT;
+}
+
 int kw_engine_stub_enable_kv(kw_engine *e, const kw_engine_stub_kv_opts *o, kw_err *err) {
     stub *st = e->impl;
     if (st->pool) return kw_err_set(err, "stub engine: KV already enabled");
     kw_kv_layout lay = kw_engine_stub_kv_layout(o->block_tokens);
-    int32_t blocks = o->kv_blocks > 0 ? o->kv_blocks : (e->n_ctx * e->n_slots + lay.block_tokens - 1) / lay.block_tokens;
-    st->pool = kw_kv_pool_create(&lay, blocks, err);
+    st->pool = kw_kv_pool_create(&lay, o->kv_blocks, err);
     if (!st->pool) return -1;
     kw_kvmem_opts ko = {.n_slots = e->n_slots, .n_ctx = e->n_ctx, .cache_max_seqs = o->cache_max_seqs,
                         .cache_max_bytes = o->cache_max_bytes, .ledger = o->ledger,

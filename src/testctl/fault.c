@@ -1,11 +1,13 @@
-/* fault.c - TEST-ONLY fault injection (fault.h).
+/* fault.c - fault injection, part of the test hooks (testctl.h; compiled
+ * only with KW_TESTCTL).
  *
- * Owns: the parsed rules of a --test-fail-alloc spec, their per-rule call
- * counters, the arm switch and the decision kw_fault_hit() makes at each
- * site (kw_mem_alloc, kw_kv_alloc, kw_ledger_reserve, kw_kvmem_ensure).
- * With no rules configured a site costs one relaxed atomic load. */
-#include "kvwise/fault.h"
+ * Owns: the parsed rules of a --test-fail-alloc spec (and of
+ * kw_mem_fail_nth, one "alloc=N" rule), their per-rule call counters, the
+ * arm switch and the decision kw_fault_hit() makes at each site
+ * (kw_mem_alloc, kw_kv_alloc, kw_ledger_reserve, kw_kvmem_ensure). With no
+ * rules configured a site costs one relaxed atomic load. */
 #include "kvwise/memory.h"
+#include "kvwise/testctl.h"
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,4 +128,18 @@ bool kw_fault_hit(kw_fault_site site, int kind) {
 }
 
 uint64_t kw_fault_injected(void) { return atomic_load(&g_injected); }
+
+void kw_mem_fail_nth(long n) {
+    atomic_store(&g_n_rules, 0);
+    atomic_store(&g_injected, 0);
+    if (n <= 0) return;
+    fault_rule *r = &g_rules[0];
+    memset(r, 0, sizeof *r);
+    r->site = KW_FAULT_ALLOC;
+    r->kind = -1;
+    r->when = WHEN_ONCE;
+    r->n = (uint64_t)n;
+    atomic_store(&r->live, true);
+    atomic_store(&g_n_rules, 1);
+}
 bool kw_fault_configured(void) { return atomic_load(&g_n_rules) > 0; }

@@ -1,0 +1,39 @@
+/* engine.c - the typed queries on an engine (engine.h): what a front-end or
+ * the scheduler may learn about an engine's KV memory, answered from its
+ * kvmem (kvmem.h) so that nobody outside the engine room touches the pool or
+ * the prompt cache. An engine without KV memory (kvmem NULL) can fit any
+ * request its context holds and keeps no cache. Owns kw_engine_* queries. */
+#include "kvwise/engine.h"
+#include "kvwise/kvmem.h"
+
+bool kw_engine_could_ever_fit(const kw_engine *e, int32_t n_positions) {
+    return !e->kvmem || kw_kvmem_could_ever_fit(e->kvmem, n_positions);
+}
+
+int32_t kw_engine_max_positions(const kw_engine *e) {
+    return e->kvmem ? kw_kvmem_max_positions(e->kvmem) : e->n_ctx;
+}
+
+bool kw_engine_cache_caps(const kw_engine *e, int32_t *max_seqs, uint64_t *max_bytes) {
+    *max_seqs = 0;
+    *max_bytes = 0;
+    if (!e->kvmem) return false;
+    kw_kvmem_stats s = kw_kvmem_get_stats(e->kvmem);
+    *max_seqs = s.cache.max_seqs;
+    *max_bytes = s.cache.max_bytes;
+    return true;
+}
+
+bool kw_engine_caching(const kw_engine *e) { return e->kvmem && kw_kvmem_caching(e->kvmem); }
+
+int32_t kw_engine_cached_prefix(const kw_engine *e, const int32_t *prompt, int32_t n) {
+    return e->kvmem ? kw_kvmem_cached_prefix(e->kvmem, prompt, n) : 0;
+}
+
+void kw_engine_memory_json(const kw_engine *e, struct cJSON *obj) {
+    if (e->kvmem) kw_kvmem_add_json(e->kvmem, obj);
+}
+
+int kw_engine_memory_metrics(const kw_engine *e, char **buf, size_t *len) {
+    return e->kvmem ? kw_kvmem_metrics(e->kvmem, buf, len) : 0;
+}
