@@ -106,6 +106,9 @@ kw_grammar_vocab *kw_grammar_vocab_new(int32_t n, const char *const *bytes, cons
 kw_grammar_vocab *kw_grammar_vocab_from_tokenizer(const struct kw_tokenizer *t, kw_err *err);
 void kw_grammar_vocab_free(kw_grammar_vocab *v);
 int32_t kw_grammar_vocab_size(const kw_grammar_vocab *v);
+/* Token id's bytes (*len of them; not NUL-terminated) and kind (KW_GTOK_*). */
+const char *kw_grammar_vocab_token(const kw_grammar_vocab *v, int32_t id, uint32_t *len);
+int kw_grammar_vocab_kind(const kw_grammar_vocab *v, int32_t id);
 
 /* ---- index (grammar x vocab precomputation) ---- */
 

@@ -91,11 +91,12 @@ int g_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 /* ---- regex (regex.c) ---- */
 enum { RX_RAW = 0, RX_JSON_STRING = 1 };   /* RX_JSON_STRING: chars as they appear inside a JSON string */
 enum { RX_DOT_ECMA = 0, RX_DOT_PYTHON = 1 }; /* '.' excludes \n\r\u2028\u2029, or only \n */
-/* Parses a regex into an IR expression. anchors: '^' at the start and '$'
- * at the end are accepted (and mean nothing: the expression is matched
- * whole); *anchored_start / *anchored_end tell whether they were there. */
-uint32_t rx_compile(gram_ir *ir, const char *re, size_t len, int mode, int dot, bool *anchored_start,
-                    bool *anchored_end);
+/* Parses a regex into an IR expression. '^' / '$' are accepted at the start
+ * / end of each top-level alternative. search = false: the expression
+ * matches the whole text (anchors change nothing). search = true (JSON
+ * Schema "pattern", which matches anywhere): an alternative without '^'
+ * may be preceded by any text, one without '$' followed by any text. */
+uint32_t rx_compile(gram_ir *ir, const char *re, size_t len, int mode, int dot, bool search);
 /* Any one character in the given mode (JSON: an escaped or plain string char). */
 uint32_t rx_any_char(gram_ir *ir, int mode, bool dot_like, int dot);
 

@@ -133,6 +133,14 @@ int g_closure(g_stepper *s, const g_head *in, uint32_t n_in, g_head **out, uint3
             if (ok) {
                 for (uint32_t i = 0; i < nref; i++) {
                     const g_ref *rf = &g->refs[g->st_ref_off[h.st] + i];
+                    uint8_t tf = g->st_flags[rf->to];
+                    if ((tf & ST_ACCEPT) && !(tf & ST_BYTES) && !g->st_ref_n[rf->to] && !g->rule_loop[g->st_rule[rf->to]] &&
+                        !bottom) {
+                        /* a tail call: returning would only end this frame, so the callee replaces it */
+                        g_head callee = {g->rule_start[rf->rule], 0, h.par, h.dep};
+                        if (push_work(s, callee)) return -1;
+                        continue;
+                    }
                     uint32_t nid = s->n_nodes;
                     uint32_t got = h_get(s, &count, rf->to, cnt, h.par, 1, nid, &found);
                     if (got == G_NONE) return -1;

@@ -21,6 +21,16 @@ void kw_grammar_vocab_free(kw_grammar_vocab *v) {
 
 int32_t kw_grammar_vocab_size(const kw_grammar_vocab *v) { return v->n; }
 
+const char *kw_grammar_vocab_token(const kw_grammar_vocab *v, int32_t id, uint32_t *len) {
+    if (id < 0 || id >= v->n) { *len = 0; return ""; }
+    *len = v->len[id];
+    return (const char *)v->bytes + v->off[id];
+}
+
+int kw_grammar_vocab_kind(const kw_grammar_vocab *v, int32_t id) {
+    return id >= 0 && id < v->n ? v->kind[id] : KW_GTOK_SPECIAL;
+}
+
 static int cmp_tok(const void *a, const void *b, void *ctx) {
     const kw_grammar_vocab *v = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
