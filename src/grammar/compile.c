@@ -176,11 +176,14 @@ static uint32_t build_rep(cc *c, const ir_node *nd, uint32_t from) {
     if (!rep_unrolls(ir, nd)) {
         /* a LOOP rule of its own */
         uint32_t r = ir_rule_new(ir, "loop");
-        if (r == G_NONE) return G_NONE;
+        uint32_t rb = ir_rule_new(ir, "loop-body");
+        if (r == G_NONE || rb == G_NONE) return G_NONE;
         ir->rules[r].expr = body;
         ir->rules[r].is_loop = 1;
         ir->rules[r].loop_min = min;
         ir->rules[r].loop_max = max;
+        ir->rules[r].loop_body = rb;
+        ir->rules[rb].expr = body;
         uint32_t to = nstate(c);
         if (to == G_NONE || nedge_add(c, from, to, E_REF, 0, 0, r)) return G_NONE;
         return to;
@@ -478,17 +481,35 @@ out:
 static int make_loop(cc *c, uint32_t r, uint32_t first, uint32_t last) {
     kw_grammar *g = c->g;
     uint32_t s0 = g->rule_start[r];
-    if (c->st_flags[s0] & ST_ACCEPT) {          /* nullable body: empty iterations pad any count */
+    bool nullable = c->st_flags[s0] & ST_ACCEPT;
+    if (nullable) {          /* empty iterations pad any count: drop them, the minimum becomes 0 */
         c->st_flags[s0] &= (uint8_t)~ST_ACCEPT;
         g->rule_min[r] = 0;
     }
-    for (uint32_t s = first; s < last; s++) {
+    bool prefix_free = true;
+    for (uint32_t s = first; s < last && prefix_free; s++) {
         if (!(c->st_flags[s] & ST_ACCEPT)) continue;
         bool out = c->sref_n[s] != 0;
         for (uint32_t k = 0; k < g->n_cls && !out; k++) out = c->trans[(size_t)s * g->n_cls + k] >= 0;
-        if (out)
-            return cfail(c, "grammar: a bounded repetition {%u,...} is too large to unroll and its body is "
-                            "not prefix-free (one repetition can be a prefix of another)", g->rule_min[r]);
+        if (out) prefix_free = false;
+    }
+    if (!prefix_free) {
+        /* one repetition may be a prefix of another: the loop calls the body
+           as a rule of its own, whose ends the parse stacks keep apart */
+        uint32_t rb = c->ir->rules[r].loop_body;
+        if (nullable || rb == G_NONE)
+            return cfail(c, "grammar: a bounded repetition {%u,...} of an expression that can be empty and is "
+                            "not prefix-free is not supported", g->rule_min[r]);
+        for (uint32_t s = first; s < last; s++) {
+            if (s != s0) c->dead[s] = 1;
+            for (uint32_t k = 0; k < g->n_cls; k++) c->trans[(size_t)s * g->n_cls + k] = -1;
+        }
+        g_ref call = {rb, s0};
+        c->sref_off[s0] = c->n_refs;
+        c->sref_n[s0] = 1;
+        if (G_PUSH(c->refs, c->n_refs, c->cap_refs, call)) return cfail(c, "grammar: out of memory");
+        c->st_flags[s0] = ST_ACCEPT | ST_ITER;
+        return 0;
     }
     for (uint32_t s = first; s < last; s++) {
         for (uint32_t k = 0; k < g->n_cls; k++) {

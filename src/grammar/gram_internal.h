@@ -40,6 +40,7 @@ typedef struct ir_rule {
     uint32_t name;        /* offset into names (NUL-terminated) */
     uint32_t expr;        /* G_NONE until defined */
     uint32_t loop_min, loop_max;  /* LOOP rules (made by the compiler) */
+    uint32_t loop_body;           /* a plain rule of the body, called when the body is not prefix-free */
     uint8_t is_loop;
 } ir_rule;
 

@@ -232,7 +232,7 @@ static uint32_t new_rule(gram_ir *ir, const char *name, size_t len) {
         return ir_fail(ir, "grammar too large: more than %u rules (limit max_rules)", ir->lim.max_rules);
     uint32_t off = add_name(ir, name, len);
     if (off == G_NONE) return oom(ir);
-    ir_rule r = {off, G_NONE, 0, 0, 0};
+    ir_rule r = {off, G_NONE, 0, 0, G_NONE, 0};
     if (G_PUSH(ir->rules, ir->n_rules, ir->cap_rules, r)) return oom(ir);
     return ir->n_rules - 1;
 }

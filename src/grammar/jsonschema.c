@@ -156,6 +156,7 @@ static uint32_t same_len(js *j, const char *x, const char *y, size_t n) {
     gram_ir *ir = j->ir;
     if (n == 0) return ir_empty(ir);
     if (memcmp(x, y, n) == 0) return ir_lit(ir, x, n);
+    if (strspn(x, "0") >= n && strspn(y, "9") >= n) return digits(j, (uint32_t)n, (uint32_t)n);
     if (x[0] == y[0]) return ir_seq2(ir, ir_lit(ir, x, 1), same_len(j, x + 1, y + 1, n - 1));
     char nines[24], zeros[24];
     memset(nines, '9', sizeof nines);

@@ -90,10 +90,18 @@ int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gra
             break;
         }
         int32_t na = 0, eog = -1;
-        for (int32_t i = 0; i < nv; i++) {
-            if (!kw_grammar_mask_test(mask, i)) continue;
-            if (kw_grammar_vocab_kind(v, i) == KW_GTOK_EOG) eog = i;
-            else allowed[na++] = i;
+        bool closing = rnd(&seed) % 2 == 0;   /* half the steps prefer tokens that close something */
+        for (int pass = 0; pass < 2 && na == 0; pass++) {
+            for (int32_t i = 0; i < nv; i++) {
+                if (!kw_grammar_mask_test(mask, i)) continue;
+                if (kw_grammar_vocab_kind(v, i) == KW_GTOK_EOG) { eog = i; continue; }
+                if (closing && pass == 0) {
+                    uint32_t len;
+                    const char *tb = kw_grammar_vocab_token(v, i, &len);
+                    if (!strchr("\"]},", tb[0]) || len > 2) continue;
+                }
+                allowed[na++] = i;
+            }
         }
         int32_t pick;
         if (eog >= 0 && (na == 0 || (double)(rnd(&seed) % 10000) / 10000.0 < p_end)) pick = eog;

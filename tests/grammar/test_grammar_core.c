@@ -152,6 +152,18 @@ static void test_loops(void) {
     check_exact_along(g, v, "<abé\\nab>12");
     kw_grammar_vocab_free(v);
     kw_grammar_free(g);
+    /* a body that is not prefix-free ("a" is a prefix of "ab"): the loop calls it as a rule */
+    g = gbnf("root ::= (\"a\" | \"ab\" | \"b(\" [0-9]* \")\"){2,40} \"!\"\n");
+    KW_CHECK(g != NULL);
+    if (!g) return;
+    KW_CHECK(gt_accepts(g, "aab!", 4));
+    KW_CHECK(gt_accepts(g, "abb(12)a!", 9));
+    KW_CHECK(!gt_accepts(g, "a!", 2));
+    KW_CHECK(!gt_accepts(g, "b(1!", 4));
+    v = gt_vocab_small(k_extra, 1);
+    check_exact_along(g, v, "ab(12)aab!");
+    kw_grammar_vocab_free(v);
+    kw_grammar_free(g);
 }
 
 static void test_rollback_clone_eog(void) {
