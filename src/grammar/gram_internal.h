@@ -91,7 +91,7 @@ int g_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 
 /* ---- regex (regex.c) ---- */
 enum { RX_RAW = 0, RX_JSON_STRING = 1 };   /* RX_JSON_STRING: chars as they appear inside a JSON string */
-enum { RX_DOT_ECMA = 0, RX_DOT_PYTHON = 1 }; /* '.' excludes \n\r\u2028\u2029, or only \n */
+enum { RX_DOT_ECMA = 0, RX_DOT_PYTHON = 1, RX_DOT_ALL = 2 }; /* '.' excludes \n\r\u2028\u2029, only \n, or nothing */
 /* Parses a regex into an IR expression. '^' / '$' are accepted at the start
  * / end of each top-level alternative. search = false: the expression
  * matches the whole text (anchors change nothing). search = true (JSON

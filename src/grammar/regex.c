@@ -120,6 +120,7 @@ static uint32_t emit_cp(rp *q, uint32_t cp) {
 }
 
 static int dot_set(rset *s, int dot) {
+    if (dot == RX_DOT_ALL) return rs_negate(s);
     if (dot == RX_DOT_PYTHON) return rs_add(s, '\n', '\n') || rs_negate(s);
     return rs_add(s, '\n', '\n') || rs_add(s, '\r', '\r') || rs_add(s, 0x2028, 0x2029) || rs_negate(s);
 }

@@ -69,8 +69,9 @@ kw_grammar_vocab *gt_vocab_big(int32_t n, uint32_t seed) {
     return v;
 }
 
-int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_grammar_vocab *v, uint32_t seed, int max_tokens, double p_end,
-                   char *out, size_t cap, char *why, size_t why_cap) {
+int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_grammar_vocab *v, uint32_t seed,
+                   int max_tokens, double p_end, const char *prefer, char *out, size_t cap, size_t *out_len,
+                   char *why, size_t why_cap) {
     kw_err e;
     kw_grammar_matcher *m = kw_grammar_matcher_new(g, ix, &e);
     if (!m) { snprintf(why, why_cap, "matcher: %s", e.msg); return -1; }
@@ -98,7 +99,7 @@ int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gra
                 if (closing && pass == 0) {
                     uint32_t len;
                     const char *tb = kw_grammar_vocab_token(v, i, &len);
-                    if (!strchr("\"]},", tb[0]) || len > 2) continue;
+                    if (!tb[0] || !strchr(prefer, tb[0]) || len > 2) continue;
                 }
                 allowed[na++] = i;
             }
@@ -117,6 +118,7 @@ int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gra
         if (o + len + 1 < cap) { memcpy(out + o, tb, len); o += len; out[o] = 0; }
         if (kw_grammar_is_complete(m)) { rc = 1; break; }
     }
+    if (out_len) *out_len = o;
     free(mask);
     free(allowed);
     kw_grammar_matcher_free(m);

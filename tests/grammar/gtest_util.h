@@ -15,12 +15,15 @@ kw_grammar_vocab *gt_vocab_small(const char *const *extra, int n_eog);
 kw_grammar_vocab *gt_vocab_big(int32_t n, uint32_t seed);
 
 /* Generates up to max_tokens tokens by drawing uniformly among the allowed
- * ones (EOG drawn with probability p_end when allowed); writes the text
- * into out (cap bytes, NUL-terminated). Returns 1 when it ended with EOG
- * or completion, 0 when max_tokens ran out, -1 on a failure (message in
- * why). */
-int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_grammar_vocab *v, uint32_t seed, int max_tokens, double p_end,
-                   char *out, size_t cap, char *why, size_t why_cap);
+ * ones (EOG drawn with probability p_end when allowed; on half the steps
+ * only tokens of at most 2 bytes starting with a byte of `prefer` are
+ * drawn when there are any, so that walks close what they open); writes
+ * the text into out (cap bytes, NUL-terminated, *out_len bytes: the text
+ * may hold NULs). Returns 1 when it ended with EOG or completion, 0 when
+ * max_tokens ran out, -1 on a failure (message in why). */
+int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_grammar_vocab *v, uint32_t seed,
+                   int max_tokens, double p_end, const char *prefer, char *out, size_t cap, size_t *out_len,
+                   char *why, size_t why_cap);
 
 /* For the matcher's current state: every token's mask bit must equal
  * whether accept_token succeeds on a clone. Returns the number of

@@ -27,7 +27,7 @@ static int walk_and_validate(const char *name, const kw_grammar *g, const kw_gra
                              const kw_grammar_vocab *v, const cJSON *schema, uint32_t seed) {
     static char out[1 << 16];
     char why[512] = "";
-    int rc = gt_random_walk(g, ix, v, seed, 6000, 0.7, out, sizeof out, why, sizeof why);
+    int rc = gt_random_walk(g, ix, v, seed, 6000, 0.7, "\"]},", out, sizeof out, NULL, why, sizeof why);
     KW_CHECK_MSG(rc >= 0, "%s seed %u: walk failed: %s", name, seed, why);
     if (rc == 0) {   /* out of tokens (a random walk over a recursive schema may nest for long): not judged */
         g_unfinished++;
