@@ -46,6 +46,7 @@ typedef struct kw_grammar_limits {
     uint32_t max_rules;
     uint32_t max_nfa_states;       /* per rule, before determinization */
     uint32_t max_dfa_states;       /* all rules together */
+    uint64_t max_compile_steps;    /* determinization work (NFA states visited) */
     uint32_t max_enum_values;      /* JSON Schema enum entries */
     uint32_t max_repeat;           /* largest bound of {m,n}, minItems, maxLength ... */
     uint64_t max_index_steps;      /* trie steps of the index precomputation */

@@ -42,6 +42,7 @@ typedef struct cc {
     uint8_t *dead;
     uint32_t n_st;
     uint32_t depth;
+    uint64_t work;                 /* determinization steps, against max_compile_steps */
 } cc;
 
 static int cfail(cc *c, const char *fmt, ...) KW_PRINTF(2, 3);
@@ -131,7 +132,9 @@ static int add_cp_range(cc *c, uint32_t from, uint32_t to, uint32_t lo, uint32_t
 
 static uint32_t build(cc *c, uint32_t node, uint32_t from);
 
-/* Rough NFA size of an expression (to bound unrolling). */
+static bool rep_unrolls(const gram_ir *ir, const ir_node *nd);
+
+/* Rough NFA size of an expression as build() will make it (to bound unrolling). */
 static uint64_t est_size(const gram_ir *ir, uint32_t id, int depth) {
     const ir_node *nd = &ir->nodes[id];
     if (depth > 200) return 1u << 30;
@@ -145,9 +148,10 @@ static uint64_t est_size(const gram_ir *ir, uint32_t id, int depth) {
         return s;
     }
     case IR_REP: {
+        if (!rep_unrolls(ir, nd)) return 4;   /* a call of a LOOP rule */
         uint64_t b = est_size(ir, nd->a, depth + 1);
         uint64_t k = nd->max == G_INF ? (uint64_t)nd->min + 1 : nd->max;
-        return k > 16 ? b + 4 : b * k + 4;
+        return b * k + 4;
     }
     default: return 2;
     }
@@ -311,7 +315,7 @@ static int eps_closure(cc *c, uint32_t **set, uint32_t *n, uint32_t *cap, uint8_
         }
     }
     for (uint32_t i = 0; i < *n; i++) mark[(*set)[i]] = 0;
-    qsort(*set, *n, sizeof **set, cmp_u32);
+    if (*n > 1) qsort(*set, *n, sizeof **set, cmp_u32);
     return 0;
 }
 
@@ -396,7 +400,7 @@ static uint32_t intern_set(cc *c, setpool *sp, const uint32_t *s, uint32_t n, ui
         g_reserve((void **)&sp->off, &sp->cap_off, (uint64_t)k + 1, sizeof(uint32_t)) ||
         g_reserve((void **)&sp->len, &sp->cap_len, (uint64_t)k + 1, sizeof(uint32_t)))
         return G_NONE;
-    memcpy(sp->v + sp->n, s, n * sizeof *s);
+    g_copy(sp->v + sp->n, s, n * sizeof *s);
     sp->off[k] = sp->n;
     sp->len[k] = n;
     sp->n += n;
@@ -428,12 +432,19 @@ static int determinize(cc *c, uint32_t rule, uint8_t *mark) {
     for (uint32_t k = 0; k < sp.count; k++) {
         uint32_t st = base + k;
         n_mv = 0;
+        c->work += sp.len[k];
+        if (c->work > c->ir->lim.max_compile_steps) {
+            cfail(c, "grammar too complex: determinization over %llu steps (limit max_compile_steps)",
+                  (unsigned long long)c->ir->lim.max_compile_steps);
+            goto out;
+        }
         for (uint32_t i = 0; i < sp.len[k]; i++) {
             uint32_t ns = sp.v[sp.off[k] + i];
             if (ns == accept) c->st_flags[st] |= ST_ACCEPT;
             for (uint32_t e = c->nfirst[ns]; e != G_NONE; e = c->edges[e].next) {
                 const nedge *ed = &c->edges[e];
                 if (ed->kind == E_BYTE) {
+                    c->work += (uint64_t)c->g->cls_of[ed->hi] - c->g->cls_of[ed->lo] + 1;
                     for (uint32_t cl = c->g->cls_of[ed->lo]; cl <= c->g->cls_of[ed->hi]; cl++)
                         if (G_PUSH(moves, n_mv, cap_mv, ((mv){cl, ed->to}))) goto out;
                 } else if (ed->kind == E_REF) {
@@ -441,7 +452,7 @@ static int determinize(cc *c, uint32_t rule, uint8_t *mark) {
                 }
             }
         }
-        qsort(moves, n_mv, sizeof *moves, cmp_mv);
+        if (n_mv > 1) qsort(moves, n_mv, sizeof *moves, cmp_mv);
         for (uint32_t i = 0; i < n_mv;) {
             uint32_t j = i;
             n = 0;
@@ -943,7 +954,7 @@ static int alloc_rules(cc *c, uint32_t nr) {
     if (!g->rule_start || !g->rule_min || !g->rule_max || !g->rule_loop || !g->rule_nullable || !g->rule_name ||
         !g->names)
         return -1;
-    memcpy(g->names, c->ir->names, c->ir->n_names);
+    g_copy(g->names, c->ir->names, c->ir->n_names);
     for (uint32_t r = 0; r < nr; r++) {
         const ir_rule *ir_r = &c->ir->rules[r];
         g->rule_start[r] = G_NONE;

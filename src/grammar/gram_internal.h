@@ -179,6 +179,10 @@ struct kw_grammar_vocab {
 };
 
 /* ---- helpers ---- */
+/* memcpy that allows n == 0 with NULL pointers (empty arrays are NULL here) */
+static inline void g_copy(void *dst, const void *src, size_t n) {
+    if (n) memcpy(dst, src, n);
+}
 static inline void g_bit_set(uint32_t *m, uint32_t i) { m[i >> 5] |= 1u << (i & 31); }
 static inline bool g_bitset_has(const uint8_t *set32, uint8_t b) { return (set32[b >> 3] >> (b & 7)) & 1; }
 

@@ -176,7 +176,7 @@ static int cmp_se(const void *a, const void *b, void *ctx) {
 
 static int store_acc(ib *b, gi_slot *S, bool loop) {
     kw_grammar_index *ix = b->ix;
-    qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_tok);
+    if (b->n_acc > 1) qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_tok);
     S->n_acc = b->n_acc;
     if ((uint64_t)b->n_acc * 32 > (uint64_t)b->v->n) {
         S->acc_bits = 1;
@@ -193,14 +193,14 @@ static int store_acc(ib *b, gi_slot *S, bool loop) {
         for (uint32_t i = 0; i < b->n_acc; i++) ix->pool[ix->n_pool++] = b->acc[i].tok;
     }
     if (loop) {
-        qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_c_desc);
+        if (b->n_acc > 1) qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_c_desc);
         uint32_t n = 0;
         while (n < b->n_acc && b->acc[n].c >= 1) n++;
         S->cf_off = ix->n_ents;
         S->cf_n = n;
         S->max_c = n ? b->acc[0].c : 0;
         if (g_reserve((void **)&ix->ents, &ix->cap_ents, (uint64_t)ix->n_ents + n + 1, sizeof(gi_ent))) return ib_oom(b);
-        memcpy(ix->ents + ix->n_ents, b->acc, n * sizeof(gi_ent));
+        g_copy(ix->ents + ix->n_ents, b->acc, n * sizeof(gi_ent));
         ix->n_ents += n;
     }
     return 0;

@@ -18,6 +18,7 @@ void kw_grammar_limits_default(kw_grammar_limits *l) {
     l->max_rules = 20000;
     l->max_nfa_states = 200000;
     l->max_dfa_states = 200000;
+    l->max_compile_steps = 100000000ull;
     l->max_enum_values = 10000;
     l->max_repeat = 1000000;
     l->max_index_steps = 400000000ull;
@@ -117,7 +118,7 @@ uint32_t ir_class(gram_ir *ir, const ir_range *r, uint32_t n, bool negate) {
         if (lo > hi) continue;
         tmp[m++] = (ir_range){lo, hi};
     }
-    qsort(tmp, m, sizeof *tmp, cmp_range);
+    if (m > 1) qsort(tmp, m, sizeof *tmp, cmp_range);
     uint32_t k = 0;
     for (uint32_t i = 0; i < m; i++) {
         if (k && tmp[i].lo <= tmp[k - 1].hi + 1) {
@@ -151,11 +152,11 @@ uint32_t ir_class(gram_ir *ir, const ir_range *r, uint32_t n, bool negate) {
         }
     }
     kw_mem_free(tmp);
-    if (g_reserve((void **)&ir->ranges, &ir->cap_ranges, (uint64_t)ir->n_ranges + o, sizeof(ir_range))) {
+    if (g_reserve((void **)&ir->ranges, &ir->cap_ranges, (uint64_t)ir->n_ranges + o + 1, sizeof(ir_range))) {
         kw_mem_free(out);
         return oom(ir);
     }
-    memcpy(ir->ranges + ir->n_ranges, out, o * sizeof *out);
+    g_copy(ir->ranges + ir->n_ranges, out, o * sizeof *out);
     kw_mem_free(out);
     uint32_t id = new_node(ir, IR_CLASS, ir->n_ranges, o);
     if (id != G_NONE) ir->n_ranges += o;

@@ -151,12 +151,18 @@ static uint32_t json_key(js *j, const char *name) {
 
 static void u64str(uint64_t v, char *b) { snprintf(b, 24, "%llu", (unsigned long long)v); }
 
+static bool all_of(const char *x, char c, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != c) return false;
+    return true;
+}
+
 /* decimal strings of the same length between x and y (x <= y) */
 static uint32_t same_len(js *j, const char *x, const char *y, size_t n) {
     gram_ir *ir = j->ir;
     if (n == 0) return ir_empty(ir);
     if (memcmp(x, y, n) == 0) return ir_lit(ir, x, n);
-    if (strspn(x, "0") >= n && strspn(y, "9") >= n) return digits(j, (uint32_t)n, (uint32_t)n);
+    if (all_of(x, '0', n) && all_of(y, '9', n)) return digits(j, (uint32_t)n, (uint32_t)n);
     if (x[0] == y[0]) return ir_seq2(ir, ir_lit(ir, x, 1), same_len(j, x + 1, y + 1, n - 1));
     char nines[24], zeros[24];
     memset(nines, '9', sizeof nines);
@@ -548,7 +554,7 @@ static uint32_t object_schema(js *j, const cJSON *s) {
         char **names = kw_mem_alloc(KW_MEM_OTHER, ((size_t)np + 1) * sizeof *names);
         if (!names) goto oom;
         for (uint32_t i = 0; i < np; i++) names[i] = (char *)pl[i].name;
-        qsort(names, np, sizeof *names, cmp_str);
+        if (np > 1) qsort(names, np, sizeof *names, cmp_str);
         uint32_t key = ir_seq3(ir, lit(j, "\""), key_except(j, names, np, 0), lit(j, "\""));
         kw_mem_free(names);
         uint32_t val = ap_schema ? as_ref(j, schema(j, ap_schema), "extra") : ir_ref(ir, value_rule(j));

@@ -292,9 +292,9 @@ kw_grammar_matcher *kw_grammar_matcher_clone(const kw_grammar_matcher *src) {
         kw_grammar_matcher_free(m);
         return NULL;
     }
-    memcpy(m->st.nodes, src->st.nodes, src->st.n_nodes * sizeof(g_head));
+    g_copy(m->st.nodes, src->st.nodes, src->st.n_nodes * sizeof(g_head));
     m->st.n_nodes = src->st.n_nodes;
-    memcpy(m->heads, src->heads, src->n_heads * sizeof(g_head));
+    g_copy(m->heads, src->heads, src->n_heads * sizeof(g_head));
     m->n_heads = src->n_heads;
     m->can_end = src->can_end;
     m->done = src->done;
@@ -304,7 +304,7 @@ kw_grammar_matcher *kw_grammar_matcher_clone(const kw_grammar_matcher *src) {
         m->hist[i] = *s;
         m->hist[i].heads = kw_mem_alloc(KW_MEM_OTHER, (size_t)(s->n + 1) * sizeof(g_head));
         if (!m->hist[i].heads) { kw_grammar_matcher_free(m); return NULL; }
-        memcpy(m->hist[i].heads, s->heads, s->n * sizeof(g_head));
+        g_copy(m->hist[i].heads, s->heads, s->n * sizeof(g_head));
     }
     m->hist_head = src->hist_head;
     m->hist_n = src->hist_n;
@@ -317,7 +317,7 @@ static int hist_push(kw_grammar_matcher *m) {
     kw_mem_free(s->heads);
     s->heads = kw_mem_alloc(KW_MEM_OTHER, (size_t)(m->n_heads + 1) * sizeof(g_head));
     if (!s->heads) return -1;
-    memcpy(s->heads, m->heads, m->n_heads * sizeof(g_head));
+    g_copy(s->heads, m->heads, m->n_heads * sizeof(g_head));
     s->n = m->n_heads;
     s->can_end = m->can_end;
     s->done = m->done;
@@ -333,7 +333,7 @@ int kw_grammar_rollback(kw_grammar_matcher *m, uint32_t n) {
         snap *s = &m->hist[m->hist_head];
         if (i == n - 1) {
             if (g_reserve((void **)&m->heads, &m->cap_heads, s->n + 1, sizeof(g_head))) return -1;
-            memcpy(m->heads, s->heads, s->n * sizeof(g_head));
+            g_copy(m->heads, s->heads, s->n * sizeof(g_head));
             m->n_heads = s->n;
             m->can_end = s->can_end;
             m->done = s->done;
@@ -382,7 +382,7 @@ static int gc_nodes(kw_grammar_matcher *m) {
 static int run_bytes(kw_grammar_matcher *m, const uint8_t *b, size_t n, int *can_end) {
     m->n_cur = 0;
     if (g_reserve((void **)&m->cur, &m->cap_cur, m->n_heads + 1, sizeof(g_head))) return -1;
-    memcpy(m->cur, m->heads, m->n_heads * sizeof(g_head));
+    g_copy(m->cur, m->heads, m->n_heads * sizeof(g_head));
     m->n_cur = m->n_heads;
     *can_end = m->can_end;
     for (size_t i = 0; i < n; i++) {
