@@ -234,6 +234,8 @@ int main(int argc, char **argv) {
         if (!ix) { fprintf(stderr, "%s index: %s\n", names[i], e.msg); kw_grammar_free(g); continue; }
         dpush(&comp, b - a);
         dpush(&idx, c - b);
+        if (getenv("BENCH_GRAMMAR_TRACE") && c - b > 0.3)
+            fprintf(stderr, "slow index %s: %.0f ms, %u states\n", names[i], (c - b) * 1e3, kw_grammar_n_states(g));
         dpush(&idx_bytes, (double)kw_grammar_index_bytes(ix));
         size_t before = steps.n;
         walks++;

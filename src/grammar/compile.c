@@ -166,12 +166,14 @@ static bool rep_unrolls(const gram_ir *ir, const ir_node *nd) {
     if (k > 32) return false;
     if (body->kind == IR_LIT) return body->n <= 8;
     if (body->kind == IR_CLASS) {
+        /* a class that many tokens read (letters, any char) makes every unrolled
+           state a wide one, each a walk of the whole vocab: a loop shares one */
         uint64_t cps = 0;
         for (uint32_t i = 0; i < body->n; i++) cps += ir->ranges[body->a + i].hi - ir->ranges[body->a + i].lo + 1;
-        return cps <= 128;
+        return cps <= 24 || k <= 3;
     }
     if (body->kind == IR_REF) return false;
-    return est_size(ir, nd->a, 0) * k <= 256;
+    return k <= 3 && est_size(ir, nd->a, 0) * k <= 256;
 }
 
 static uint32_t build_rep(cc *c, const ir_node *nd, uint32_t from) {
@@ -929,6 +931,141 @@ out:
     return rc;
 }
 
+/* Moore minimization of each rule's DFA: states with the same flags, the
+   same calls and equivalent successors are merged (subset construction
+   leaves many equivalent states, and every state that reads bytes costs
+   one vocab walk in the index). */
+typedef struct vpool { uint32_t *v; uint32_t n, cap; uint32_t *off, *len; uint32_t cap_off, cap_len, count; uint32_t *ht; uint32_t hcap; } vpool;
+
+static void vp_reset(vpool *p) {
+    p->n = p->count = 0;
+    if (p->ht) memset(p->ht, 0, (size_t)p->hcap * sizeof *p->ht);
+}
+
+/* id of vector x[0..n) (new ids are dense from 0); G_NONE on out of memory */
+static uint32_t vp_intern(vpool *p, const uint32_t *x, uint32_t n) {
+    if ((p->count + 1) * 2 > p->hcap) {
+        uint32_t nh = p->hcap ? p->hcap * 2 : 256;
+        uint32_t *ht = kw_mem_calloc(KW_MEM_OTHER, (size_t)nh * sizeof *ht);
+        if (!ht) return G_NONE;
+        for (uint32_t k = 0; k < p->count; k++) {
+            uint32_t j = (uint32_t)set_hash(p->v + p->off[k], p->len[k]) & (nh - 1);
+            while (ht[j]) j = (j + 1) & (nh - 1);
+            ht[j] = k + 1;
+        }
+        kw_mem_free(p->ht);
+        p->ht = ht;
+        p->hcap = nh;
+    }
+    uint32_t j = (uint32_t)set_hash(x, n) & (p->hcap - 1);
+    while (p->ht[j]) {
+        uint32_t k = p->ht[j] - 1;
+        if (p->len[k] == n && !memcmp(p->v + p->off[k], x, n * sizeof *x)) return k;
+        j = (j + 1) & (p->hcap - 1);
+    }
+    uint32_t k = p->count;
+    if (g_reserve((void **)&p->v, &p->cap, (uint64_t)p->n + n + 1, sizeof(uint32_t)) ||
+        g_reserve((void **)&p->off, &p->cap_off, (uint64_t)k + 1, sizeof(uint32_t)) ||
+        g_reserve((void **)&p->len, &p->cap_len, (uint64_t)k + 1, sizeof(uint32_t)))
+        return G_NONE;
+    g_copy(p->v + p->n, x, n * sizeof *x);
+    p->off[k] = p->n;
+    p->len[k] = n;
+    p->n += n;
+    p->count++;
+    p->ht[j] = k + 1;
+    return k;
+}
+
+static int minimize(cc *c) {
+    kw_grammar *g = c->g;
+    uint32_t ns = c->n_st, ncls = g->n_cls;
+    uint32_t *cls = kw_mem_alloc(KW_MEM_OTHER, ((size_t)ns + 1) * sizeof *cls);
+    uint32_t *ncl = kw_mem_alloc(KW_MEM_OTHER, ((size_t)ns + 1) * sizeof *ncl);
+    uint32_t *rep = kw_mem_alloc(KW_MEM_OTHER, ((size_t)ns + 1) * sizeof *rep);
+    uint32_t *sig = kw_mem_alloc(KW_MEM_OTHER, ((size_t)ncls + 2 + 2 * 64) * sizeof *sig);
+    vpool p = {0};
+    int rc = -1;
+    if (!cls || !ncl || !rep || !sig) goto out;
+    for (uint32_t s = 0; s < ns; s++) rep[s] = s;
+    for (uint32_t first = 0; first < ns;) {
+        uint32_t r = c->st_rule[first], last = first;
+        while (last < ns && c->st_rule[last] == r) last++;
+        uint32_t n_classes = 0;
+        for (int round = 0;; round++) {
+            vp_reset(&p);
+            for (uint32_t s = first; s < last; s++) {
+                if (c->dead[s]) continue;
+                uint32_t k = 0;
+                sig[k++] = round ? cls[s] : c->st_flags[s];
+                if (round) {
+                    for (uint32_t x = 0; x < ncls; x++) {
+                        int32_t t = c->trans[(size_t)s * ncls + x];
+                        sig[k++] = t >= 0 ? cls[t] : G_NONE;
+                    }
+                }
+                uint32_t nref = g->st_ref_n[s] < 64 ? g->st_ref_n[s] : 64;
+                for (uint32_t i = 0; i < nref; i++) {
+                    const g_ref *rf = &g->refs[g->st_ref_off[s] + i];
+                    sig[k++] = rf->rule;
+                    sig[k++] = round ? cls[rf->to] : 0;
+                }
+                if (g->st_ref_n[s] > 64) sig[k++] = s;   /* keep such a state apart */
+                c->work += k;
+                uint32_t id = vp_intern(&p, sig, k);
+                if (id == G_NONE) goto out;
+                ncl[s] = id;
+            }
+            if (c->work > c->ir->lim.max_compile_steps) {
+                cfail(c, "grammar too complex: minimization over %llu steps (limit max_compile_steps)",
+                      (unsigned long long)c->ir->lim.max_compile_steps);
+                goto out;
+            }
+            for (uint32_t s = first; s < last; s++)
+                if (!c->dead[s]) cls[s] = ncl[s];
+            if (round && p.count == n_classes) break;
+            n_classes = p.count;
+        }
+        /* the first state of each class represents it */
+        uint32_t *first_of = kw_mem_alloc(KW_MEM_OTHER, ((size_t)n_classes + 1) * sizeof *first_of);
+        if (!first_of) goto out;
+        for (uint32_t k = 0; k < n_classes; k++) first_of[k] = G_NONE;
+        for (uint32_t s = first; s < last; s++) {
+            if (c->dead[s]) continue;
+            if (first_of[cls[s]] == G_NONE) first_of[cls[s]] = s;
+            rep[s] = first_of[cls[s]];
+        }
+        kw_mem_free(first_of);
+        first = last;
+    }
+    for (uint32_t s = 0; s < ns; s++) {
+        if (c->dead[s]) continue;
+        if (rep[s] != s) {
+            c->dead[s] = 1;
+            for (uint32_t x = 0; x < ncls; x++) c->trans[(size_t)s * ncls + x] = -1;
+            c->st_flags[s] = 0;
+            g->st_ref_n[s] = 0;
+            continue;
+        }
+        for (uint32_t x = 0; x < ncls; x++) {
+            int32_t t = c->trans[(size_t)s * ncls + x];
+            if (t >= 0) c->trans[(size_t)s * ncls + x] = (int32_t)rep[t];
+        }
+        for (uint32_t i = 0; i < g->st_ref_n[s]; i++) {
+            g_ref *rf = &g->refs[g->st_ref_off[s] + i];
+            rf->to = rep[rf->to];
+        }
+    }
+    for (uint32_t r = 0; r < g->n_rules; r++)
+        if (g->rule_start[r] != G_NONE) g->rule_start[r] = rep[g->rule_start[r]];
+    rc = 0;
+out:
+    if (rc && !c->ir->failed) cfail(c, "grammar: out of memory");
+    kw_mem_free(cls); kw_mem_free(ncl); kw_mem_free(rep); kw_mem_free(sig);
+    kw_mem_free(p.v); kw_mem_free(p.off); kw_mem_free(p.len); kw_mem_free(p.ht);
+    return rc;
+}
+
 void kw_grammar_free(kw_grammar *g) {
     if (!g) return;
     kw_mem_free(g->trans); kw_mem_free(g->st_rule); kw_mem_free(g->st_flags);
@@ -1045,8 +1182,8 @@ kw_grammar *gram_compile(gram_ir *ir, kw_err *err) {
             else if (t >= 0) c.st_flags[s] |= ST_BYTES;
         }
     }
-    /* 6. analyses */
-    if (nullable_and_left_recursion(&c) || follow_sets(&c)) goto fail;
+    /* 6. minimization, analyses */
+    if (minimize(&c) || nullable_and_left_recursion(&c) || follow_sets(&c)) goto fail;
     /* 7. slots */
     if (assign_slots(&c)) goto fail;
     kw_mem_free(mark);

@@ -158,11 +158,6 @@ static int cmp_ent_tok(const void *a, const void *b) {
     const gi_ent *x = a, *y = b;
     return x->tok < y->tok ? -1 : x->tok > y->tok;
 }
-static int cmp_ent_c_desc(const void *a, const void *b) {
-    const gi_ent *x = a, *y = b;
-    if (x->c != y->c) return x->c > y->c ? -1 : 1;
-    return x->tok < y->tok ? -1 : x->tok > y->tok;
-}
 static int cmp_se(const void *a, const void *b, void *ctx) {
     const kw_grammar_vocab *v = ctx;
     const se *x = a, *y = b;
@@ -176,9 +171,8 @@ static int cmp_se(const void *a, const void *b, void *ctx) {
 
 static int store_acc(ib *b, gi_slot *S, bool loop) {
     kw_grammar_index *ix = b->ix;
-    if (b->n_acc > 1) qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_tok);
     S->n_acc = b->n_acc;
-    if ((uint64_t)b->n_acc * 32 > (uint64_t)b->v->n) {
+    if ((uint64_t)b->n_acc * 32 > (uint64_t)b->v->n) {   /* many: a bitmask (no sorting needed) */
         S->acc_bits = 1;
         S->acc_off = ix->n_pool;
         S->acc_n = ix->n_words;
@@ -187,20 +181,33 @@ static int store_acc(ib *b, gi_slot *S, bool loop) {
         for (uint32_t i = 0; i < b->n_acc; i++) g_bit_set(ix->pool + ix->n_pool, b->acc[i].tok);
         ix->n_pool += ix->n_words;
     } else {
+        if (b->n_acc > 1) qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_tok);
         S->acc_off = ix->n_pool;
         S->acc_n = b->n_acc;
         if (g_reserve((void **)&ix->pool, &ix->cap_pool, (uint64_t)ix->n_pool + b->n_acc + 1, 4)) return ib_oom(b);
         for (uint32_t i = 0; i < b->n_acc; i++) ix->pool[ix->n_pool++] = b->acc[i].tok;
     }
-    if (loop) {
-        if (b->n_acc > 1) qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_c_desc);
-        uint32_t n = 0;
-        while (n < b->n_acc && b->acc[n].c >= 1) n++;
+    if (loop) {   /* (token, c >= 1) by c descending: a counting sort (c <= 65535) */
+        uint32_t max_c = 0, n = 0;
+        for (uint32_t i = 0; i < b->n_acc; i++) {
+            if (b->acc[i].c > max_c) max_c = b->acc[i].c;
+            n += b->acc[i].c >= 1;
+        }
         S->cf_off = ix->n_ents;
         S->cf_n = n;
-        S->max_c = n ? b->acc[0].c : 0;
+        S->max_c = max_c;
         if (g_reserve((void **)&ix->ents, &ix->cap_ents, (uint64_t)ix->n_ents + n + 1, sizeof(gi_ent))) return ib_oom(b);
-        g_copy(ix->ents + ix->n_ents, b->acc, n * sizeof(gi_ent));
+        if (n) {
+            uint32_t *start = kw_mem_calloc(KW_MEM_OTHER, ((size_t)max_c + 2) * sizeof *start);
+            if (!start) return ib_oom(b);
+            for (uint32_t i = 0; i < b->n_acc; i++)
+                if (b->acc[i].c >= 1) start[max_c - b->acc[i].c + 1]++;
+            for (uint32_t k = 1; k <= max_c + 1; k++) start[k] += start[k - 1];
+            gi_ent *dst = ix->ents + ix->n_ents;
+            for (uint32_t i = 0; i < b->n_acc; i++)
+                if (b->acc[i].c >= 1) dst[start[max_c - b->acc[i].c]++] = b->acc[i];
+            kw_mem_free(start);
+        }
         ix->n_ents += n;
     }
     return 0;
