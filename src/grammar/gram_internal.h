@@ -176,7 +176,11 @@ struct kw_grammar_vocab {
     int32_t *same_next;
     int32_t *eog; uint32_t n_eog;
     uint32_t max_len;
+    /* index walks of self-contained rules, shared by every grammar on this
+       vocab (index.c); the only mutable part of a vocab, behind its own lock */
+    struct gv_cache *cache;
 };
+void gv_cache_free(struct gv_cache *c);
 
 /* ---- helpers ---- */
 /* memcpy that allows n == 0 with NULL pointers (empty arrays are NULL here) */

@@ -13,8 +13,17 @@
  * frame, minus the tokens that would start more iterations than its bound
  * leaves), then walk the slot's suffix trie from the head's real parent
  * frames. No step walks the whole vocab: the cost is a few bitmask ORs
- * plus the suffixes that survive the first byte after the rule ends. */
+ * plus the suffixes that survive the first byte after the rule ends.
+ *
+ * Slot cache: a rule that calls no other rule (JSON string bodies, most
+ * regexes) gives the same walk in every grammar that has it, so the walks
+ * of such rules are kept per vocab (gv_cache), keyed by the rule's
+ * automaton in a canonical numbering, the slot's state in it, the loop
+ * flag and the follow set; a later grammar copies them instead of walking.
+ * The cache is bounded (GV_CACHE_BYTES) and locked; it never changes a
+ * result, only how fast it is made. */
 #include "grammar_index.h"
+#include <pthread.h>
 #include <stdlib.h>
 
 struct kw_grammar_index {
@@ -41,6 +50,190 @@ void kw_grammar_index_free(kw_grammar_index *ix) {
 size_t kw_grammar_index_bytes(const kw_grammar_index *ix) {
     return (size_t)ix->g->n_slots * sizeof(gi_slot) + (size_t)ix->cap_pool * 4 + (size_t)ix->cap_ents * sizeof(gi_ent) +
            (size_t)ix->cap_sfx * sizeof(gi_sfx);
+}
+
+/* ---------- per-vocab slot cache ---------- */
+
+#define GV_CACHE_BYTES ((size_t)64 << 20)
+
+typedef struct ce {
+    uint64_t h;
+    uint8_t *key; uint32_t klen;
+    gi_slot s;                       /* offsets relative to the arrays below */
+    uint32_t *pool; uint32_t n_pool;
+    gi_ent *ents; uint32_t n_ents;
+    gi_sfx *sfx; uint32_t n_sfx;
+    struct ce *next;
+} ce;
+
+struct gv_cache {
+    pthread_mutex_t mu;
+    ce *bucket[1024];
+    size_t bytes;
+};
+
+void gv_cache_free(struct gv_cache *c) {
+    if (!c) return;
+    for (int i = 0; i < 1024; i++)
+        for (ce *e = c->bucket[i], *n; e; e = n) {
+            n = e->next;
+            kw_mem_free(e->key); kw_mem_free(e->pool); kw_mem_free(e->ents); kw_mem_free(e->sfx);
+            kw_mem_free(e);
+        }
+    pthread_mutex_destroy(&c->mu);
+    kw_mem_free(c);
+}
+
+static pthread_mutex_t g_cache_create = PTHREAD_MUTEX_INITIALIZER;
+
+static struct gv_cache *cache_of(const kw_grammar_vocab *cv) {
+    kw_grammar_vocab *v = (kw_grammar_vocab *)cv;   /* the cache is the vocab's one mutable, locked part */
+    pthread_mutex_lock(&g_cache_create);
+    if (!v->cache) {
+        struct gv_cache *c = kw_mem_calloc(KW_MEM_OTHER, sizeof *c);
+        if (c && pthread_mutex_init(&c->mu, NULL)) { kw_mem_free(c); c = NULL; }
+        v->cache = c;
+    }
+    pthread_mutex_unlock(&g_cache_create);
+    return v->cache;
+}
+
+static uint64_t key_hash(const uint8_t *k, uint32_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < n; i++) h = (h ^ k[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Copies a cached walk into ix as slot S; 1 hit, 0 miss, -1 out of memory. */
+static int cache_get(const kw_grammar_vocab *v, const uint8_t *key, uint32_t klen, kw_grammar_index *ix, gi_slot *S) {
+    struct gv_cache *c = cache_of(v);
+    if (!c) return 0;
+    uint64_t h = key_hash(key, klen);
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    for (ce *e = c->bucket[h & 1023]; e; e = e->next) {
+        if (e->h != h || e->klen != klen || memcmp(e->key, key, klen)) continue;
+        if (g_reserve((void **)&ix->pool, &ix->cap_pool, (uint64_t)ix->n_pool + e->n_pool + 1, 4) ||
+            g_reserve((void **)&ix->ents, &ix->cap_ents, (uint64_t)ix->n_ents + e->n_ents + 1, sizeof(gi_ent)) ||
+            g_reserve((void **)&ix->sfx, &ix->cap_sfx, (uint64_t)ix->n_sfx + e->n_sfx + 1, sizeof(gi_sfx))) {
+            rc = -1;
+            break;
+        }
+        *S = e->s;
+        S->acc_off += ix->n_pool;
+        if (S->cf_n) S->cf_off += ix->n_ents;
+        S->sfx_off += ix->n_sfx;
+        g_copy(ix->pool + ix->n_pool, e->pool, (size_t)e->n_pool * 4);
+        g_copy(ix->ents + ix->n_ents, e->ents, (size_t)e->n_ents * sizeof(gi_ent));
+        for (uint32_t i = 0; i < e->n_sfx; i++) {
+            gi_sfx nd = e->sfx[i];
+            nd.end += ix->n_sfx;
+            nd.ent_off += ix->n_ents;
+            ix->sfx[ix->n_sfx + i] = nd;
+        }
+        ix->n_pool += e->n_pool;
+        ix->n_ents += e->n_ents;
+        ix->n_sfx += e->n_sfx;
+        rc = 1;
+        break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Keeps the walk just stored in ix (pool/ents/sfx from the given starts) for later grammars. */
+static void cache_put(const kw_grammar_vocab *v, const uint8_t *key, uint32_t klen, const kw_grammar_index *ix,
+                      const gi_slot *S, uint32_t pool0, uint32_t ents0, uint32_t sfx0) {
+    struct gv_cache *c = cache_of(v);
+    if (!c) return;
+    uint32_t np = ix->n_pool - pool0, ne = ix->n_ents - ents0, nsx = ix->n_sfx - sfx0;
+    size_t bytes = sizeof(ce) + klen + (size_t)np * 4 + (size_t)ne * sizeof(gi_ent) + (size_t)nsx * sizeof(gi_sfx);
+    pthread_mutex_lock(&c->mu);
+    bool room = c->bytes + bytes <= GV_CACHE_BYTES;
+    if (room) c->bytes += bytes;
+    pthread_mutex_unlock(&c->mu);
+    if (!room) return;
+    ce *e = kw_mem_calloc(KW_MEM_OTHER, sizeof *e);
+    if (!e) goto undo;
+    e->key = kw_mem_alloc(KW_MEM_OTHER, klen + 1);
+    e->pool = kw_mem_alloc(KW_MEM_OTHER, (size_t)np * 4 + 4);
+    e->ents = kw_mem_alloc(KW_MEM_OTHER, (size_t)ne * sizeof(gi_ent) + 8);
+    e->sfx = kw_mem_alloc(KW_MEM_OTHER, (size_t)nsx * sizeof(gi_sfx) + 16);
+    if (!e->key || !e->pool || !e->ents || !e->sfx) {
+        kw_mem_free(e->key); kw_mem_free(e->pool); kw_mem_free(e->ents); kw_mem_free(e->sfx); kw_mem_free(e);
+        goto undo;
+    }
+    e->h = key_hash(key, klen);
+    memcpy(e->key, key, klen);
+    e->klen = klen;
+    e->s = *S;
+    e->s.acc_off -= pool0;
+    e->s.cf_off = S->cf_n ? S->cf_off - ents0 : 0;
+    e->s.sfx_off -= sfx0;
+    g_copy(e->pool, ix->pool + pool0, (size_t)np * 4);
+    g_copy(e->ents, ix->ents + ents0, (size_t)ne * sizeof(gi_ent));
+    for (uint32_t i = 0; i < nsx; i++) {
+        gi_sfx nd = ix->sfx[sfx0 + i];
+        nd.end -= sfx0;
+        nd.ent_off -= nd.ent_n ? ents0 : nd.ent_off;
+        e->sfx[i] = nd;
+    }
+    e->n_pool = np;
+    e->n_ents = ne;
+    e->n_sfx = nsx;
+    pthread_mutex_lock(&c->mu);
+    e->next = c->bucket[e->h & 1023];
+    c->bucket[e->h & 1023] = e;
+    pthread_mutex_unlock(&c->mu);
+    return;
+undo:
+    pthread_mutex_lock(&c->mu);
+    c->bytes -= bytes;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The cache key of a slot whose rule calls no other rule, or 0 bytes when
+   the rule does call others: loop flag, follow set, then the rule's states
+   in BFS order with their flags and byte-range transitions. */
+static uint32_t slot_key(const kw_grammar *g, uint32_t state, uint8_t **buf, uint32_t *cap, uint32_t *canon,
+                         uint32_t *order) {
+    uint32_t r = g->st_rule[state], s0 = g->rule_start[r];
+    uint32_t n = 0, head = 0, k = 0, want = G_NONE;
+    order[n++] = s0;
+    canon[s0] = 0;
+    while (head < n) {
+        uint32_t s = order[head++];
+        if (g->st_ref_n[s]) { k = 0; goto done; }
+        if (s == state) want = head - 1;
+        for (int b = 0; b < 256; b++) {
+            int32_t t = g_next(g, s, (uint8_t)b);
+            if (t >= 0 && canon[t] == G_NONE) { canon[t] = n; order[n++] = (uint32_t)t; }
+        }
+    }
+    if (want == G_NONE) goto done;
+#define PUT32(x) do { uint32_t _v = (x); if (g_reserve((void **)buf, cap, (uint64_t)k + 4, 1)) { k = 0; goto done; } memcpy(*buf + k, &_v, 4); k += 4; } while (0)
+    PUT32(g->rule_loop[r]);
+    PUT32(want);
+    if (g_reserve((void **)buf, cap, (uint64_t)k + 32, 1)) { k = 0; goto done; }
+    memcpy(*buf + k, g->rule_follow + (size_t)r * 32, 32);
+    k += 32;
+    PUT32(n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = order[i];
+        PUT32(g->st_flags[s]);
+        for (int b = 0; b < 256;) {
+            int32_t t = g_next(g, s, (uint8_t)b);
+            int e = b;
+            while (e + 1 < 256 && g_next(g, s, (uint8_t)(e + 1)) == t) e++;
+            if (t >= 0) PUT32((uint32_t)b | (uint32_t)e << 8 | canon[t] << 16);
+            b = e + 1;
+        }
+        PUT32(0xFFFFFFFFu);
+    }
+#undef PUT32
+done:
+    for (uint32_t i = 0; i < n; i++) canon[order[i]] = G_NONE;
+    return k;
 }
 
 void gm_scratch_free(gm_scratch *s) {
@@ -323,6 +516,8 @@ kw_grammar_index *kw_grammar_index_new(const kw_grammar *g, const kw_grammar_voc
     uint32_t maxd = v->max_len + 2;
     ix->slots = kw_mem_calloc(KW_MEM_OTHER, ((size_t)g->n_slots + 1) * sizeof *ix->slots);
     uint8_t *done = kw_mem_calloc(KW_MEM_OTHER, (size_t)g->n_slots + 1);
+    uint8_t *key = NULL;
+    uint32_t cap_key = 0, *canon = NULL, *order = NULL;
     b.doff = kw_mem_alloc(KW_MEM_OTHER, (size_t)maxd * sizeof(uint32_t));
     b.dn = kw_mem_alloc(KW_MEM_OTHER, (size_t)maxd * sizeof(uint32_t));
     b.dnodes = kw_mem_alloc(KW_MEM_OTHER, (size_t)maxd * sizeof(uint32_t));
@@ -336,15 +531,30 @@ kw_grammar_index *kw_grammar_index_new(const kw_grammar *g, const kw_grammar_voc
         kw_err_set(err, "grammar index: out of memory");
         goto out;
     }
+    canon = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_states + 1) * sizeof *canon);
+    order = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_states + 1) * sizeof *order);
+    if (!canon || !order) { kw_err_set(err, "grammar index: out of memory"); goto out; }
+    for (uint32_t s = 0; s < g->n_states; s++) canon[s] = G_NONE;
     for (uint32_t s = 0; s < g->n_states; s++) {
         uint32_t slot = g->st_slot[s];
         if (slot == G_NONE || done[slot]) continue;
         done[slot] = 1;
+        uint32_t klen = slot_key(g, s, &key, &cap_key, canon, order);
+        if (klen) {
+            int hit = cache_get(v, key, klen, ix, &ix->slots[slot]);
+            if (hit < 0) { kw_err_set(err, "grammar index: out of memory"); goto out; }
+            if (hit) continue;
+        }
+        uint32_t pool0 = ix->n_pool, ents0 = ix->n_ents, sfx0 = ix->n_sfx;
         if (build_slot(&b, s, &ix->slots[slot])) goto out;
+        if (klen) cache_put(v, key, klen, ix, &ix->slots[slot], pool0, ents0, sfx0);
     }
     rc = 0;
 out:
     kw_mem_free(done);
+    kw_mem_free(key);
+    kw_mem_free(canon);
+    kw_mem_free(order);
     kw_mem_free(b.doff); kw_mem_free(b.dn); kw_mem_free(b.dnodes); kw_mem_free(b.dpop); kw_mem_free(b.dnpc);
     kw_mem_free(b.dpc); kw_mem_free(b.open);
     kw_mem_free(b.hb); kw_mem_free(b.acc); kw_mem_free(b.evs); kw_mem_free(b.ses);

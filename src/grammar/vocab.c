@@ -16,6 +16,7 @@ void kw_grammar_vocab_free(kw_grammar_vocab *v) {
     kw_mem_free(v->kind); kw_mem_free(v->off); kw_mem_free(v->len); kw_mem_free(v->bytes);
     kw_mem_free(v->tb); kw_mem_free(v->td); kw_mem_free(v->te); kw_mem_free(v->tt);
     kw_mem_free(v->same_next); kw_mem_free(v->eog);
+    gv_cache_free(v->cache);
     kw_mem_free(v);
 }
 
