@@ -134,6 +134,10 @@ static void test_exact_mask_json(void) {
     KW_CHECK(ix != NULL);
     if (!ix) { kw_grammar_free(g); kw_grammar_vocab_free(v); return; }
     const char *doc = "{\"s\": \"a\\né\", \"n\": -1.5, \"k\": \"abc\",\n  \"l\": [1, 23]}";
+    /* a second index of the same grammar takes the string rules' walks from the vocab's cache */
+    kw_grammar_index_free(ix);
+    ix = kw_grammar_index_new(g, v, NULL, &e);
+    KW_CHECK(ix != NULL);
     kw_grammar_matcher *m = kw_grammar_matcher_new(g, ix, &e);
     for (size_t i = 0; i <= strlen(doc); i++) {
         int bad = gt_check_mask_exact(m, v);
