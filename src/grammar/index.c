@@ -170,8 +170,8 @@ static void cache_put(const kw_grammar_vocab *v, const uint8_t *key, uint32_t kl
     e->s.acc_off -= pool0;
     e->s.cf_off = S->cf_n ? S->cf_off - ents0 : 0;
     e->s.sfx_off -= sfx0;
-    g_copy(e->pool, ix->pool + pool0, (size_t)np * 4);
-    g_copy(e->ents, ix->ents + ents0, (size_t)ne * sizeof(gi_ent));
+    if (np) memcpy(e->pool, ix->pool + pool0, (size_t)np * 4);
+    if (ne) memcpy(e->ents, ix->ents + ents0, (size_t)ne * sizeof(gi_ent));
     for (uint32_t i = 0; i < nsx; i++) {
         gi_sfx nd = ix->sfx[sfx0 + i];
         nd.end -= sfx0;
