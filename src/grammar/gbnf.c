@@ -280,7 +280,7 @@ kw_grammar *kw_grammar_from_gbnf(const char *text, size_t len, const kw_grammar_
             perr(&q, b);
             break;
         }
-        skip_space(&q, false);
+        skip_space(&q, true);   /* the body may start on the next line */
         uint32_t e = parse_alternatives(&q, false);
         if (e == G_NONE) break;
         ir_rule_define(&ir, rule, e);

@@ -70,6 +70,13 @@ static void test_gbnf_syntax(void) {
     KW_CHECK(!gt_accepts(g, "hi AaAaAaAa", 11));  /* 4 names > {1,3} */
     KW_CHECK(!gt_accepts(g, "hi Bob x\n.", 10));
     kw_grammar_free(g);
+    /* a rule body may start on the line after "::=", as in llama.cpp's own grammars */
+    g = gbnf("root ::=\n  \"[\" ws (\n    item\n    (\",\" ws item)*\n  )? \"]\"\n"
+             "item ::= [a-z]+ ws\nws ::= ([ \\t\\n] ws)?\n");
+    KW_CHECK(g != NULL);
+    KW_CHECK(g && gt_accepts(g, "[ab, c ,d]", 10));
+    KW_CHECK(g && !gt_accepts(g, "[ab,]", 5));
+    kw_grammar_free(g);
 }
 
 static void test_gbnf_errors(void) {
