@@ -19,6 +19,7 @@
 #define KW_GRAMMAR_INDEX_H
 #include "gram_internal.h"
 
+#define GI_LE 8
 typedef struct gi_sfx { uint32_t end, ent_off, ent_n; uint16_t depth; uint8_t byte; } gi_sfx;
 typedef struct gi_ent { uint32_t tok, c; } gi_ent;
 typedef struct gi_slot {
@@ -26,6 +27,8 @@ typedef struct gi_slot {
     uint32_t acc_off, acc_n;   /* pool: bitmask words or ids */
     uint32_t cf_off, cf_n;     /* ents: (token, c) with c >= 1, c descending (LOOP rules) */
     uint32_t max_c;
+    uint32_t le_off;           /* LOOP rules with a bitmask acc: GI_LE bitmasks in pool, the k-th
+                                  holding the tokens with c <= k (G_NONE: none) */
     uint32_t sfx_off, sfx_n;   /* suffix trie nodes (preorder) */
     uint32_t n_acc;
 } gi_slot;

@@ -121,6 +121,7 @@ static int cache_get(const kw_grammar_vocab *v, const uint8_t *key, uint32_t kle
         }
         *S = e->s;
         S->acc_off += ix->n_pool;
+        if (S->le_off != G_NONE) S->le_off += ix->n_pool;
         if (S->cf_n) S->cf_off += ix->n_ents;
         S->sfx_off += ix->n_sfx;
         g_copy(ix->pool + ix->n_pool, e->pool, (size_t)e->n_pool * 4);
@@ -168,6 +169,7 @@ static void cache_put(const kw_grammar_vocab *v, const uint8_t *key, uint32_t kl
     e->klen = klen;
     e->s = *S;
     e->s.acc_off -= pool0;
+    if (e->s.le_off != G_NONE) e->s.le_off -= pool0;
     e->s.cf_off = S->cf_n ? S->cf_off - ents0 : 0;
     e->s.sfx_off -= sfx0;
     if (np) memcpy(e->pool, ix->pool + pool0, (size_t)np * 4);
@@ -373,7 +375,19 @@ static int store_acc(ib *b, gi_slot *S, bool loop) {
         memset(ix->pool + ix->n_pool, 0, (size_t)ix->n_words * 4);
         for (uint32_t i = 0; i < b->n_acc; i++) g_bit_set(ix->pool + ix->n_pool, b->acc[i].tok);
         ix->n_pool += ix->n_words;
+        S->le_off = G_NONE;
+        if (loop) {   /* near a loop's bound most tokens start too many iterations: precomputed masks */
+            uint64_t need = (uint64_t)ix->n_pool + (uint64_t)GI_LE * ix->n_words;
+            if (g_reserve((void **)&ix->pool, &ix->cap_pool, need, 4)) return ib_oom(b);
+            S->le_off = ix->n_pool;
+            memset(ix->pool + ix->n_pool, 0, (size_t)GI_LE * ix->n_words * 4);
+            for (uint32_t i = 0; i < b->n_acc; i++)
+                for (uint32_t k = b->acc[i].c; k < GI_LE; k++)
+                    g_bit_set(ix->pool + ix->n_pool + (size_t)k * ix->n_words, b->acc[i].tok);
+            ix->n_pool += GI_LE * ix->n_words;
+        }
     } else {
+        S->le_off = G_NONE;
         if (b->n_acc > 1) qsort(b->acc, b->n_acc, sizeof *b->acc, cmp_ent_tok);
         S->acc_off = ix->n_pool;
         S->acc_n = b->n_acc;
@@ -593,6 +607,11 @@ static int apply_acc(const kw_grammar_index *ix, const gi_slot *S, uint32_t limi
     if (!S->n_acc) return 0;
     if (limit == G_INF || limit >= S->max_c) {
         or_acc(ix, S, mask);
+        return 0;
+    }
+    if (limit < GI_LE && S->le_off != G_NONE) {
+        const uint32_t *p = ix->pool + S->le_off + (size_t)limit * ix->n_words;
+        for (uint32_t w = 0; w < ix->n_words; w++) mask[w] |= p[w];
         return 0;
     }
     if (g_reserve((void **)&scr->tmp, &scr->cap_tmp, ix->n_words, 4)) return -1;
