@@ -194,48 +194,69 @@ undo:
     pthread_mutex_unlock(&c->mu);
 }
 
-/* The cache key of a slot whose rule calls no other rule, or 0 bytes when
-   the rule does call others: loop flag, follow set, then the rule's states
-   in BFS order with their flags and byte-range transitions. */
-static uint32_t slot_key(const kw_grammar *g, uint32_t state, uint8_t **buf, uint32_t *cap, uint32_t *canon,
-                         uint32_t *order) {
-    uint32_t r = g->st_rule[state], s0 = g->rule_start[r];
-    uint32_t n = 0, head = 0, k = 0, want = G_NONE;
-    order[n++] = s0;
-    canon[s0] = 0;
+/* Cache keys: a rule that calls no other rule is described once (loop flag,
+   follow set, its states in BFS order with their flags and byte-range
+   transitions, canon[] numbering its states); a slot's key is that plus
+   the slot state's number. */
+typedef struct keys {
+    uint8_t *buf; uint32_t n, cap;
+    uint32_t *off, *len;     /* per rule: G_NONE = not described yet; len 0 = calls other rules */
+    uint32_t *canon;         /* per state: its number in its rule's BFS order */
+    uint32_t *order;
+} keys;
+
+static int key_put32(keys *K, uint32_t v) {
+    if (g_reserve((void **)&K->buf, &K->cap, (uint64_t)K->n + 4, 1)) return -1;
+    memcpy(K->buf + K->n, &v, 4);
+    K->n += 4;
+    return 0;
+}
+
+static int describe_rule(const kw_grammar *g, keys *K, uint32_t r) {
+    uint32_t s0 = g->rule_start[r], n = 0, head = 0;
+    K->off[r] = K->n;
+    K->len[r] = 0;
+    K->order[n++] = s0;
+    K->canon[s0] = 0;
     while (head < n) {
-        uint32_t s = order[head++];
-        if (g->st_ref_n[s]) { k = 0; goto done; }
-        if (s == state) want = head - 1;
+        uint32_t s = K->order[head++];
+        if (g->st_ref_n[s]) return 0;   /* calls another rule: no key */
         for (int b = 0; b < 256; b++) {
             int32_t t = g_next(g, s, (uint8_t)b);
-            if (t >= 0 && canon[t] == G_NONE) { canon[t] = n; order[n++] = (uint32_t)t; }
+            if (t >= 0 && K->canon[t] == G_NONE) { K->canon[t] = n; K->order[n++] = (uint32_t)t; }
         }
     }
-    if (want == G_NONE) goto done;
-#define PUT32(x) do { uint32_t _v = (x); if (g_reserve((void **)buf, cap, (uint64_t)k + 4, 1)) { k = 0; goto done; } memcpy(*buf + k, &_v, 4); k += 4; } while (0)
-    PUT32(g->rule_loop[r]);
-    PUT32(want);
-    if (g_reserve((void **)buf, cap, (uint64_t)k + 32, 1)) { k = 0; goto done; }
-    memcpy(*buf + k, g->rule_follow + (size_t)r * 32, 32);
-    k += 32;
-    PUT32(n);
+    if (key_put32(K, g->rule_loop[r]) || g_reserve((void **)&K->buf, &K->cap, (uint64_t)K->n + 32, 1)) return -1;
+    memcpy(K->buf + K->n, g->rule_follow + (size_t)r * 32, 32);
+    K->n += 32;
+    if (key_put32(K, n)) return -1;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t s = order[i];
-        PUT32(g->st_flags[s]);
+        uint32_t s = K->order[i];
+        if (key_put32(K, g->st_flags[s])) return -1;
         for (int b = 0; b < 256;) {
             int32_t t = g_next(g, s, (uint8_t)b);
             int e = b;
             while (e + 1 < 256 && g_next(g, s, (uint8_t)(e + 1)) == t) e++;
-            if (t >= 0) PUT32((uint32_t)b | (uint32_t)e << 8 | canon[t] << 16);
+            if (t >= 0 && key_put32(K, (uint32_t)b | (uint32_t)e << 8 | K->canon[t] << 16)) return -1;
             b = e + 1;
         }
-        PUT32(0xFFFFFFFFu);
+        if (key_put32(K, 0xFFFFFFFFu)) return -1;
     }
-#undef PUT32
-done:
-    for (uint32_t i = 0; i < n; i++) canon[order[i]] = G_NONE;
-    return k;
+    K->len[r] = K->n - K->off[r];
+    return 0;
+}
+
+/* The key of the slot of state s into out (grown as needed); its length, 0
+   when the rule calls other rules, or -1 when out of memory. */
+static int64_t slot_key(const kw_grammar *g, keys *K, uint32_t s, uint8_t **out, uint32_t *cap) {
+    uint32_t r = g->st_rule[s];
+    if (K->off[r] == G_NONE && describe_rule(g, K, r)) return -1;
+    uint32_t len = K->len[r];
+    if (!len) return 0;
+    if (g_reserve((void **)out, cap, (uint64_t)len + 4, 1)) return -1;
+    memcpy(*out, K->buf + K->off[r], len);
+    memcpy(*out + len, &K->canon[s], 4);
+    return (int64_t)len + 4;
 }
 
 void gm_scratch_free(gm_scratch *s) {
@@ -531,7 +552,8 @@ kw_grammar_index *kw_grammar_index_new(const kw_grammar *g, const kw_grammar_voc
     ix->slots = kw_mem_calloc(KW_MEM_OTHER, ((size_t)g->n_slots + 1) * sizeof *ix->slots);
     uint8_t *done = kw_mem_calloc(KW_MEM_OTHER, (size_t)g->n_slots + 1);
     uint8_t *key = NULL;
-    uint32_t cap_key = 0, *canon = NULL, *order = NULL;
+    uint32_t cap_key = 0;
+    keys K = {0};
     b.doff = kw_mem_alloc(KW_MEM_OTHER, (size_t)maxd * sizeof(uint32_t));
     b.dn = kw_mem_alloc(KW_MEM_OTHER, (size_t)maxd * sizeof(uint32_t));
     b.dnodes = kw_mem_alloc(KW_MEM_OTHER, (size_t)maxd * sizeof(uint32_t));
@@ -545,15 +567,20 @@ kw_grammar_index *kw_grammar_index_new(const kw_grammar *g, const kw_grammar_voc
         kw_err_set(err, "grammar index: out of memory");
         goto out;
     }
-    canon = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_states + 1) * sizeof *canon);
-    order = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_states + 1) * sizeof *order);
-    if (!canon || !order) { kw_err_set(err, "grammar index: out of memory"); goto out; }
-    for (uint32_t s = 0; s < g->n_states; s++) canon[s] = G_NONE;
+    K.canon = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_states + 1) * sizeof *K.canon);
+    K.order = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_states + 1) * sizeof *K.order);
+    K.off = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_rules + 1) * sizeof *K.off);
+    K.len = kw_mem_alloc(KW_MEM_OTHER, ((size_t)g->n_rules + 1) * sizeof *K.len);
+    if (!K.canon || !K.order || !K.off || !K.len) { kw_err_set(err, "grammar index: out of memory"); goto out; }
+    for (uint32_t s = 0; s < g->n_states; s++) K.canon[s] = G_NONE;
+    for (uint32_t r = 0; r < g->n_rules; r++) K.off[r] = G_NONE;
     for (uint32_t s = 0; s < g->n_states; s++) {
         uint32_t slot = g->st_slot[s];
         if (slot == G_NONE || done[slot]) continue;
         done[slot] = 1;
-        uint32_t klen = slot_key(g, s, &key, &cap_key, canon, order);
+        int64_t kl = slot_key(g, &K, s, &key, &cap_key);
+        if (kl < 0) { kw_err_set(err, "grammar index: out of memory"); goto out; }
+        uint32_t klen = (uint32_t)kl;
         if (klen) {
             int hit = cache_get(v, key, klen, ix, &ix->slots[slot]);
             if (hit < 0) { kw_err_set(err, "grammar index: out of memory"); goto out; }
@@ -567,8 +594,7 @@ kw_grammar_index *kw_grammar_index_new(const kw_grammar *g, const kw_grammar_voc
 out:
     kw_mem_free(done);
     kw_mem_free(key);
-    kw_mem_free(canon);
-    kw_mem_free(order);
+    kw_mem_free(K.buf); kw_mem_free(K.off); kw_mem_free(K.len); kw_mem_free(K.canon); kw_mem_free(K.order);
     kw_mem_free(b.doff); kw_mem_free(b.dn); kw_mem_free(b.dnodes); kw_mem_free(b.dpop); kw_mem_free(b.dnpc);
     kw_mem_free(b.dpc); kw_mem_free(b.open);
     kw_mem_free(b.hb); kw_mem_free(b.acc); kw_mem_free(b.evs); kw_mem_free(b.ses);
