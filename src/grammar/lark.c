@@ -73,7 +73,7 @@ static uint32_t import_common(lp *q, const char *name, size_t nlen, const char *
         return ir_rule_define(q->ir, r, e) ? G_NONE : 0;
     }
     char b[96];
-    snprintf(b, sizeof b, "%%import of common.%.40s is not supported", name);
+    snprintf(b, sizeof b, "%%import of common.%.*s is not supported", (int)(nlen > 40 ? 40 : nlen), name);
     return lerr(q, b);
 }
 
@@ -291,7 +291,7 @@ static void parse_directive(lp *q) {
     }
     q->p += 6;
     skip_blank(q, false);
-    if (*q->p == '.') {
+    if (q->p < q->end && *q->p == '.') {
         q->p++;
         const char *nm = q->p;
         while (q->p < q->end && is_ident(*q->p)) q->p++;
@@ -309,7 +309,7 @@ static void parse_directive(lp *q) {
         import_common(q, nm, nl, as, al);
         return;
     }
-    if (*q->p != '(') { lerr(q, "bad %import"); return; }
+    if (q->p >= q->end || *q->p != '(') { lerr(q, "bad %import"); return; }
     q->p++;
     for (;;) {
         skip_blank(q, true);
