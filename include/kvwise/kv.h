@@ -55,16 +55,15 @@ const char *kw_kv_type_name(uint32_t type);       /* "?" for a type a pool does 
 int kw_kv_type_from_name(const char *name);
 #define KW_KV_TYPE_NAMES "auto, i16, i8, f16, q8_0 or f32"
 /* What "auto" (the default everywhere) is for these head dims, block size
- * and query heads per KV head (group) on this CPU: i16 where its kernels run
- * here (AVX-512 VNNI or AVX2 + FMA) and the shapes fit (kv.h above; the
- * kernels take up to 16 queries, so a group above 16 would run the slow
- * portable path), else f16. i16 is closer to an F32 cache than f16 and its
- * attention is about twice as fast (docs/MODEL.md). */
+ * and query heads per KV head (group) with the active kernel family
+ * (KW_KERNEL, tensor.h kw_kernel_name): i16 where the family has integer
+ * attention kernels (avx512: AVX-512 VNNI, avx2: AVX2 + FMA) and the shapes
+ * fit (tensor.h; the kernels take up to 16 queries, so a group above 16
+ * would run the slow portable path), else f16. The scalar family has no
+ * such kernel and so picks f16, as a CPU without AVX2 does. i16 is closer
+ * to an F32 cache than f16 and its attention is about twice as fast
+ * (docs/MODEL.md). */
 uint32_t kw_kv_type_auto(int32_t head_dim_k, int32_t head_dim_v, int32_t block_tokens, int32_t group);
-/* Whether this CPU runs one of the i16 attention kernels (AVX-512 F/BW +
- * VNNI, or AVX2 + FMA); without, i16 attention takes the slow portable path.
- * auto and forward.c's dispatch both ask this. */
-bool kw_kv_i16_kernels(void);
 
 /* Bytes of KV per token for a layout (all layers, K and V). */
 size_t kw_kv_bytes_per_token(const kw_kv_layout *lay);
@@ -95,6 +94,10 @@ void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src);
  * plus s rows. */
 void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
 void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
+/* Layer `layer` of the sequence whose blocks are ids[] as the attention
+ * kernels read it (tensor.h kw_attn_kv; its region is kw_kv_k / kw_kv_v at
+ * slot 0). Valid while the pool and ids are. */
+kw_attn_kv kw_kv_attn_view(kw_kv_pool *p, const int32_t *ids, int32_t layer);
 
 /* The i16 and i8 types store a head's region of a block (what kw_kv_k /
  * kw_kv_v return for slot 0) in the integer row format of tensor.h

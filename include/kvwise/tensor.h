@@ -52,7 +52,7 @@ size_t kw_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
  * Each position's K (or V) row of one head is stored as integers with one
  * F32 scale: x ~= scale * x_int, scale = max|x| / QMAX, K with QMAX 4095 and
  * V with 8191 (the bounds that keep attention's integer dot products exact
- * in int32: see src/model/attn_i16.c). The head's region of a KV block (kv.h:
+ * in int32: see src/tensor/attn_i16.c). The head's region of a KV block (kv.h:
  * kw_kv_k/kw_kv_v for slot 0; block_tokens * row bytes) holds the
  * block_tokens scales first, then the integers laid out for 16-lane dot
  * products: K in groups of 16 slots, each group its dimension pairs in order,
@@ -94,7 +94,7 @@ void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float
  * dimensions (kw_kv_i8_k_index), so that 16 keys of one quad are 64
  * contiguous bytes, one vpdpbusd operand. Attention quantizes q to 127 as
  * well (as llama.cpp quantizes q to q8_0 for a q8_0 K cache) and keeps the
- * probabilities' 13 bits (src/model/attn_i16.c). Half the bytes of i16
+ * probabilities' 13 bits (src/tensor/attn_i16.c). Half the bytes of i16
  * (and of f16) per token: the memory-saving type, about as precise as q8_0
  * (one scale per row of a head instead of per 32 values) and faster than
  * i16 at depth. Same shape limits as i16. */
@@ -121,6 +121,24 @@ static inline size_t kw_kv_int_k_group(int32_t hk, int32_t s, bool w8) {
 static inline int32_t kw_kv_int_at(const void *ints, bool w8, size_t e) {
     return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];
 }
+
+/* ---- a paged KV cache as the attention kernels read it ----
+ * One layer of one sequence's KV blocks (the KV pool fills it:
+ * kw_kv_attn_view, kv.h). Block b of the sequence, positions
+ * [b * block_tokens, (b + 1) * block_tokens), is ids[b]; region(kv, ids[b],
+ * head, v) is that block's K (v = 0) or V (v = 1) region of one KV head:
+ * block_tokens rows of k_row_bytes / v_row_bytes (F32, F16, Q8_0), or the
+ * integer row format above (i16, i8). */
+typedef struct kw_attn_kv kw_attn_kv;
+struct kw_attn_kv {
+    uint32_t type;              /* KW_TYPE_F32, F16, Q8_0, KV_I16 or KV_I8 */
+    int32_t block_tokens;
+    size_t k_row_bytes, v_row_bytes;
+    const int32_t *ids;
+    int32_t layer;
+    void *(*region)(const kw_attn_kv *kv, int32_t id, int32_t head, int v);
+    void *pool;                 /* what region reads */
+};
 
 /* ---- thread pool ----
  * A fixed set of worker threads. kw_pool_run() runs fn(arg, ith, nth) once

@@ -61,13 +61,12 @@ static bool i16_shapes_ok(int32_t hk, int32_t hv, int32_t bt) {
     return hk > 0 && hv > 0 && hk % 16 == 0 && hv % 16 == 0 && hk <= 128 && hv <= 1024 && bt > 0 && bt % 32 == 0;
 }
 
-bool kw_kv_i16_kernels(void) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    return ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma));
-}
-
+/* The active kernel set's choice where the KV shapes and its integer
+ * attention kernels (up to 16 queries: group heads per call) take it. */
 uint32_t kw_kv_type_auto(int32_t hk, int32_t hv, int32_t bt, int32_t group) {
-    return kw_kv_i16_kernels() && i16_shapes_ok(hk, hv, bt) && group >= 1 && group <= 16 ? KW_TYPE_KV_I16 : KW_TYPE_F16;
+    uint32_t t = kw_kernels_active()->kv_type_auto;
+    if (kw_kv_type_is_int(t) && !(i16_shapes_ok(hk, hv, bt) && kw_attn_i16_supported(group, hk, hv))) return KW_TYPE_F16;
+    return t;
 }
 
 static int layout_check(const kw_kv_layout *lay, kw_err *err) {
@@ -187,6 +186,16 @@ void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t sl
 
 void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot) {
     return region(p, id, layer, head, p->v_row_bytes, true) + (size_t)slot * p->v_row_bytes;
+}
+
+static void *attn_region(const kw_attn_kv *kv, int32_t id, int32_t head, int v) {
+    kw_kv_pool *p = kv->pool;
+    return region(p, id, kv->layer, head, v ? p->v_row_bytes : p->k_row_bytes, v != 0);
+}
+
+kw_attn_kv kw_kv_attn_view(kw_kv_pool *p, const int32_t *ids, int32_t layer) {
+    return (kw_attn_kv){.type = p->lay.type, .block_tokens = p->lay.block_tokens, .k_row_bytes = p->k_row_bytes,
+                        .v_row_bytes = p->v_row_bytes, .ids = ids, .layer = layer, .region = attn_region, .pool = p};
 }
 
 static int table_reserve(kw_block_table *t, int32_t n) {

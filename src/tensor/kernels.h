@@ -1,15 +1,19 @@
-/* kernels.h - internal interface between kw_matmul and the kernel families
- * (scalar reference, AVX2+FMA, AVX-512).
+/* kernels.h - internal interface between the kernel families (scalar
+ * reference, AVX2+FMA, AVX-512) and their callers: kw_matmul, the forward
+ * pass's attention and activations (src/model/forward.c) and the KV type
+ * "auto" (src/kv/pool.c), which ask only kw_kernels_active().
  *
- * A kernel set is two tables: activation quantizers indexed by dot type
- * (F16, BF16, Q8_0, Q8_1, Q8_K) and GEMM kernels indexed by weight type.
- * Families start from the scalar set and override what they implement, so
- * every entry is always callable. Activation quantizers give bit-identical
- * bytes in every family (same formula, same rounding); kernels differ only
- * in float summation order. */
+ * A kernel set holds activation quantizers indexed by dot type (F16, BF16,
+ * Q8_0, Q8_1, Q8_K), GEMM kernels indexed by weight type, and the
+ * attention and activation entries (attn.h). Families start from the
+ * scalar set and override what they implement, so every entry is always
+ * callable. Activation quantizers give bit-identical bytes in every family
+ * (same formula, same rounding); kernels differ only in float summation
+ * order (and attention in its exp, attn.h). */
 #ifndef KW_TENSOR_KERNELS_H
 #define KW_TENSOR_KERNELS_H
 #include "kvwise/tensor.h"
+#include "tensor/attn.h"
 
 /* Converts one row of n floats to the dot type (n a multiple of its block). */
 typedef void (*kw_act_quant_fn)(const float *x, void *dst, int64_t n);
@@ -63,6 +67,26 @@ typedef struct kw_kernel_set {
      * a multiple of 256) read with non-temporal loads, as the family's
      * decode kernels read packed weights; the bandwidth probe times it. */
     uint64_t (*read_nt)(const void *p, size_t bytes);
+
+    /* ---- attention and activations (attn.h) ----
+     * attn_token: one token (a->n_tok == 1) x the G query heads of KV head
+     * a->kvh, any KV type; scr holds the per-token floats of the forward
+     * pass's plan (G * (max_ctx + hk + hv), and kw_attn_i16_floats(G, ...)).
+     * attn_tile_supported: whether this family runs prefill attention of
+     * this shape in tiles of kw_attn_tile_tokens(G) consecutive tokens of
+     * one sequence (else the forward pass goes token by token); attn_tile
+     * runs one (scr: kw_attn_tile_floats and kw_attn_i16_floats of the
+     * tile's queries), each token's output the bits attn_token gives it.
+     * swiglu: gate = silu(gate) * up over n values (the FFN). */
+    void (*attn_token)(const kw_attn_args *a, float *scr, int32_t max_ctx);
+    bool (*attn_tile_supported)(uint32_t kv_type, int G, int hk, int hv);
+    void (*attn_tile)(const kw_attn_args *a, float *scr, int32_t max_ctx);
+    void (*swiglu)(float *gate, const float *up, int64_t n);
+    /* The KV type "auto" picks (kw_kv_type_auto, kv.h) where the shapes
+     * allow it: an integer type where the family has integer attention
+     * kernels, else KW_TYPE_F16 (the portable integer path is much slower
+     * than F16 attention). */
+    uint32_t kv_type_auto;
 } kw_kernel_set;
 
 /* Header at the start of every packed buffer: kernels use a packed copy
@@ -180,6 +204,11 @@ uint32_t kw_dot_type(uint32_t wtype);
 void kw_kernels_scalar_init(kw_kernel_set *k);
 void kw_kernels_avx2_init(kw_kernel_set *k);
 void kw_kernels_avx512_init(kw_kernel_set *k);
+/* The attention and activation entries of each family (attn.c,
+ * attn_avx2.c, attn_avx512.c); the family inits above call them. */
+void kw_kernels_attn_scalar_init(kw_kernel_set *k);
+void kw_kernels_attn_avx2_init(kw_kernel_set *k);
+void kw_kernels_attn_avx512_init(kw_kernel_set *k);
 
 /* The active set (chosen from CPU features, or forced). */
 const kw_kernel_set *kw_kernels_active(void);

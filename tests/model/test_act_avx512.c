@@ -3,7 +3,7 @@
  * over a dense sweep of gate values (-110..110, where exp under/overflows),
  * odd lengths (masked tail) and special values. Skips (77) without AVX-512F. */
 #include "testutil.h"
-#include "model/model_internal.h"
+#include "tensor/attn.h"
 #include <float.h>
 #include <string.h>
 

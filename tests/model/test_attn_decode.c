@@ -48,8 +48,8 @@ static void run_case(uint32_t type, int bt, int G, int n_head_kv, int hk, int hv
     double worst = 0.0;
     int identical = 1;
     for (int kvh = 0; kvh < n_head_kv; kvh++) {
-        kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = 1, .n_tok = 1,
-                               .layer = 0, .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
+        kw_attn_args a = {.q = q, .out = out, .kv = kw_kv_attn_view(kv, t.ids, 0), .pos = pos, .i0 = 1, .n_tok = 1,
+                           .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
         kw_attn_decode_avx512(&a, scr, n + 16);
         for (int g = 0; g < G; g++) {
             int h = kvh * G + g;

@@ -168,8 +168,8 @@ static void run_case_t(uint32_t type, int bt, int n_head, int n_head_kv, int hk,
     int identical = 1, identical2 = 1;
     double e_i16 = 0.0, e_f16 = 0.0;
     for (int kvh = 0; kvh < n_head_kv; kvh++) {
-        kw_attn_tile_args a = {.q = q, .out = o_ref, .kv = kv, .table = &t, .pos = pos, .i0 = 2, .n_tok = n_tok,
-                               .layer = 0, .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
+        kw_attn_args a = {.q = q, .out = o_ref, .kv = kw_kv_attn_view(kv, t.ids, 0), .pos = pos, .i0 = 2, .n_tok = n_tok,
+                           .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
         kw_attn_i16_ref(&a, scr, n_pos);
         if (kernel) {
             a.out = o_ker;

@@ -6,7 +6,7 @@
  * random, all-equal, sign-alternating and zero blocks. The AVX2 half skips
  * without AVX2/FMA/F16C. */
 #include "testutil.h"
-#include "model/model_internal.h"
+#include "tensor/attn.h"
 #include <math.h>
 #include <string.h>
 

@@ -1,8 +1,11 @@
-/* attn_avx2.c - AVX2/FMA/F16C inner loops of the attention (forward.c):
- * q . K-row and acc += p * V-row for F32, F16 and Q8_0 rows. Compiled with
- * -mavx2 -mfma -mf16c; forward.c calls these only when kw_cpu_info_get()
- * reports all three. Sums run in 8 lanes, then a fixed horizontal order. */
-#include "model_internal.h"
+/* attn_avx2.c - the AVX2 family's attention (kernels.h): the row
+ * operations of the per-token path (attn.c) for F32, F16 and Q8_0 rows,
+ * q . K-row and acc += p * V-row, and the family's entries: that path with
+ * these rows and expf, the i16/i8 kernel of attn_i16_avx2.c for the shapes
+ * it takes (prefill tiles and decode). Compiled with -mavx2 -mfma -mf16c;
+ * the AVX2 and AVX-512 families run it. Sums run in 8 lanes, then a fixed
+ * horizontal order. */
+#include "tensor/kernels.h"
 #include <immintrin.h>
 #include <string.h>
 
@@ -61,7 +64,7 @@ void kw_attn_round_f16_avx2(float *x, int n) {
 }
 
 /* Q8_0 (34-byte blocks: F16 scale, 32 int8; q quantized the same way): the
- * bits of forward.c's kw_attn_dot_q8_0. Per block the integer dot is exact
+ * bits of attn.c's kw_attn_dot_q8_0. Per block the integer dot is exact
  * (|values| <= 127, so a maddubs pair sum <= 32258 fits int16), then
  * t += (d_k * d_q) * isum in block order. */
 float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n) {
@@ -83,7 +86,7 @@ float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n) {
 }
 
 /* acc += p * V-row, Q8_0: pd = p * d per block, then multiply and add per
- * element (no FMA), the bits of forward.c's kw_attn_axpy_q8_0. */
+ * element (no FMA), the bits of attn.c's kw_attn_axpy_q8_0. */
 void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n) {
     for (int b = 0; b < n / 32; b++, v += 34) {
         uint16_t d16;
@@ -95,4 +98,36 @@ void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n) {
             _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(pd, x)));
         }
     }
+}
+
+const kw_attn_ops kw_attn_ops_avx2 = {kw_attn_dot_f32_avx2,  kw_attn_dot_f16_avx2,  kw_attn_dot_q8_0_avx2,
+                                      kw_attn_axpy_f32_avx2, kw_attn_axpy_f16_avx2, kw_attn_axpy_q8_0_avx2,
+                                      kw_attn_round_f16_avx2, kw_exp_scalar};
+
+/* i16 / i8: the AVX2 kernel where it takes the queries, else the portable path (the same bits). */
+static void int_avx2(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (kw_attn_i16_supported(a->n_tok * a->G, a->hk, a->hv)) kw_attn_i16_avx2(a, scr, max_ctx);
+    else kw_attn_i16_ref(a, scr, max_ctx);
+}
+
+static void token_avx2(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (kw_kv_type_is_int(a->kv.type)) int_avx2(a, scr, max_ctx);
+    else kw_attn_per_token(&kw_attn_ops_avx2, a, scr, max_ctx);
+}
+
+/* Prefill tiles for the integer types only (float tiles need AVX-512). */
+static bool tiles_avx2(uint32_t kv_type, int G, int hk, int hv) {
+    return kw_kv_type_is_int(kv_type) && kw_attn_i16_tiles(G, hk, hv);
+}
+
+static void tile_avx2(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (kw_kv_type_is_int(a->kv.type)) int_avx2(a, scr, max_ctx);
+    else kw_attn_tile_by_token(token_avx2, a, scr, max_ctx);
+}
+
+void kw_kernels_attn_avx2_init(kw_kernel_set *k) {
+    k->attn_token = token_avx2;
+    k->attn_tile_supported = tiles_avx2;
+    k->attn_tile = tile_avx2;
+    k->kv_type_auto = KW_TYPE_KV_I16;
 }

@@ -8,55 +8,41 @@
  * usual two passes: softmax per query over its own causal range, and the
  * weighted sum of V rows.
  *
- * The arithmetic of every output is the one the per-token AVX2 path of
- * forward.c performs (attn_avx2.c), so results are bit-identical whichever
- * path or tile a token falls in:
+ * The arithmetic of every output is the one the AVX-512 family's per-token
+ * path performs (attn.c with attn_avx2.c's rows and act_avx512.c's exp), so
+ * results are bit-identical whichever path or tile a token falls in:
  *   - q . k: 8 partial sums (element d goes to sum d % 8, FMA in order of d),
  *     combined as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)), times the scale;
  *   - softmax: max, exp(s - max) (exp_avx512.h), sum in double, times (float)(1/sum);
  *     an F16 cache rounds q and the probabilities to F16 (as llama.cpp);
  *   - out = sum over keys in order of p * v, one FMA per element.
- * Compiled with AVX-512F flags; forward.c calls it only when the CPU has
- * AVX-512F (which implies the AVX2/FMA/F16C of the per-token path). */
+ * Also the AVX-512 family's attention entries (kernels.h, at the end).
+ * Compiled with AVX-512F flags; only the AVX-512 family calls it. */
+#include "tensor/kernels.h"
 #include "attn_rows.h"
 #include "exp_avx512.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-
-#define KW_ATT_LANES 16
-#define KW_ATT_VCHUNK 32     /* V rows converted to F32 at a time */
-
-int kw_attn_tile_tokens(int G) {
-    return G >= 1 && G <= KW_ATT_LANES ? KW_ATT_LANES / G : 0;
-}
-
-size_t kw_attn_tile_floats(int hk, int hv, int32_t max_ctx) {
-    /* qt[hk][16], scores[max_ctx][16], krow[2][hk], vbuf[32][hv] */
-    return (size_t)KW_ATT_LANES * ((size_t)hk + (size_t)max_ctx) + 2 * (size_t)hk + (size_t)KW_ATT_VCHUNK * (size_t)hv + 64;
-}
-
-bool kw_attn_tile_supported(uint32_t kv_type, int G, int hk, int hv) {
-    return (kv_type == KW_TYPE_F32 || kv_type == KW_TYPE_F16) && kw_attn_tile_tokens(G) > 0 && hk % 8 == 0 &&
-           hk <= 1024 && hv % 16 == 0 && hv <= 1024;
-}
+#define KW_ATT_LANES KW_ATTN_TILE_LANES
+#define KW_ATT_VCHUNK KW_ATTN_TILE_VCHUNK   /* V rows converted to F32 at a time */
 
 /* Row j of this head's K (v = 0) or V (v = 1) as n F32 values: in place
  * for an F32 cache, else converted from F16 into buf. */
-static const float *row_f32(const kw_attn_tile_args *a, int32_t j, int v, int n, float *buf) {
+static const float *row_f32(const kw_attn_args *a, int32_t j, int v, int n, float *buf) {
     const void *p = kw_attn_row(a, j, v);
-    if (a->kv->lay.type == KW_TYPE_F32) return p;
+    if (a->kv.type == KW_TYPE_F32) return p;
     const uint16_t *h = p;
     for (int d = 0; d < n; d += 16)
         _mm512_storeu_ps(buf + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
     return buf;
 }
 
-static const float *k_row_f32(const kw_attn_tile_args *a, int32_t j, float *buf) { return row_f32(a, j, 0, a->hk, buf); }
+static const float *k_row_f32(const kw_attn_args *a, int32_t j, float *buf) { return row_f32(a, j, 0, a->hk, buf); }
 
 /* Row pointers of V rows [j0, j1) as F32 (converted into vbuf for an F16 cache). */
-static void v_rows_f32(const kw_attn_tile_args *a, int32_t j0, int32_t j1, float *vbuf, const float **rows) {
+static void v_rows_f32(const kw_attn_args *a, int32_t j0, int32_t j1, float *vbuf, const float **rows) {
     for (int32_t j = j0; j < j1; j++) rows[j - j0] = row_f32(a, j, 1, a->hv, vbuf + (size_t)(j - j0) * (size_t)a->hv);
 }
 
@@ -91,7 +77,7 @@ static void score_keys(const float *qt, const float *k0, const float *k1, int hk
 }
 
 /* softmax of every lane l over scores[j * 16 + l], j < n[l] (n[l] = 0: unused
- * lane), all lanes at once: per lane the operations of forward.c's softmax
+ * lane), all lanes at once: per lane the operations of attn.c's softmax
  * (max, exp(s - max), sum in double in order of j, times (float)(1/sum)),
  * then F16 rounding for an F16 cache. Entries past a lane's n are left as
  * they are (never read). */
@@ -150,7 +136,7 @@ static void pv_lane(float *o, const float *p, int32_t j0, int32_t jn, const floa
 }
 
 /* Output row of lane l (token i0 + l / G, head kvh * G + l % G). */
-static float *lane_out(const kw_attn_tile_args *a, int l) {
+static float *lane_out(const kw_attn_args *a, int l) {
     int t = l / a->G, h = a->kvh * a->G + l % a->G;
     return a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)a->hv;
 }
@@ -180,9 +166,9 @@ static void pv_pair(float *oa, float *ob, const float *pa, const float *pb, int3
     }
 }
 
-void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
+void kw_attn_tile_avx512(const kw_attn_args *a, float *scr) {
     const int G = a->G, hk = a->hk, hv = a->hv, nq = a->n_tok * G;
-    const int f16 = a->kv->lay.type == KW_TYPE_F16;
+    const int f16 = a->kv.type == KW_TYPE_F16;
     float *qt = scr, *sc = qt + (size_t)KW_ATT_LANES * hk;
     int32_t n_max = 0;
     for (int t = 0; t < a->n_tok; t++) if (a->pos[a->i0 + t] + 1 > n_max) n_max = a->pos[a->i0 + t] + 1;
@@ -235,4 +221,41 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
             pv_lane(o, sc + l, j0, jn, rows, hv);
         }
     }
+}
+
+/* ---- the AVX-512 family's entries ----
+ * The per-token path runs attn_avx2.c's rows with this family's exp, the
+ * one the decode and tile kernels inline, so all three give the same bits. */
+static const kw_attn_ops ops_avx512 = {kw_attn_dot_f32_avx2,  kw_attn_dot_f16_avx2,  kw_attn_dot_q8_0_avx2,
+                                       kw_attn_axpy_f32_avx2, kw_attn_axpy_f16_avx2, kw_attn_axpy_q8_0_avx2,
+                                       kw_attn_round_f16_avx2, kw_exp_avx512};
+
+/* i16 / i8: the VNNI kernel where it takes the queries, else the portable path (the same bits). */
+static void int_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (kw_attn_i16_supported(a->n_tok * a->G, a->hk, a->hv)) kw_attn_i16_avx512(a, scr, max_ctx);
+    else kw_attn_i16_ref(a, scr, max_ctx);
+}
+
+static void token_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (kw_kv_type_is_int(a->kv.type)) int_avx512(a, scr, max_ctx);
+    else if (kw_attn_decode_supported(a->kv.type, a->G, a->hk, a->hv)) kw_attn_decode_avx512(a, scr, max_ctx);
+    else kw_attn_per_token(&ops_avx512, a, scr, max_ctx);
+}
+
+static bool tiles_avx512(uint32_t kv_type, int G, int hk, int hv) {
+    return kw_kv_type_is_int(kv_type) ? kw_attn_i16_tiles(G, hk, hv) : kw_attn_tile_supported(kv_type, G, hk, hv);
+}
+
+static void tile_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (kw_kv_type_is_int(a->kv.type)) int_avx512(a, scr, max_ctx);
+    else if (kw_attn_tile_supported(a->kv.type, a->G, a->hk, a->hv)) kw_attn_tile_avx512(a, scr);
+    else kw_attn_tile_by_token(token_avx512, a, scr, max_ctx);
+}
+
+void kw_kernels_attn_avx512_init(kw_kernel_set *k) {
+    k->attn_token = token_avx512;
+    k->attn_tile_supported = tiles_avx512;
+    k->attn_tile = tile_avx512;
+    k->swiglu = kw_swiglu_avx512;
+    k->kv_type_auto = KW_TYPE_KV_I16;
 }
