@@ -23,8 +23,8 @@
 static kw_cpu_info g_info;
 static bool g_avx512dq;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static kw_kernel_set g_sets[3];           /* scalar, avx2, avx512 */
-static bool g_set_ok[3];
+static kw_kernel_set g_sets[KW_KERNEL_FAMILIES];   /* scalar, avx2, avx512 */
+static bool g_set_ok[KW_KERNEL_FAMILIES];
 static _Atomic(const kw_kernel_set *) g_active;
 static size_t g_decode_pf;
 
@@ -116,7 +116,7 @@ static void init_once(void) {
     int best = g_set_ok[2] ? 2 : g_set_ok[1] ? 1 : 0;
     const char *env = getenv("KW_KERNEL");
     if (env) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < KW_KERNEL_FAMILIES; i++)
             if (g_set_ok[i] && strcasecmp(env, g_sets[i].name) == 0) best = i;
     }
     atomic_store(&g_active, &g_sets[best]);
@@ -143,10 +143,22 @@ const kw_kernel_set *kw_kernels_active(void) {
 
 const char *kw_kernel_name(void) { return kw_kernels_active()->name; }
 
+#ifdef KW_TESTCTL
+const kw_kernel_set *kw_kernels_family(int i) {
+    pthread_once(&g_once, init_once);
+    return i >= 0 && i < KW_KERNEL_FAMILIES && g_set_ok[i] ? &g_sets[i] : NULL;
+}
+
+void kw_kernels_install(const kw_kernel_set *k) {
+    pthread_once(&g_once, init_once);
+    atomic_store(&g_active, k);
+}
+#endif
+
 int kw_kernel_force(const char *name) {
     pthread_once(&g_once, init_once);
     if (!name) return -1;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < KW_KERNEL_FAMILIES; i++) {
         if (g_set_ok[i] && strcasecmp(name, g_sets[i].name) == 0) {
             atomic_store(&g_active, &g_sets[i]);
             return 0;

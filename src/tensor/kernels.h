@@ -213,6 +213,32 @@ void kw_kernels_attn_avx512_init(kw_kernel_set *k);
 /* The active set (chosen from CPU features, or forced). */
 const kw_kernel_set *kw_kernels_active(void);
 
+#define KW_KERNEL_FAMILIES 3   /* family index: 0 scalar, 1 avx2, 2 avx512 */
+
+#ifdef KW_TESTCTL
+/* cpu.c, test builds: family i's set (NULL when this CPU or build has
+ * none), and a set made active in place of the chosen one. */
+const kw_kernel_set *kw_kernels_family(int i);
+void kw_kernels_install(const kw_kernel_set *k);
+
+/* kernels_count.c, test builds: counts the calls made through the active
+ * set by entry and by the family that provides the entry (the first family
+ * whose set holds that function: an entry the AVX-512 family inherits from
+ * the scalar one counts as scalar). start() installs a counting copy of the
+ * set active now (each entry wraps the real one; results unchanged) and
+ * zeroes the counts; it returns -1, installing nothing, when the set has an
+ * entry the copy cannot wrap. stop() makes the wrapped set active again. */
+enum {
+    KW_KSLOT_QUANT, KW_KSLOT_QUANT_PACKED, KW_KSLOT_GEMM, KW_KSLOT_GEMM_PANEL, KW_KSLOT_PANELS, KW_KSLOT_PACK,
+    KW_KSLOT_READ_NT, KW_KSLOT_ATTN_TOKEN, KW_KSLOT_ATTN_TILE_SUPPORTED, KW_KSLOT_ATTN_TILE, KW_KSLOT_SWIGLU,
+    KW_KSLOT_COUNT
+};
+int kw_kernels_count_start(void);
+void kw_kernels_count_stop(void);
+uint64_t kw_kernels_count(int slot, int family);
+const char *kw_kernels_slot_name(int slot);
+#endif
+
 /* The detected features, without the one-time init (for family init code
  * that runs inside it). */
 const kw_cpu_info *kw_cpu_info_raw(void);
