@@ -14,7 +14,7 @@
  *  3. accuracy: against a double-precision softmax attention over the
  *     original F32 rows, the i16 path is at least as close as the same
  *     attention over an f16 cache (K, V, q and the probabilities rounded to
- *     f16, as forward.c's f16 path does), within 1.25x. i8: the same
+ *     f16, as the f16 attention path does), within 1.25x. i8: the same
  *     cases with i8 rows (4) are bit-identical across the paths too, and
  *     within 1.25x of an exact attention of q rounded to 8 bits over the
  *     rows rounded to 8 bits (the type's own roundings, as llama.cpp's

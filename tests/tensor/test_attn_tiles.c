@@ -1,5 +1,5 @@
 /* test_attn_tiles.c - the AVX-512 prefill attention tiles (attn_avx512.c)
- * against (1) the per-token AVX2 arithmetic that forward.c runs for single
+ * against (1) the AVX-512 family's per-token arithmetic (attn.c) for single
  * tokens (rebuilt here from the attn_avx2.c helpers: the two must agree bit
  * for bit, so a prompt gives the same logits in one batch or token by token)
  * and (2) a double-precision reference (softmax attention from scratch).

@@ -1,7 +1,8 @@
 /* test_attn_decode.c - the AVX-512 decode attention (attn_decode_avx512.c)
- * against (1) the per-token AVX2 arithmetic that forward.c runs without it
- * (rebuilt here from the attn_avx2.c helpers: the two must agree bit for
- * bit, so decode, batched decode and prefill tiles give the same logits)
+ * against (1) the AVX-512 family's per-token arithmetic (attn.c), which
+ * runs where it does not apply (rebuilt here from the attn_avx2.c helpers:
+ * the two must agree bit for bit, so decode, batched decode and prefill
+ * tiles give the same logits)
  * and (2) a double-precision reference (softmax attention from scratch).
  * F32 and F16 caches; block_tokens 16, 24 and 32 (blocks in reverse order);
  * G = 1, 4, 7, 8 and 12 (head groups beyond 8 and not a multiple of 4);
