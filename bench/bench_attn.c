@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
                                           .i0 = i0, .n_tok = n_pre - i0 < per ? n_pre - i0 : per, .kvh = h,
                                           .n_head = N_HEAD, .G = G, .hk = HD, .hv = HD};
                         if (g_i16) attend_i16(&a, scr, n_ctx);
-                        else kw_attn_tile_avx512(&a, scr);
+                        else kw_attn_tile_avx512(&a, scr, n_ctx);
                     }
             ts[r] = now_sec() - t0;
         }

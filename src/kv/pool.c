@@ -62,10 +62,11 @@ static bool i16_shapes_ok(int32_t hk, int32_t hv, int32_t bt) {
 }
 
 /* The active kernel set's choice where the KV shapes and its integer
- * attention kernels (up to 16 queries: group heads per call) take it. */
+ * attention kernels (a KV head's group of query heads per call) take it. */
 uint32_t kw_kv_type_auto(int32_t hk, int32_t hv, int32_t bt, int32_t group) {
-    uint32_t t = kw_kernels_active()->kv_type_auto;
-    if (kw_kv_type_is_int(t) && !(i16_shapes_ok(hk, hv, bt) && kw_attn_i16_supported(group, hk, hv))) return KW_TYPE_F16;
+    const kw_kernel_set *ks = kw_kernels_active();
+    uint32_t t = ks->attn.kv_type_auto;
+    if (kw_kv_type_is_int(t) && !(i16_shapes_ok(hk, hv, bt) && ks->attn.integer_supported(group, hk, hv))) return KW_TYPE_F16;
     return t;
 }
 

@@ -312,10 +312,10 @@ static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32
 
 /* ---- attention ----
  * One work item is (token, KV head): the n_head/n_head_kv query heads that
- * share that KV head are computed together (kernels.h attn_token), or in
- * prefill (tile, KV head): up to kw_attn_tile_tokens(G) consecutive tokens
- * of one sequence (attn_tile), where the active set runs tiles for this
- * shape. */
+ * share that KV head are computed together (tensor/kernels.h
+ * kw_attn_token), or in prefill (tile, KV head): up to
+ * kw_attn_tile_tokens(G) consecutive tokens of one sequence (kw_attn_tile),
+ * where the active set runs tiles for this shape (kw_attn_tiles). */
 
 /* The kernel arguments of KV head kvh for batch tokens [i0, i0 + n_tok) of one sequence. */
 static kw_attn_args attn_args(const kw_ctx *c, int32_t i0, int32_t n_tok, int kvh) {
@@ -330,7 +330,7 @@ static kw_attn_args attn_args(const kw_ctx *c, int32_t i0, int32_t n_tok, int kv
  * out_h = softmax(q_h . K[0..pos] / sqrt(hk)) . V[0..pos]. */
 static void attend_group(kw_ctx *c, int32_t i, int kvh, float *scr) {
     kw_attn_args a = attn_args(c, i, 1, kvh);
-    c->ks->attn_token(&a, scr, c->max_ctx);
+    kw_attn_token(c->ks, &a, scr, c->max_ctx);
 }
 
 /* Decode: items (token, KV head) handed out through the same counter as
@@ -365,7 +365,7 @@ static void attention_tiles_task(void *arg, int ith, int nth) {
         int kvh = (int)(it % n_kv);
         if (i1 - i0 == 1) { attend_group(c, i0, kvh, scr); continue; }
         kw_attn_args a = attn_args(c, i0, i1 - i0, kvh);
-        c->ks->attn_tile(&a, scr, c->max_ctx);
+        kw_attn_tile(c->ks, &a, scr, c->max_ctx);
     }
 }
 
@@ -375,8 +375,8 @@ static void attention_tiles_task(void *arg, int ith, int nth) {
 static int32_t plan_tiles(kw_ctx *c, const kw_batch *b) {
     const kw_hparams *hp = &c->m->hp;
     int G = hp->n_head / hp->n_head_kv, per = kw_attn_tile_tokens(G);
-    bool ok = per > 0 && c->ks->attn_tile_supported(c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v);
-    if (b->n_tokens < 2 || c->max_tokens < 2 || !ok) return 0;
+    if (b->n_tokens < 2 || c->max_tokens < 2 || !kw_attn_tiles(c->ks, c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v))
+        return 0;
     int32_t n = 0;
     for (int32_t i = 0; i < b->n_tokens; i++)
         if (i == 0 || b->seq[i] != b->seq[i - 1] || i - c->rows[n - 1] >= per) c->rows[n++] = i;

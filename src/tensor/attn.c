@@ -1,6 +1,7 @@
 /* attn.c - the portable attention (attn.h): shapes and scratch sizes of the
  * kernels, the per-token path over F32 / F16 / Q8_0 KV rows with its scalar
- * row operations, and the scalar family's attention entries (kernels.h).
+ * row operations, the scalar set's attention kernels, and attention through
+ * a kernel set (kernels.h kw_attn_token, kw_attn_tiles, kw_attn_tile).
  *
  * The per-token path scores the G query heads that share a KV head
  * together, so each K and V row is read once per group. Rows are read in
@@ -106,8 +107,6 @@ static void round_f16(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = kw_f16_to_f32(kw_f32_to_f16(x[i]));
 }
 
-const kw_attn_ops kw_attn_ops_scalar = {dot_f32,  dot_f16,  kw_attn_dot_q8_0, axpy_f32,
-                                        axpy_f16, kw_attn_axpy_q8_0, round_f16, kw_exp_scalar};
 
 /* ---- the per-token path ---- */
 
@@ -173,34 +172,53 @@ void kw_attn_per_token(const kw_attn_ops *op, const kw_attn_args *a, float *scr,
         memcpy(a->out + ((int64_t)i * a->n_head + h0 + g) * hv, acc + g * hv, (size_t)hv * sizeof(float));
 }
 
-void kw_attn_tile_by_token(void (*token)(const kw_attn_args *, float *, int32_t), const kw_attn_args *a, float *scr,
-                           int32_t max_ctx) {
+/* ---- the scalar set's attention: the portable paths, no kernel ---- */
+
+void kw_attn_decode_scalar(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    kw_attn_per_token(&kw_attn_kernels_scalar.ops, a, scr, max_ctx);
+}
+
+void kw_attn_tile_scalar(const kw_attn_args *a, float *scr, int32_t max_ctx) {
     kw_attn_args t = *a;
     t.n_tok = 1;
-    for (int32_t i = a->i0; i < a->i0 + a->n_tok; i++) {
-        t.i0 = i;
-        token(&t, scr, max_ctx);
-    }
+    for (t.i0 = a->i0; t.i0 < a->i0 + a->n_tok; t.i0++) kw_attn_decode_scalar(&t, scr, max_ctx);
 }
 
-/* ---- the scalar family's entries ---- */
+bool kw_attn_no_kernel(uint32_t kv_type, int G, int hk, int hv) { return false; }
+static bool no_integer_kernel(int nq, int hk, int hv) { return false; }
 
-static void token_scalar(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    if (kw_kv_type_is_int(a->kv.type)) kw_attn_i16_ref(a, scr, max_ctx);
-    else kw_attn_per_token(&kw_attn_ops_scalar, a, scr, max_ctx);
+const kw_attn_kernels kw_attn_kernels_scalar = {
+    .ops = {dot_f32, dot_f16, kw_attn_dot_q8_0, axpy_f32, axpy_f16, kw_attn_axpy_q8_0, round_f16, kw_exp_scalar},
+    .decode_supported = kw_attn_no_kernel, .decode = kw_attn_decode_scalar,
+    .tile_supported = kw_attn_no_kernel, .tile = kw_attn_tile_scalar,
+    .integer_supported = no_integer_kernel, .integer = kw_attn_i16_ref, .kv_type_auto = KW_TYPE_F16};
+
+/* ---- attention through a kernel set ---- */
+
+/* i16 / i8: the set's kernel where it takes the queries, else the portable path (the same bits). */
+static void attn_int(const kw_kernel_set *ks, const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (ks->attn.integer_supported(a->n_tok * a->G, a->hk, a->hv)) ks->attn.integer(a, scr, max_ctx);
+    else kw_attn_i16_ref(a, scr, max_ctx);
 }
 
-static bool no_tiles(uint32_t kv_type, int G, int hk, int hv) { return false; }
-
-/* Never called through the set (no_tiles); computes a tile token by token. */
-static void tile_scalar(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    kw_attn_tile_by_token(token_scalar, a, scr, max_ctx);
+void kw_attn_token(const kw_kernel_set *ks, const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    const uint32_t type = a->kv.type;
+    if (kw_kv_type_is_int(type)) attn_int(ks, a, scr, max_ctx);
+    else if (ks->attn.decode_supported(type, a->G, a->hk, a->hv)) ks->attn.decode(a, scr, max_ctx);
+    else kw_attn_per_token(&ks->attn.ops, a, scr, max_ctx);
 }
 
-void kw_kernels_attn_scalar_init(kw_kernel_set *k) {
-    k->attn_token = token_scalar;
-    k->attn_tile_supported = no_tiles;
-    k->attn_tile = tile_scalar;
-    k->swiglu = kw_swiglu_scalar;
-    k->kv_type_auto = KW_TYPE_F16;
+bool kw_attn_tiles(const kw_kernel_set *ks, uint32_t kv_type, int G, int hk, int hv) {
+    int per = kw_attn_tile_tokens(G);
+    if (per == 0) return false;
+    return kw_kv_type_is_int(kv_type) ? ks->attn.integer_supported(per * G, hk, hv)
+                                      : ks->attn.tile_supported(kv_type, G, hk, hv);
+}
+
+void kw_attn_tile(const kw_kernel_set *ks, const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    if (kw_kv_type_is_int(a->kv.type)) { attn_int(ks, a, scr, max_ctx); return; }
+    if (ks->attn.tile_supported(a->kv.type, a->G, a->hk, a->hv)) { ks->attn.tile(a, scr, max_ctx); return; }
+    kw_attn_args t = *a;   /* no tile kernel for this shape: token by token */
+    t.n_tok = 1;
+    for (t.i0 = a->i0; t.i0 < a->i0 + a->n_tok; t.i0++) kw_attn_token(ks, &t, scr, max_ctx);
 }

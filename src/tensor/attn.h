@@ -1,9 +1,10 @@
 /* attn.h - internal interface of the attention and activation kernels.
  *
- * The forward pass (src/model/forward.c) calls them only through the active
- * kernel set (kernels.h: attn_token, attn_tile_supported, attn_tile,
- * swiglu) and sizes its scratch with the functions below; the families'
- * kernels are declared here for their own set-up, the tests and bench_attn.
+ * The forward pass (src/model/forward.c) runs them only through the active
+ * kernel set (kernels.h: kw_attn_token, kw_attn_tiles, kw_attn_tile and the
+ * swiglu entry) and sizes its scratch with the functions below; the
+ * families' kernels are declared here for their sets, the tests and
+ * bench_attn.
  *
  * One call is one KV head (kvh) of one sequence: the G query heads that
  * share it (heads kvh * G .. kvh * G + G - 1) of n_tok consecutive batch
@@ -78,11 +79,12 @@ typedef struct kw_attn_ops {
 } kw_attn_ops;
 /* One token (a->i0; n_tok 1) x the G heads. scr: G * (max_ctx + hk + hv) floats. */
 void kw_attn_per_token(const kw_attn_ops *op, const kw_attn_args *a, float *scr, int32_t max_ctx);
-/* A tile's tokens one at a time through token (a family's attn_token). */
-void kw_attn_tile_by_token(void (*token)(const kw_attn_args *, float *, int32_t), const kw_attn_args *a, float *scr,
-                           int32_t max_ctx);
-extern const kw_attn_ops kw_attn_ops_scalar;   /* attn.c */
-extern const kw_attn_ops kw_attn_ops_avx2;     /* attn_avx2.c */
+/* The scalar set's decode and tile kernels (F32/F16 KV; its predicate
+ * kw_attn_no_kernel says no, so they are never asked): the per-token path
+ * with the scalar rows, a tile token by token. */
+void kw_attn_decode_scalar(const kw_attn_args *a, float *scr, int32_t max_ctx);
+void kw_attn_tile_scalar(const kw_attn_args *a, float *scr, int32_t max_ctx);
+bool kw_attn_no_kernel(uint32_t kv_type, int G, int hk, int hv);   /* false */
 /* attn.c: the portable Q8_0 rows (the AVX2 ones give the same bits) */
 float kw_attn_dot_q8_0(const uint8_t *q, const uint8_t *k, int n);
 void kw_attn_axpy_q8_0(float *acc, float p, const uint8_t *v, int n);
@@ -98,6 +100,10 @@ void kw_attn_axpy_f16_avx2(float *acc, float p, const uint16_t *v, int n);
 void kw_attn_round_f16_avx2(float *x, int n);
 float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n);
 void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n);
+/* They in kw_attn_ops order, up to its exp: the rows of both SIMD sets */
+#define KW_ATTN_ROWS_AVX2                                                                                      \
+    kw_attn_dot_f32_avx2, kw_attn_dot_f16_avx2, kw_attn_dot_q8_0_avx2, kw_attn_axpy_f32_avx2,                 \
+        kw_attn_axpy_f16_avx2, kw_attn_axpy_q8_0_avx2, kw_attn_round_f16_avx2
 
 /* act_avx512.c (AVX-512F): gate[i] = silu(gate[i]) * up[i]; x[i] = exp(x[i]) (~1 ulp) */
 void kw_swiglu_avx512(float *gate, const float *up, int64_t n);
@@ -105,8 +111,8 @@ void kw_exp_avx512(float *x, int64_t n);
 
 /* attn_avx512.c (AVX-512F): a prefill tile of a->n_tok tokens (F32/F16
  * KV, kw_attn_tile_supported), bit-identical to the AVX-512 family's
- * per-token path. scr: kw_attn_tile_floats. */
-void kw_attn_tile_avx512(const kw_attn_args *a, float *scr);
+ * per-token path. scr: kw_attn_tile_floats(hk, hv, max_ctx) floats. */
+void kw_attn_tile_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx);
 
 /* attn_decode_avx512.c: one token x the G heads (kw_attn_decode_supported);
  * the same bits as the per-token path. scr: G * max_ctx floats. */

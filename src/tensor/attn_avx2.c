@@ -1,10 +1,8 @@
-/* attn_avx2.c - the AVX2 family's attention (kernels.h): the row
- * operations of the per-token path (attn.c) for F32, F16 and Q8_0 rows,
- * q . K-row and acc += p * V-row, and the family's entries: that path with
- * these rows and expf, the i16/i8 kernel of attn_i16_avx2.c for the shapes
- * it takes (prefill tiles and decode). Compiled with -mavx2 -mfma -mf16c;
- * the AVX2 and AVX-512 families run it. Sums run in 8 lanes, then a fixed
- * horizontal order. */
+/* attn_avx2.c - the row operations of the per-token attention path
+ * (attn.c) for F32, F16 and Q8_0 rows, q . K-row and acc += p * V-row, in
+ * the AVX2 and AVX-512 sets, and the AVX2 set's attention
+ * (kw_attn_kernels_avx2). Compiled with -mavx2 -mfma -mf16c. Sums run in 8
+ * lanes, then a fixed horizontal order. */
 #include "tensor/kernels.h"
 #include <immintrin.h>
 #include <string.h>
@@ -100,34 +98,10 @@ void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n) {
     }
 }
 
-const kw_attn_ops kw_attn_ops_avx2 = {kw_attn_dot_f32_avx2,  kw_attn_dot_f16_avx2,  kw_attn_dot_q8_0_avx2,
-                                      kw_attn_axpy_f32_avx2, kw_attn_axpy_f16_avx2, kw_attn_axpy_q8_0_avx2,
-                                      kw_attn_round_f16_avx2, kw_exp_scalar};
-
-/* i16 / i8: the AVX2 kernel where it takes the queries, else the portable path (the same bits). */
-static void int_avx2(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    if (kw_attn_i16_supported(a->n_tok * a->G, a->hk, a->hv)) kw_attn_i16_avx2(a, scr, max_ctx);
-    else kw_attn_i16_ref(a, scr, max_ctx);
-}
-
-static void token_avx2(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    if (kw_kv_type_is_int(a->kv.type)) int_avx2(a, scr, max_ctx);
-    else kw_attn_per_token(&kw_attn_ops_avx2, a, scr, max_ctx);
-}
-
-/* Prefill tiles for the integer types only (float tiles need AVX-512). */
-static bool tiles_avx2(uint32_t kv_type, int G, int hk, int hv) {
-    return kw_kv_type_is_int(kv_type) && kw_attn_i16_tiles(G, hk, hv);
-}
-
-static void tile_avx2(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    if (kw_kv_type_is_int(a->kv.type)) int_avx2(a, scr, max_ctx);
-    else kw_attn_tile_by_token(token_avx2, a, scr, max_ctx);
-}
-
-void kw_kernels_attn_avx2_init(kw_kernel_set *k) {
-    k->attn_token = token_avx2;
-    k->attn_tile_supported = tiles_avx2;
-    k->attn_tile = tile_avx2;
-    k->kv_type_auto = KW_TYPE_KV_I16;
-}
+/* The AVX2 set's attention: these rows with expf, the integer kernel of
+ * attn_i16_avx2.c; no float decode or tile kernel (the portable paths). */
+const kw_attn_kernels kw_attn_kernels_avx2 = {
+    .ops = {KW_ATTN_ROWS_AVX2, kw_exp_scalar},
+    .decode_supported = kw_attn_no_kernel, .decode = kw_attn_decode_scalar,
+    .tile_supported = kw_attn_no_kernel, .tile = kw_attn_tile_scalar,
+    .integer_supported = kw_attn_i16_supported, .integer = kw_attn_i16_avx2, .kv_type_auto = KW_TYPE_KV_I16};

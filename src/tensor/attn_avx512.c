@@ -16,8 +16,8 @@
  *   - softmax: max, exp(s - max) (exp_avx512.h), sum in double, times (float)(1/sum);
  *     an F16 cache rounds q and the probabilities to F16 (as llama.cpp);
  *   - out = sum over keys in order of p * v, one FMA per element.
- * Also the AVX-512 family's attention entries (kernels.h, at the end).
- * Compiled with AVX-512F flags; only the AVX-512 family calls it. */
+ * Also the AVX-512 set's attention (kw_attn_kernels_avx512, at the end).
+ * Compiled with AVX-512F flags. */
 #include "tensor/kernels.h"
 #include "attn_rows.h"
 #include "exp_avx512.h"
@@ -166,7 +166,7 @@ static void pv_pair(float *oa, float *ob, const float *pa, const float *pb, int3
     }
 }
 
-void kw_attn_tile_avx512(const kw_attn_args *a, float *scr) {
+void kw_attn_tile_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
     const int G = a->G, hk = a->hk, hv = a->hv, nq = a->n_tok * G;
     const int f16 = a->kv.type == KW_TYPE_F16;
     float *qt = scr, *sc = qt + (size_t)KW_ATT_LANES * hk;
@@ -223,39 +223,12 @@ void kw_attn_tile_avx512(const kw_attn_args *a, float *scr) {
     }
 }
 
-/* ---- the AVX-512 family's entries ----
- * The per-token path runs attn_avx2.c's rows with this family's exp, the
- * one the decode and tile kernels inline, so all three give the same bits. */
-static const kw_attn_ops ops_avx512 = {kw_attn_dot_f32_avx2,  kw_attn_dot_f16_avx2,  kw_attn_dot_q8_0_avx2,
-                                       kw_attn_axpy_f32_avx2, kw_attn_axpy_f16_avx2, kw_attn_axpy_q8_0_avx2,
-                                       kw_attn_round_f16_avx2, kw_exp_avx512};
-
-/* i16 / i8: the VNNI kernel where it takes the queries, else the portable path (the same bits). */
-static void int_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    if (kw_attn_i16_supported(a->n_tok * a->G, a->hk, a->hv)) kw_attn_i16_avx512(a, scr, max_ctx);
-    else kw_attn_i16_ref(a, scr, max_ctx);
-}
-
-static void token_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    if (kw_kv_type_is_int(a->kv.type)) int_avx512(a, scr, max_ctx);
-    else if (kw_attn_decode_supported(a->kv.type, a->G, a->hk, a->hv)) kw_attn_decode_avx512(a, scr, max_ctx);
-    else kw_attn_per_token(&ops_avx512, a, scr, max_ctx);
-}
-
-static bool tiles_avx512(uint32_t kv_type, int G, int hk, int hv) {
-    return kw_kv_type_is_int(kv_type) ? kw_attn_i16_tiles(G, hk, hv) : kw_attn_tile_supported(kv_type, G, hk, hv);
-}
-
-static void tile_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    if (kw_kv_type_is_int(a->kv.type)) int_avx512(a, scr, max_ctx);
-    else if (kw_attn_tile_supported(a->kv.type, a->G, a->hk, a->hv)) kw_attn_tile_avx512(a, scr);
-    else kw_attn_tile_by_token(token_avx512, a, scr, max_ctx);
-}
-
-void kw_kernels_attn_avx512_init(kw_kernel_set *k) {
-    k->attn_token = token_avx512;
-    k->attn_tile_supported = tiles_avx512;
-    k->attn_tile = tile_avx512;
-    k->swiglu = kw_swiglu_avx512;
-    k->kv_type_auto = KW_TYPE_KV_I16;
-}
+/* The AVX-512 set's attention: attn_avx2.c's rows with the exp the decode
+ * and tile kernels inline (so the three give the same bits), the float
+ * decode (attn_decode_avx512.c) and tile kernels, the VNNI integer kernel
+ * (attn_i16_avx512.c). */
+const kw_attn_kernels kw_attn_kernels_avx512 = {
+    .ops = {KW_ATTN_ROWS_AVX2, kw_exp_avx512},
+    .decode_supported = kw_attn_decode_supported, .decode = kw_attn_decode_avx512,
+    .tile_supported = kw_attn_tile_supported, .tile = kw_attn_tile_avx512,
+    .integer_supported = kw_attn_i16_supported, .integer = kw_attn_i16_avx512, .kv_type_auto = KW_TYPE_KV_I16};

@@ -2,9 +2,9 @@
  *
  * Owns kw_attn_decode_avx512(): for one batch token and one KV head, the
  * G query heads that share it attend over positions 0..pos of the token's
- * sequence (F32 or F16 cache). The AVX-512 family's attn_token
- * (attn_avx512.c) calls it for every single-token item (plain decode and
- * each sequence of a batched decode step) when the shapes fit
+ * sequence (F32 or F16 cache). It is the AVX-512 set's attn_decode:
+ * kw_attn_token (attn.c) calls it for every single-token item (plain
+ * decode and each sequence of a batched decode step) when the shapes fit
  * (kw_attn_decode_supported).
  *
  * The arithmetic of every output is exactly the family's per-token path's

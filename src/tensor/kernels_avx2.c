@@ -827,5 +827,4 @@ void kw_kernels_avx2_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
     k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
     k->pack = pack_avx2;
-    kw_kernels_attn_avx2_init(k);
 }

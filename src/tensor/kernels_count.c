@@ -59,40 +59,39 @@ static void gemm_panel(const kw_matrix *W, int p, int64_t r0, int64_t r1, const 
     g_real.gemm_panel[W->type](W, p, r0, r1, X, xs, nx, Y, ldy);
 }
 
-static int panels(const kw_matrix *W) {
-    bump(KW_KSLOT_PANELS, 0);
-    return g_real.panels(W);
-}
-
-static int pack(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
-    bump(KW_KSLOT_PACK, 0);
-    return g_real.pack(W, a, err);
-}
-
-static uint64_t read_nt(const void *p, size_t bytes) {
-    bump(KW_KSLOT_READ_NT, 0);
-    return g_real.read_nt(p, bytes);
-}
-
-static void attn_token(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    bump(KW_KSLOT_ATTN_TOKEN, 0);
-    g_real.attn_token(a, scr, max_ctx);
-}
-
-static bool attn_tile_supported(uint32_t kv_type, int G, int hk, int hv) {
-    bump(KW_KSLOT_ATTN_TILE_SUPPORTED, 0);
-    return g_real.attn_tile_supported(kv_type, G, hk, hv);
-}
-
-static void attn_tile(const kw_attn_args *a, float *scr, int32_t max_ctx) {
-    bump(KW_KSLOT_ATTN_TILE, 0);
-    g_real.attn_tile(a, scr, max_ctx);
-}
-
-static void swiglu(float *gate, const float *up, int64_t n) {
-    bump(KW_KSLOT_SWIGLU, 0);
-    g_real.swiglu(gate, up, n);
-}
+/* The entries of one function: a wrapper that counts (slot, family) and calls the real one. */
+#define KW_COUNT_RET(SLOT, RET, NAME, MEMBER, PARAMS, ARGS) \
+    static RET NAME PARAMS { bump(SLOT, 0); return g_real.MEMBER ARGS; }
+#define KW_COUNT_VOID(SLOT, NAME, MEMBER, PARAMS, ARGS) \
+    static void NAME PARAMS { bump(SLOT, 0); g_real.MEMBER ARGS; }
+KW_COUNT_RET(KW_KSLOT_PANELS, int, panels, panels, (const kw_matrix *W), (W))
+KW_COUNT_RET(KW_KSLOT_PACK, int, pack, pack, (kw_matrix *W, kw_pack_arena *a, kw_err *err), (W, a, err))
+KW_COUNT_RET(KW_KSLOT_READ_NT, uint64_t, read_nt, read_nt, (const void *p, size_t bytes), (p, bytes))
+KW_COUNT_RET(KW_KSLOT_ATTN_DOT_F32, float, dot_f32, attn.ops.dot_f32, (const float *q, const float *k, int n), (q, k, n))
+KW_COUNT_RET(KW_KSLOT_ATTN_DOT_F16, float, dot_f16, attn.ops.dot_f16, (const float *q, const uint16_t *k, int n),
+             (q, k, n))
+KW_COUNT_RET(KW_KSLOT_ATTN_DOT_Q8_0, float, dot_q8_0, attn.ops.dot_q8_0, (const uint8_t *q, const uint8_t *k, int n),
+             (q, k, n))
+KW_COUNT_VOID(KW_KSLOT_ATTN_AXPY_F32, axpy_f32, attn.ops.axpy_f32, (float *acc, float p, const float *v, int n),
+              (acc, p, v, n))
+KW_COUNT_VOID(KW_KSLOT_ATTN_AXPY_F16, axpy_f16, attn.ops.axpy_f16, (float *acc, float p, const uint16_t *v, int n),
+              (acc, p, v, n))
+KW_COUNT_VOID(KW_KSLOT_ATTN_AXPY_Q8_0, axpy_q8_0, attn.ops.axpy_q8_0, (float *acc, float p, const uint8_t *v, int n),
+              (acc, p, v, n))
+KW_COUNT_VOID(KW_KSLOT_ATTN_ROUND_F16, round_f16, attn.ops.round_f16, (float *x, int n), (x, n))
+KW_COUNT_VOID(KW_KSLOT_ATTN_EXP, attn_exp, attn.ops.exp, (float *x, int64_t n), (x, n))
+KW_COUNT_RET(KW_KSLOT_ATTN_DECODE_SUPPORTED, bool, decode_supported, attn.decode_supported,
+             (uint32_t t, int G, int hk, int hv), (t, G, hk, hv))
+KW_COUNT_VOID(KW_KSLOT_ATTN_DECODE, decode, attn.decode, (const kw_attn_args *a, float *scr, int32_t c), (a, scr, c))
+KW_COUNT_RET(KW_KSLOT_ATTN_TILE_SUPPORTED, bool, tile_supported, attn.tile_supported,
+             (uint32_t t, int G, int hk, int hv), (t, G, hk, hv))
+KW_COUNT_VOID(KW_KSLOT_ATTN_TILE, tile, attn.tile, (const kw_attn_args *a, float *scr, int32_t c), (a, scr, c))
+KW_COUNT_RET(KW_KSLOT_ATTN_INT_SUPPORTED, bool, int_supported, attn.integer_supported, (int nq, int hk, int hv),
+             (nq, hk, hv))
+KW_COUNT_VOID(KW_KSLOT_ATTN_INT, integer, attn.integer, (const kw_attn_args *a, float *scr, int32_t c), (a, scr, c))
+KW_COUNT_VOID(KW_KSLOT_SWIGLU, swiglu, swiglu, (float *gate, const float *up, int64_t n), (gate, up, n))
+#undef KW_COUNT_RET
+#undef KW_COUNT_VOID
 
 /* ---- families ---- */
 
@@ -116,21 +115,43 @@ KW_ENTRY(e_gemm_panel, k->gemm_panel[i])
 KW_ENTRY(e_panels, k->panels)
 KW_ENTRY(e_pack, k->pack)
 KW_ENTRY(e_read_nt, k->read_nt)
-KW_ENTRY(e_attn_token, k->attn_token)
-KW_ENTRY(e_attn_tile_supported, k->attn_tile_supported)
-KW_ENTRY(e_attn_tile, k->attn_tile)
+KW_ENTRY(e_dot_f32, k->attn.ops.dot_f32)
+KW_ENTRY(e_dot_f16, k->attn.ops.dot_f16)
+KW_ENTRY(e_dot_q8_0, k->attn.ops.dot_q8_0)
+KW_ENTRY(e_axpy_f32, k->attn.ops.axpy_f32)
+KW_ENTRY(e_axpy_f16, k->attn.ops.axpy_f16)
+KW_ENTRY(e_axpy_q8_0, k->attn.ops.axpy_q8_0)
+KW_ENTRY(e_round_f16, k->attn.ops.round_f16)
+KW_ENTRY(e_exp, k->attn.ops.exp)
+KW_ENTRY(e_decode_supported, k->attn.decode_supported)
+KW_ENTRY(e_decode, k->attn.decode)
+KW_ENTRY(e_tile_supported, k->attn.tile_supported)
+KW_ENTRY(e_tile, k->attn.tile)
+KW_ENTRY(e_int_supported, k->attn.integer_supported)
+KW_ENTRY(e_int, k->attn.integer)
 KW_ENTRY(e_swiglu, k->swiglu)
 #undef KW_ENTRY
 
-static const entry_fn g_entries[KW_KSLOT_COUNT] = {
-    [KW_KSLOT_QUANT] = e_quant, [KW_KSLOT_QUANT_PACKED] = e_quant_packed, [KW_KSLOT_GEMM] = e_gemm,
-    [KW_KSLOT_GEMM_PANEL] = e_gemm_panel, [KW_KSLOT_PANELS] = e_panels, [KW_KSLOT_PACK] = e_pack,
-    [KW_KSLOT_READ_NT] = e_read_nt, [KW_KSLOT_ATTN_TOKEN] = e_attn_token,
-    [KW_KSLOT_ATTN_TILE_SUPPORTED] = e_attn_tile_supported, [KW_KSLOT_ATTN_TILE] = e_attn_tile,
-    [KW_KSLOT_SWIGLU] = e_swiglu};
-static const char *const g_slot_names[KW_KSLOT_COUNT] = {
-    "quant", "quant_packed", "gemm", "gemm_panel", "panels", "pack", "read_nt",
-    "attn_token", "attn_tile_supported", "attn_tile", "swiglu"};
+/* Per slot (kernels.h KW_KSLOT_*): how to read the entry of a set, and its name. */
+static const struct {
+    entry_fn entry;
+    const char *name;
+} g_slots[KW_KSLOT_COUNT] = {
+    [KW_KSLOT_QUANT] = {e_quant, "quant"}, [KW_KSLOT_QUANT_PACKED] = {e_quant_packed, "quant_packed"},
+    [KW_KSLOT_GEMM] = {e_gemm, "gemm"}, [KW_KSLOT_GEMM_PANEL] = {e_gemm_panel, "gemm_panel"},
+    [KW_KSLOT_PANELS] = {e_panels, "panels"}, [KW_KSLOT_PACK] = {e_pack, "pack"},
+    [KW_KSLOT_READ_NT] = {e_read_nt, "read_nt"}, [KW_KSLOT_ATTN_DOT_F32] = {e_dot_f32, "attn.ops.dot_f32"},
+    [KW_KSLOT_ATTN_DOT_F16] = {e_dot_f16, "attn.ops.dot_f16"}, [KW_KSLOT_ATTN_DOT_Q8_0] = {e_dot_q8_0, "attn.ops.dot_q8_0"},
+    [KW_KSLOT_ATTN_AXPY_F32] = {e_axpy_f32, "attn.ops.axpy_f32"},
+    [KW_KSLOT_ATTN_AXPY_F16] = {e_axpy_f16, "attn.ops.axpy_f16"},
+    [KW_KSLOT_ATTN_AXPY_Q8_0] = {e_axpy_q8_0, "attn.ops.axpy_q8_0"},
+    [KW_KSLOT_ATTN_ROUND_F16] = {e_round_f16, "attn.ops.round_f16"}, [KW_KSLOT_ATTN_EXP] = {e_exp, "attn.ops.exp"},
+    [KW_KSLOT_ATTN_DECODE_SUPPORTED] = {e_decode_supported, "attn.decode_supported"},
+    [KW_KSLOT_ATTN_DECODE] = {e_decode, "attn.decode"},
+    [KW_KSLOT_ATTN_TILE_SUPPORTED] = {e_tile_supported, "attn.tile_supported"},
+    [KW_KSLOT_ATTN_TILE] = {e_tile, "attn.tile"},
+    [KW_KSLOT_ATTN_INT_SUPPORTED] = {e_int_supported, "attn.integer_supported"},
+    [KW_KSLOT_ATTN_INT] = {e_int, "attn.integer"}, [KW_KSLOT_SWIGLU] = {e_swiglu, "swiglu"}};
 /* Entries indexed by type; the others are one function (index 0). */
 static bool per_type(int slot) {
     return slot == KW_KSLOT_QUANT || slot == KW_KSLOT_QUANT_PACKED || slot == KW_KSLOT_GEMM ||
@@ -141,8 +162,8 @@ static bool per_type(int slot) {
 static bool map_families(void) {
     for (int s = 0; s < KW_KSLOT_COUNT; s++)
         for (int t = 0; t < (per_type(s) ? KW_TYPE_COUNT : 1); t++) {
-            const void *fn = g_entries[s](&g_real, t);
-            g_family[s][t] = fn ? family_of(g_entries[s], t, fn) : 0;
+            const void *fn = g_slots[s].entry(&g_real, t);
+            g_family[s][t] = fn ? family_of(g_slots[s].entry, t, fn) : 0;
             if (fn && s == KW_KSLOT_QUANT && !g_quant_wrap[t]) return false;
             if (fn && s == KW_KSLOT_QUANT_PACKED && !g_quant_packed_wrap[t]) return false;
         }
@@ -163,9 +184,9 @@ static void wrap_entries(void) {
     if (r->panels) c->panels = panels;
     if (r->pack) c->pack = pack;
     if (r->read_nt) c->read_nt = read_nt;
-    c->attn_token = attn_token;
-    c->attn_tile_supported = attn_tile_supported;
-    c->attn_tile = attn_tile;
+    c->attn = (kw_attn_kernels){{dot_f32, dot_f16, dot_q8_0, axpy_f32, axpy_f16, axpy_q8_0, round_f16, attn_exp},
+                                decode_supported, decode, tile_supported, tile, int_supported, integer,
+                                r->attn.kv_type_auto};
     c->swiglu = swiglu;
 }
 
@@ -194,7 +215,7 @@ uint64_t kw_kernels_count(int slot, int family) {
 }
 
 const char *kw_kernels_slot_name(int slot) {
-    return slot >= 0 && slot < KW_KSLOT_COUNT ? g_slot_names[slot] : "?";
+    return slot >= 0 && slot < KW_KSLOT_COUNT ? g_slots[slot].name : "?";
 }
 #else
 typedef int kw_kernels_count_not_built;   /* an empty unit is not ISO C */

@@ -293,5 +293,4 @@ void kw_kernels_scalar_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q4_K] = gemm_q4_K;
     k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
     k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
-    kw_kernels_attn_scalar_init(k);
 }

@@ -49,7 +49,7 @@ static void run_case(uint32_t type, int bt, int n_head, int n_head_kv, int n_tok
     for (int kvh = 0; kvh < n_head_kv; kvh++) {
         kw_attn_args a = {.q = q, .out = out, .kv = kw_kv_attn_view(kv, t.ids, 0), .pos = pos, .i0 = 2, .n_tok = n_tok,
                            .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
-        kw_attn_tile_avx512(&a, scr);
+        kw_attn_tile_avx512(&a, scr, n_pos);
         for (int ti = 0; ti < n_tok; ti++)
             for (int g = 0; g < G; g++) {
                 int i = 2 + ti, h = kvh * G + g;

@@ -5,15 +5,18 @@
  *
  * For conformance models and every KV type, a 37-token prefill and a
  * one-token decode on one thread, counted:
- *   - attention: exactly one attn_token call per (token, KV head, layer), or
- *     per prefill tile of several tokens one attn_tile call, tiles where
- *     the family has them (scalar: none; avx2: the integer KV types;
+ *   - attention: per (token, KV head, layer) one ask of the set whether its
+ *     kernel takes it, then that kernel or the per-token path's softmax exp
+ *     once per head (float KV) or the portable integer path; per prefill
+ *     tile of several tokens one tile (float) or integer kernel call, tiles
+ *     where the family has them (scalar: none; avx2: the integer KV types;
  *     avx512: F32, F16 and the integer types); one SwiGLU call per layer;
  *     so no attention or activation runs beside the set;
  *   - every call made through the set went to the active family's code or
  *     to code it inherits: KW_KERNEL=scalar (CTest test_kernel_families_scalar)
  *     leaves every avx2 and avx512 count at zero, KW_KERNEL=avx2 every
- *     avx512 count; the attention entries are the active family's own;
+ *     avx512 count; the kernels that ran are the family's own where it has
+ *     them;
  *   - KV type auto is f16 for the scalar family, i16 for the others;
  *   - counting changes no result (logits identical with and without). */
 #include "testutil.h"
@@ -48,40 +51,69 @@ static bool family_tiles(uint32_t kv_type, int G, int hk, int hv) {
     return false;
 }
 
-/* No count in a family above the active one; the attention entries (and
- * the AVX-512 family's SwiGLU) counted in the active family itself. */
+/* The family whose code an entry that ran must be: the active family's own
+ * kernels where it has them (AVX-512: decode, tile, integer attention,
+ * exp, SwiGLU; AVX2: integer attention and the row operations, which
+ * AVX-512 inherits), else the scalar ones. -1: not checked (matmul). */
+static int want_family(int slot) {
+    switch (slot) {
+    case KW_KSLOT_ATTN_DECODE: case KW_KSLOT_ATTN_TILE: return 2;
+    case KW_KSLOT_ATTN_INT: return g_family;
+    case KW_KSLOT_SWIGLU: case KW_KSLOT_ATTN_EXP: return g_family == 2 ? 2 : 0;
+    case KW_KSLOT_ATTN_DOT_F32: case KW_KSLOT_ATTN_DOT_F16: case KW_KSLOT_ATTN_DOT_Q8_0: case KW_KSLOT_ATTN_AXPY_F32:
+    case KW_KSLOT_ATTN_AXPY_F16: case KW_KSLOT_ATTN_AXPY_Q8_0: case KW_KSLOT_ATTN_ROUND_F16: return g_family >= 1 ? 1 : 0;
+    default: return -1;
+    }
+}
+
+/* No count in a family above the active one; the kernels that ran are the ones want_family names. */
 static void check_families(const char *what) {
-    for (int s = 0; s < KW_KSLOT_COUNT; s++)
+    for (int s = 0; s < KW_KSLOT_COUNT; s++) {
         for (int f = g_family + 1; f < KW_KERNEL_FAMILIES; f++)
             KW_CHECK_MSG(kw_kernels_count(s, f) == 0, "%s: %s ran %llu calls of the %s family under %s", what,
                          kw_kernels_slot_name(s), (unsigned long long)kw_kernels_count(s, f), FAMILY_NAMES[f],
                          FAMILY_NAMES[g_family]);
-    int own[] = {KW_KSLOT_ATTN_TOKEN, KW_KSLOT_ATTN_TILE_SUPPORTED, KW_KSLOT_ATTN_TILE};
-    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
-        KW_CHECK_MSG(kw_kernels_count(own[i], g_family) == slot_total(own[i]), "%s: %s not all %s", what,
-                     kw_kernels_slot_name(own[i]), FAMILY_NAMES[g_family]);
-    int sw_family = g_family == 2 ? 2 : 0;
-    KW_CHECK_MSG(kw_kernels_count(KW_KSLOT_SWIGLU, sw_family) == slot_total(KW_KSLOT_SWIGLU), "%s: swiglu not %s",
-                 what, FAMILY_NAMES[sw_family]);
+        int w = want_family(s);
+        if (w >= 0 && slot_total(s) > 0)
+            KW_CHECK_MSG(kw_kernels_count(s, w) == slot_total(s), "%s: %s not all %s", what, kw_kernels_slot_name(s),
+                         FAMILY_NAMES[w]);
+    }
     KW_CHECK_MSG(slot_total(KW_KSLOT_GEMM) > 0, "%s: no gemm through the set", what);
 }
 
-/* The attention and activation calls of one eval of n tokens at n_past. */
+static void check_count(const char *what, int slot, int64_t want) {
+    KW_CHECK_MSG((int64_t)slot_total(slot) == want, "%s: %s %llu calls, want %lld", what, kw_kernels_slot_name(slot),
+                 (unsigned long long)slot_total(slot), (long long)want);
+}
+
+/* The attention and activation calls of one eval of n tokens (one thread). */
 static void check_calls(const char *what, const kw_hparams *hp, uint32_t kv_type, int32_t n) {
     int64_t L = hp->n_layer, nkv = hp->n_head_kv, G = hp->n_head / hp->n_head_kv;
-    int64_t per = kw_attn_tile_tokens((int)G), tiles = 0, singles = n;
-    if (n >= 2 && per > 0 && family_tiles(kv_type, (int)G, hp->head_dim_k, hp->head_dim_v)) {   /* tiles of per tokens; a last tile of one token goes alone */
+    int hk = hp->head_dim_k, hv = hp->head_dim_v;
+    int64_t per = kw_attn_tile_tokens((int)G), tiles = 0, tokens = n;
+    if (n >= 2 && per > 0 && family_tiles(kv_type, (int)G, hk, hv)) {   /* a last tile of one token goes alone */
         tiles = n / per + (n % per > 1);
-        singles = n % per == 1;
+        tokens = n % per == 1;
     }
-    KW_CHECK_MSG((int64_t)slot_total(KW_KSLOT_ATTN_TOKEN) == singles * nkv * L, "%s: attn_token %llu, want %lld", what,
-                 (unsigned long long)slot_total(KW_KSLOT_ATTN_TOKEN), (long long)(singles * nkv * L));
-    KW_CHECK_MSG((int64_t)slot_total(KW_KSLOT_ATTN_TILE) == tiles * nkv * L, "%s: attn_tile %llu, want %lld", what,
-                 (unsigned long long)slot_total(KW_KSLOT_ATTN_TILE), (long long)(tiles * nkv * L));
-    KW_CHECK_MSG((int64_t)slot_total(KW_KSLOT_ATTN_TILE_SUPPORTED) == (per > 0 ? L : 0), "%s: attn_tile_supported %llu",
-                 what, (unsigned long long)slot_total(KW_KSLOT_ATTN_TILE_SUPPORTED));
-    KW_CHECK_MSG((int64_t)slot_total(KW_KSLOT_SWIGLU) == L, "%s: swiglu %llu, want %lld (one thread)", what,
-                 (unsigned long long)slot_total(KW_KSLOT_SWIGLU), (long long)L);
+    tiles *= nkv * L;
+    tokens *= nkv * L;
+    int64_t queries = n >= 2 && per > 0 ? L : 0;   /* the forward pass asks whether to tile, once a layer */
+    if (kw_kv_type_is_int(kv_type)) {
+        check_count(what, KW_KSLOT_ATTN_INT_SUPPORTED, queries + tiles + tokens);
+        check_count(what, KW_KSLOT_ATTN_INT, g_family >= 1 ? tiles + tokens : 0);   /* scalar: the portable path */
+        check_count(what, KW_KSLOT_ATTN_DECODE_SUPPORTED, 0);
+        check_count(what, KW_KSLOT_ATTN_TILE_SUPPORTED, 0);
+        check_count(what, KW_KSLOT_ATTN_EXP, 0);
+    } else {
+        bool kernel = g_family == 2 && kw_attn_decode_supported(kv_type, (int)G, hk, hv);
+        check_count(what, KW_KSLOT_ATTN_TILE_SUPPORTED, queries + tiles);
+        check_count(what, KW_KSLOT_ATTN_TILE, tiles);
+        check_count(what, KW_KSLOT_ATTN_DECODE_SUPPORTED, tokens);
+        check_count(what, KW_KSLOT_ATTN_DECODE, kernel ? tokens : 0);
+        check_count(what, KW_KSLOT_ATTN_EXP, kernel ? 0 : tokens * G);   /* the per-token softmax: one per head */
+        check_count(what, KW_KSLOT_ATTN_INT, 0);
+    }
+    check_count(what, KW_KSLOT_SWIGLU, L);
 }
 
 /* Evaluates the prompt (then one token) counted; the same evals uncounted
