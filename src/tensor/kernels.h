@@ -240,7 +240,7 @@ const kw_kernel_set *kw_kernels_active(void);
 const kw_kernel_set *kw_kernels_family(int i);
 void kw_kernels_install(const kw_kernel_set *k);
 
-/* kernels_count.c, test builds: counts the calls made through the active
+/* kernels_testctl.c, test builds: counts the calls made through the active
  * set by entry and by the family that provides the entry (the first family
  * whose set holds that function: an entry the AVX-512 family inherits from
  * the scalar one counts as scalar). start() installs a counting copy of the

@@ -1,4 +1,4 @@
-/* kernels_count.c - test builds only (KW_TESTCTL): a counting copy of the
+/* kernels_testctl.c - test builds only (KW_TESTCTL): a counting copy of the
  * active kernel set (kernels.h kw_kernels_count_start).
  *
  * Every function entry of the copy bumps the count of (entry, family of
