@@ -40,6 +40,26 @@ static inline const void *kw_attn_row(const kw_attn_args *a, int32_t j, int v) {
     int32_t bt = a->kv.block_tokens;
     return kw_attn_region(a, j / bt, v) + (size_t)(j % bt) * (v ? a->kv.v_row_bytes : a->kv.k_row_bytes);
 }
+/* The same rows for a kernel that walks the keys: the block's region is
+ * looked up once per block (kw_attn_walk_row), not once per key. */
+typedef struct kw_attn_walk {
+    const kw_attn_args *a;
+    int v;
+    int32_t block;
+    const uint8_t *base;
+} kw_attn_walk;
+static inline kw_attn_walk kw_attn_walk_start(const kw_attn_args *a, int v) {
+    return (kw_attn_walk){.a = a, .v = v, .block = -1, .base = NULL};
+}
+static inline const void *kw_attn_walk_row(kw_attn_walk *w, int32_t j) {
+    const kw_attn_args *a = w->a;
+    int32_t bt = a->kv.block_tokens;
+    if (j / bt != w->block) {
+        w->block = j / bt;
+        w->base = kw_attn_region(a, w->block, w->v);
+    }
+    return w->base + (size_t)(j % bt) * (w->v ? a->kv.v_row_bytes : a->kv.k_row_bytes);
+}
 
 /* ---- shapes and scratch (attn.c; the same for every family) ---- */
 

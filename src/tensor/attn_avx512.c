@@ -28,22 +28,21 @@
 #define KW_ATT_LANES KW_ATTN_TILE_LANES
 #define KW_ATT_VCHUNK KW_ATTN_TILE_VCHUNK   /* V rows converted to F32 at a time */
 
-/* Row j of this head's K (v = 0) or V (v = 1) as n F32 values: in place
- * for an F32 cache, else converted from F16 into buf. */
-static const float *row_f32(const kw_attn_args *a, int32_t j, int v, int n, float *buf) {
-    const void *p = kw_attn_row(a, j, v);
-    if (a->kv.type == KW_TYPE_F32) return p;
+/* Row j of this head's K or V (the walk's) as n F32 values: in place for
+ * an F32 cache, else converted from F16 into buf. */
+static const float *row_f32(kw_attn_walk *w, int32_t j, int n, float *buf) {
+    const void *p = kw_attn_walk_row(w, j);
+    if (w->a->kv.type == KW_TYPE_F32) return p;
     const uint16_t *h = p;
     for (int d = 0; d < n; d += 16)
         _mm512_storeu_ps(buf + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
     return buf;
 }
 
-static const float *k_row_f32(const kw_attn_args *a, int32_t j, float *buf) { return row_f32(a, j, 0, a->hk, buf); }
-
 /* Row pointers of V rows [j0, j1) as F32 (converted into vbuf for an F16 cache). */
-static void v_rows_f32(const kw_attn_args *a, int32_t j0, int32_t j1, float *vbuf, const float **rows) {
-    for (int32_t j = j0; j < j1; j++) rows[j - j0] = row_f32(a, j, 1, a->hv, vbuf + (size_t)(j - j0) * (size_t)a->hv);
+static void v_rows_f32(kw_attn_walk *vw, int32_t j0, int32_t j1, float *vbuf, const float **rows) {
+    int hv = vw->a->hv;
+    for (int32_t j = j0; j < j1; j++) rows[j - j0] = row_f32(vw, j, hv, vbuf + (size_t)(j - j0) * (size_t)hv);
 }
 
 /* The 8-partial-sum tree of the per-token dot product (attn_avx2.c hsum8). */
@@ -184,13 +183,14 @@ void kw_attn_tile_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
             qt[(size_t)d * KW_ATT_LANES + l] = f16 ? _cvtsh_ss(_cvtss_sh(q[d], _MM_FROUND_TO_NEAREST_INT)) : q[d];
     }
 
+    kw_attn_walk kw = kw_attn_walk_start(a, 0), vw = kw_attn_walk_start(a, 1);
     int32_t j = 0;
     for (; j + 2 <= n_max; j += 2) {
         if ((j & 7) == 0) kw_attn_prefetch_rows(a, j + KW_ATTN_PF_KEYS, 8, n_max, 0);
-        const float *k0 = k_row_f32(a, j, krow), *k1 = k_row_f32(a, j + 1, krow + hk);
+        const float *k0 = row_f32(&kw, j, hk, krow), *k1 = row_f32(&kw, j + 1, hk, krow + hk);
         score_keys(qt, k0, k1, hk, scale, sc + (size_t)j * KW_ATT_LANES, sc + (size_t)(j + 1) * KW_ATT_LANES);
     }
-    if (j < n_max) score_keys(qt, k_row_f32(a, j, krow), NULL, hk, scale, sc + (size_t)j * KW_ATT_LANES, NULL);
+    if (j < n_max) score_keys(qt, row_f32(&kw, j, hk, krow), NULL, hk, scale, sc + (size_t)j * KW_ATT_LANES, NULL);
 
     int32_t nl[KW_ATT_LANES];
     for (int l = 0; l < KW_ATT_LANES; l++) nl[l] = l < nq ? a->pos[a->i0 + l / G] + 1 : 0;
@@ -204,7 +204,7 @@ void kw_attn_tile_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
     for (int32_t j0 = 0; j0 < n_max; j0 += KW_ATT_VCHUNK) {
         int32_t j1 = j0 + KW_ATT_VCHUNK < n_max ? j0 + KW_ATT_VCHUNK : n_max;
         kw_attn_prefetch_rows(a, j1, KW_ATT_VCHUNK, n_max, 1);   /* the next chunk's V rows, while this one is used */
-        v_rows_f32(a, j0, j1, vbuf, rows);
+        v_rows_f32(&vw, j0, j1, vbuf, rows);
         for (int l = 0; l < nq; l++) {
             int32_t jn = nl[l] < j1 ? nl[l] : j1;
             if (jn <= j0) continue;
