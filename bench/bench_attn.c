@@ -14,7 +14,7 @@
  * -t N: decode on a pool of N threads, each layer's KV heads split as
  * forward.c splits them (wall time; two threads streaming the KV is what a
  * decode step at depth does, and it is not twice one thread).
- * --kv i16: the i16 cache type (kv.h) and its VNNI kernel (attn_i16_avx512.c);
+ * --kv i16: the i16 cache type (tensor.h) and its VNNI kernel (attn_i16_avx512.c);
  * --kv i8 the same with the i8 type;
  * with --kernel avx2 its AVX2 kernel (attn_i16_avx2.c, needs only AVX2 + FMA),
  * with --kernel ref the portable kw_attn_i16_ref (slow: use small -d/-p).
@@ -33,7 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "model/model_internal.h"
+#include "kvwise/kv.h"
+#include "tensor/attn.h"
 #include "bench_util.h"
 
 #define N_LAYER 16
@@ -48,7 +49,7 @@ static int g_one_layer;   /* --one-layer */
 enum { KERNEL_AVX512, KERNEL_AVX2, KERNEL_REF, KERNEL_READ };
 static int g_kernel = KERNEL_AVX512;   /* --kernel: avx2 and ref for --kv i16/i8; read for any --kv */
 
-static void attend_i16(const kw_attn_tile_args *a, float *scr, int32_t n_ctx) {
+static void attend_i16(const kw_attn_args *a, float *scr, int32_t n_ctx) {
     if (g_kernel == KERNEL_AVX2) kw_attn_i16_avx2(a, scr, n_ctx);
     else if (g_kernel == KERNEL_REF) kw_attn_i16_ref(a, scr, n_ctx);
     else kw_attn_i16_avx512(a, scr, n_ctx);
@@ -90,20 +91,17 @@ static volatile uint64_t g_sink;
 
 /* --kernel read: one word of every 64-byte line of head kvh's K regions of
  * the blocks holding keys [0, pos + 1), then of its V regions. */
-static void read_head(const kw_attn_tile_args *a) {
-    kw_kv_pool *kv = a->kv;
-    int32_t bt = kv->lay.block_tokens, nb = (a->pos[0] + bt) / bt;
+static void read_head(const kw_attn_args *a) {
+    int32_t bt = a->kv.block_tokens, nb = (a->pos[0] + bt) / bt;
     uint64_t sum = 0;
     for (int v = 0; v < 2; v++) {
-        size_t bytes = (size_t)bt * (v ? kv->v_row_bytes : kv->k_row_bytes);
+        size_t bytes = (size_t)bt * (v ? a->kv.v_row_bytes : a->kv.k_row_bytes);
         for (int32_t b = 0; b < nb; b++) {
             if (b + 2 < nb) {
-                const char *f = v ? kw_kv_v(kv, a->table->ids[b + 2], a->layer, a->kvh, 0)
-                                  : kw_kv_k(kv, a->table->ids[b + 2], a->layer, a->kvh, 0);
+                const char *f = (const char *)kw_attn_region(a, b + 2, v);
                 for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(f + o, 0, 2);
             }
-            const uint8_t *r = v ? kw_kv_v(kv, a->table->ids[b], a->layer, a->kvh, 0)
-                                 : kw_kv_k(kv, a->table->ids[b], a->layer, a->kvh, 0);
+            const uint8_t *r = kw_attn_region(a, b, v);
             for (size_t o = 0; o < bytes; o += 64) sum += r[o];
         }
     }
@@ -130,8 +128,8 @@ static void decode_layer_task(void *v, int ith, int nth) {
     decode_job *j = v;
     float *scr = j->scr + scr_floats(j->n_ctx) * (size_t)ith;
     for (int h = N_KV * ith / nth; h < N_KV * (ith + 1) / nth; h++) {
-        kw_attn_tile_args a = {.q = j->q, .out = j->out, .kv = j->kv, .table = j->t, .pos = j->pos, .i0 = 0, .n_tok = 1,
-                               .layer = j->layer, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
+        kw_attn_args a = {.q = j->q, .out = j->out, .kv = kw_kv_attn_view(j->kv, j->t->ids, j->layer), .pos = j->pos,
+                          .i0 = 0, .n_tok = 1, .kvh = h, .n_head = N_HEAD, .G = N_HEAD / N_KV, .hk = HD, .hv = HD};
         if (g_kernel == KERNEL_READ) read_head(&a);
         else if (g_i16) attend_i16(&a, scr, j->n_ctx);
         else kw_attn_decode_avx512(&a, scr, j->n_ctx);
@@ -231,11 +229,11 @@ int main(int argc, char **argv) {
             for (int l = 0; l < pre_layers; l++)
                 for (int32_t i0 = 0; i0 < n_pre; i0 += per)
                     for (int h = 0; h < N_KV; h++) {
-                        kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = i0,
-                                               .n_tok = n_pre - i0 < per ? n_pre - i0 : per, .layer = l, .kvh = h,
-                                               .n_head = N_HEAD, .G = G, .hk = HD, .hv = HD};
+                        kw_attn_args a = {.q = q, .out = out, .kv = kw_kv_attn_view(kv, t.ids, l), .pos = pos,
+                                          .i0 = i0, .n_tok = n_pre - i0 < per ? n_pre - i0 : per, .kvh = h,
+                                          .n_head = N_HEAD, .G = G, .hk = HD, .hv = HD};
                         if (g_i16) attend_i16(&a, scr, n_ctx);
-                        else kw_attn_tile_avx512(&a, scr);
+                        else kw_attn_tile_avx512(&a, scr, n_ctx);
                     }
             ts[r] = now_sec() - t0;
         }

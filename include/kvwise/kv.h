@@ -55,16 +55,15 @@ const char *kw_kv_type_name(uint32_t type);       /* "?" for a type a pool does 
 int kw_kv_type_from_name(const char *name);
 #define KW_KV_TYPE_NAMES "auto, i16, i8, f16, q8_0 or f32"
 /* What "auto" (the default everywhere) is for these head dims, block size
- * and query heads per KV head (group) on this CPU: i16 where its kernels run
- * here (AVX-512 VNNI or AVX2 + FMA) and the shapes fit (kv.h above; the
- * kernels take up to 16 queries, so a group above 16 would run the slow
- * portable path), else f16. i16 is closer to an F32 cache than f16 and its
- * attention is about twice as fast (docs/MODEL.md). */
+ * and query heads per KV head (group) with the active kernel family
+ * (KW_KERNEL, tensor.h kw_kernel_name): i16 where the family has integer
+ * attention kernels (avx512: AVX-512 VNNI, avx2: AVX2 + FMA) and the shapes
+ * fit (tensor.h; the kernels take up to 16 queries, so a group above 16
+ * would run the slow portable path), else f16. The scalar family has no
+ * such kernel and so picks f16, as a CPU without AVX2 does. i16 is closer
+ * to an F32 cache than f16 and its attention is about twice as fast
+ * (docs/MODEL.md). */
 uint32_t kw_kv_type_auto(int32_t head_dim_k, int32_t head_dim_v, int32_t block_tokens, int32_t group);
-/* Whether this CPU runs one of the i16 attention kernels (AVX-512 F/BW +
- * VNNI, or AVX2 + FMA); without, i16 attention takes the slow portable path.
- * auto and forward.c's dispatch both ask this. */
-bool kw_kv_i16_kernels(void);
 
 /* Bytes of KV per token for a layout (all layers, K and V). */
 size_t kw_kv_bytes_per_token(const kw_kv_layout *lay);
@@ -95,80 +94,14 @@ void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src);
  * plus s rows. */
 void *kw_kv_k(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
 void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t slot);
+/* Layer `layer` of the sequence whose blocks are ids[] as the attention
+ * kernels read it (tensor.h kw_attn_kv; its region is kw_kv_k / kw_kv_v at
+ * slot 0). Valid while the pool and ids are. */
+kw_attn_kv kw_kv_attn_view(kw_kv_pool *p, const int32_t *ids, int32_t layer);
 
-/* ---- the i16 KV type (KW_TYPE_KV_I16, "--kv-type i16") ----
- * Each position's K (or V) row of one head is stored as integers with one
- * F32 scale: x ~= scale * x_int, scale = max|x| / QMAX, K with QMAX 4095 and
- * V with 8191 (the bounds that keep attention's integer dot products exact
- * in int32: see src/model/attn_i16.c). The head's region of a block (what
- * kw_kv_k/kw_kv_v return for slot 0; block_tokens * row bytes) holds the
- * block_tokens scales first, then the integers laid out for 16-lane dot
- * products: K in groups of 16 slots, each group its dimension pairs in order,
- * each pair the group's 16 slots (so one group's K is head_dim_k * 32
- * contiguous bytes, read in address order); V pairs of slots across
- * dimensions. 16 keys of one dimension pair (K) or one slot pair of 16
- * dimensions (V) are 64 contiguous bytes. Needs block_tokens % 32 == 0,
- * head dims % 16 == 0 and head_dim_k <= 128. */
-#define KW_KV_I16_KMAX 4095
-#define KW_KV_I16_VMAX 8191
-
-static inline float *kw_kv_i16_scales(void *region) { return (float *)region; }
-static inline int16_t *kw_kv_i16_ints(void *region, int32_t block_tokens) {
-    return (int16_t *)((uint8_t *)region + (size_t)block_tokens * sizeof(float));
-}
-/* Index of element (slot s, dimension d) within the integers of K rows of
- * hk values, and of V rows of hv values. */
-static inline size_t kw_kv_i16_k_index(int32_t hk, int32_t s, int32_t d) {
-    return (((size_t)(s / 16) * (size_t)(hk / 2) + (size_t)(d / 2)) * 16 + (size_t)(s % 16)) * 2 + (size_t)(d & 1);
-}
-static inline size_t kw_kv_i16_v_index(int32_t hv, int32_t s, int32_t d) {
-    return ((size_t)(s / 2) * (size_t)hv + (size_t)d) * 2 + (size_t)(s & 1);
-}
-/* The one rounding rule of the type: out[i] = round-half-even(x[i] * (qmax / m)),
- * m = max |x|; returns the scale m / qmax (0, with all ints 0, for a zero
- * row or one whose qmax / m is not a finite float, m below ~1e-35; NaN,
- * with all ints 0, for a row holding a NaN or an infinity). qmax <= 8191. */
-float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out);
-/* Writes position slot's K (v = 0) or V (v = 1) row x[0..n) of one head into its region. */
-void kw_kv_i16_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
-/* Reads it back as floats (scale * x_int); for tests and tools. */
-void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
-
-/* ---- the i8 KV type (KW_TYPE_KV_I8, "--kv-type i8") ----
- * The i16 type's arithmetic with one byte per integer: K and V with QMAX
- * 127 (rounded as kw_kv_i16_quantize), the same block_tokens scales first,
- * then int8 integers: V at the i16 indexes (kw_kv_i16_v_index: pairs of
- * slots across dimensions), K in groups of 16 slots as i16 but in quads of
- * dimensions (kw_kv_i8_k_index), so that 16 keys of one quad are 64
- * contiguous bytes, one vpdpbusd operand. Attention quantizes q to 127 as
- * well (as llama.cpp quantizes q to q8_0 for a q8_0 K cache) and keeps the
- * probabilities' 13 bits (src/model/attn_i16.c). Half the bytes of i16
- * (and of f16) per token: the memory-saving type, about as precise as q8_0
- * (one scale per row of a head instead of per 32 values) and faster than
- * i16 at depth. Same shape limits as i16. */
-#define KW_KV_I8_MAX 127
-static inline size_t kw_kv_i8_k_index(int32_t hk, int32_t s, int32_t d) {
-    return (((size_t)(s / 16) * (size_t)(hk / 4) + (size_t)(d / 4)) * 16 + (size_t)(s % 16)) * 4 + (size_t)(d & 3);
-}
-void kw_kv_i8_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
-void kw_kv_i8_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
-/* True for the two integer types (i16, i8): the same layout and kernels. */
-static inline bool kw_kv_type_is_int(uint32_t type) { return type == KW_TYPE_KV_I16 || type == KW_TYPE_KV_I8; }
-/* For either integer type (w8: i8), in a region's integers (kw_kv_i16_ints,
- * the same place for both): the index of element (slot, d) of K (v = 0) or
- * V (v = 1) rows of n values, and the integer at index e. */
-static inline size_t kw_kv_int_index(int32_t slot, int32_t d, int32_t n, int v, bool w8) {
-    return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(n, slot, d) : kw_kv_i16_k_index(n, slot, d);
-}
-/* Byte offset, in a region's integers, of the 16-slot K group holding slot
- * s: each group is its hk / 2 dimension pairs (i16) or hk / 4 quads (i8) of
- * 64 bytes, in order (kw_kv_i16_k_index, kw_kv_i8_k_index). */
-static inline size_t kw_kv_int_k_group(int32_t hk, int32_t s, bool w8) {
-    return (size_t)(s / 16) * (size_t)(w8 ? hk / 4 : hk / 2) * 64;
-}
-static inline int32_t kw_kv_int_at(const void *ints, bool w8, size_t e) {
-    return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];
-}
+/* The i16 and i8 types store a head's region of a block (what kw_kv_k /
+ * kw_kv_v return for slot 0) in the integer row format of tensor.h
+ * (kw_kv_i16_put, kw_kv_i8_put; the attention kernels read it there). */
 
 /* Block tables. ensure() grows the table with fresh blocks so that it
  * covers n_positions; returns -1 (table unchanged beyond what fit) if the

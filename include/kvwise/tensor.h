@@ -1,5 +1,6 @@
-/* kvwise/tensor.h - weight/KV element types, conversions, and the matmul
- * entry point that the forward pass calls.
+/* kvwise/tensor.h - weight/KV element types (with the integer KV row
+ * format), conversions, and the matmul entry point that the forward pass
+ * calls.
  *
  * Type ids and block layouts are GGUF's (ggml's): one struct per block
  * format in src/tensor/quant_blocks.h. kw_matmul() quantizes the
@@ -46,6 +47,98 @@ uint16_t kw_f32_to_bf16(float f);   /* round to nearest even */
 void kw_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* Quantizes with the reference quantizer (ggml's reference rounding). Returns bytes written. */
 size_t kw_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* ---- the i16 KV type (KW_TYPE_KV_I16, "--kv-type i16") ----
+ * Each position's K (or V) row of one head is stored as integers with one
+ * F32 scale: x ~= scale * x_int, scale = max|x| / QMAX, K with QMAX 4095 and
+ * V with 8191 (the bounds that keep attention's integer dot products exact
+ * in int32: see src/tensor/attn_i16.c). The head's region of a KV block (kv.h:
+ * kw_kv_k/kw_kv_v for slot 0; block_tokens * row bytes) holds the
+ * block_tokens scales first, then the integers laid out for 16-lane dot
+ * products: K in groups of 16 slots, each group its dimension pairs in order,
+ * each pair the group's 16 slots (so one group's K is head_dim_k * 32
+ * contiguous bytes, read in address order); V pairs of slots across
+ * dimensions. 16 keys of one dimension pair (K) or one slot pair of 16
+ * dimensions (V) are 64 contiguous bytes. Needs block_tokens % 32 == 0,
+ * head dims % 16 == 0 and head_dim_k <= 128. */
+#define KW_KV_I16_KMAX 4095
+#define KW_KV_I16_VMAX 8191
+
+static inline float *kw_kv_i16_scales(void *region) { return (float *)region; }
+static inline int16_t *kw_kv_i16_ints(void *region, int32_t block_tokens) {
+    return (int16_t *)((uint8_t *)region + (size_t)block_tokens * sizeof(float));
+}
+/* Index of element (slot s, dimension d) within the integers of K rows of
+ * hk values, and of V rows of hv values. */
+static inline size_t kw_kv_i16_k_index(int32_t hk, int32_t s, int32_t d) {
+    return (((size_t)(s / 16) * (size_t)(hk / 2) + (size_t)(d / 2)) * 16 + (size_t)(s % 16)) * 2 + (size_t)(d & 1);
+}
+static inline size_t kw_kv_i16_v_index(int32_t hv, int32_t s, int32_t d) {
+    return ((size_t)(s / 2) * (size_t)hv + (size_t)d) * 2 + (size_t)(s & 1);
+}
+/* The one rounding rule of the type: out[i] = round-half-even(x[i] * (qmax / m)),
+ * m = max |x|; returns the scale m / qmax (0, with all ints 0, for a zero
+ * row or one whose qmax / m is not a finite float, m below ~1e-35; NaN,
+ * with all ints 0, for a row holding a NaN or an infinity). qmax <= 8191. */
+float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out);
+/* Writes position slot's K (v = 0) or V (v = 1) row x[0..n) of one head into its region. */
+void kw_kv_i16_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
+/* Reads it back as floats (scale * x_int); for tests and tools. */
+void kw_kv_i16_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
+
+/* ---- the i8 KV type (KW_TYPE_KV_I8, "--kv-type i8") ----
+ * The i16 type's arithmetic with one byte per integer: K and V with QMAX
+ * 127 (rounded as kw_kv_i16_quantize), the same block_tokens scales first,
+ * then int8 integers: V at the i16 indexes (kw_kv_i16_v_index: pairs of
+ * slots across dimensions), K in groups of 16 slots as i16 but in quads of
+ * dimensions (kw_kv_i8_k_index), so that 16 keys of one quad are 64
+ * contiguous bytes, one vpdpbusd operand. Attention quantizes q to 127 as
+ * well (as llama.cpp quantizes q to q8_0 for a q8_0 K cache) and keeps the
+ * probabilities' 13 bits (src/tensor/attn_i16.c). Half the bytes of i16
+ * (and of f16) per token: the memory-saving type, about as precise as q8_0
+ * (one scale per row of a head instead of per 32 values) and faster than
+ * i16 at depth. Same shape limits as i16. */
+#define KW_KV_I8_MAX 127
+static inline size_t kw_kv_i8_k_index(int32_t hk, int32_t s, int32_t d) {
+    return (((size_t)(s / 16) * (size_t)(hk / 4) + (size_t)(d / 4)) * 16 + (size_t)(s % 16)) * 4 + (size_t)(d & 3);
+}
+void kw_kv_i8_put(void *region, int32_t block_tokens, int32_t slot, const float *x, int32_t n, int v);
+void kw_kv_i8_get(const void *region, int32_t block_tokens, int32_t slot, float *x, int32_t n, int v);
+/* True for the two integer types (i16, i8): the same layout and kernels. */
+static inline bool kw_kv_type_is_int(uint32_t type) { return type == KW_TYPE_KV_I16 || type == KW_TYPE_KV_I8; }
+/* For either integer type (w8: i8), in a region's integers (kw_kv_i16_ints,
+ * the same place for both): the index of element (slot, d) of K (v = 0) or
+ * V (v = 1) rows of n values, and the integer at index e. */
+static inline size_t kw_kv_int_index(int32_t slot, int32_t d, int32_t n, int v, bool w8) {
+    return v ? kw_kv_i16_v_index(n, slot, d) : w8 ? kw_kv_i8_k_index(n, slot, d) : kw_kv_i16_k_index(n, slot, d);
+}
+/* Byte offset, in a region's integers, of the 16-slot K group holding slot
+ * s: each group is its hk / 2 dimension pairs (i16) or hk / 4 quads (i8) of
+ * 64 bytes, in order (kw_kv_i16_k_index, kw_kv_i8_k_index). */
+static inline size_t kw_kv_int_k_group(int32_t hk, int32_t s, bool w8) {
+    return (size_t)(s / 16) * (size_t)(w8 ? hk / 4 : hk / 2) * 64;
+}
+static inline int32_t kw_kv_int_at(const void *ints, bool w8, size_t e) {
+    return w8 ? (int32_t)((const int8_t *)ints)[e] : (int32_t)((const int16_t *)ints)[e];
+}
+
+/* ---- a paged KV cache as the attention kernels read it ----
+ * One layer of one sequence's KV blocks (the KV pool fills it:
+ * kw_kv_attn_view, kv.h). Block b of the sequence, positions
+ * [b * block_tokens, (b + 1) * block_tokens), is ids[b]; region(kv, ids[b],
+ * head, v) is that block's K (v = 0) or V (v = 1) region of one KV head:
+ * block_tokens rows of k_row_bytes / v_row_bytes (F32, F16, Q8_0), or the
+ * integer row format above (i16, i8). */
+typedef struct kw_attn_kv kw_attn_kv;
+struct kw_attn_kv {
+    uint32_t type;              /* KW_TYPE_F32, F16, Q8_0, KV_I16 or KV_I8 */
+    int32_t block_tokens;
+    size_t k_row_bytes, v_row_bytes;
+    const int32_t *ids;
+    int32_t layer;
+    void *(*region)(const kw_attn_kv *kv, int32_t id, int32_t head, int v);
+    void *pool;                 /* what region reads */
+};
 
 /* ---- thread pool ----
  * A fixed set of worker threads. kw_pool_run() runs fn(arg, ith, nth) once

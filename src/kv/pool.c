@@ -5,7 +5,7 @@
  * K/V rows, and per-sequence block tables (grow, push, release). A block
  * holds, for every layer and head, a K and a V region of block_tokens rows,
  * each row stored in the layout's element type (F32, F16 or Q8_0 blocks of
- * 32), or for the i16 and i8 types scales, then integers (kv.h).
+ * 32), or for the i16 and i8 types scales, then integers (tensor.h).
  *
  * Where the regions live (kv.h, KW_KV_CHUNK_BLOCKS): in chunks of 256
  * blocks, K[layer][head][block] then V[layer][head][block], so one head's
@@ -24,8 +24,6 @@
 #include "kvwise/memory.h"
 #include "kvwise/tensor.h"
 #include "tensor/kernels.h"
-#include <float.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,13 +61,13 @@ static bool i16_shapes_ok(int32_t hk, int32_t hv, int32_t bt) {
     return hk > 0 && hv > 0 && hk % 16 == 0 && hv % 16 == 0 && hk <= 128 && hv <= 1024 && bt > 0 && bt % 32 == 0;
 }
 
-bool kw_kv_i16_kernels(void) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    return ci && ((ci->avx512f && ci->avx512bw && ci->avx512vnni) || (ci->avx2 && ci->fma));
-}
-
+/* The active kernel set's choice where the KV shapes and its integer
+ * attention kernels (a KV head's group of query heads per call) take it. */
 uint32_t kw_kv_type_auto(int32_t hk, int32_t hv, int32_t bt, int32_t group) {
-    return kw_kv_i16_kernels() && i16_shapes_ok(hk, hv, bt) && group >= 1 && group <= 16 ? KW_TYPE_KV_I16 : KW_TYPE_F16;
+    const kw_kernel_set *ks = kw_kernels_active();
+    uint32_t t = ks->attn.kv_type_auto;
+    if (kw_kv_type_is_int(t) && !(i16_shapes_ok(hk, hv, bt) && ks->attn.integer_supported(group, hk, hv))) return KW_TYPE_F16;
+    return t;
 }
 
 static int layout_check(const kw_kv_layout *lay, kw_err *err) {
@@ -191,6 +189,16 @@ void *kw_kv_v(kw_kv_pool *p, int32_t id, int32_t layer, int32_t head, int32_t sl
     return region(p, id, layer, head, p->v_row_bytes, true) + (size_t)slot * p->v_row_bytes;
 }
 
+static void *attn_region(const kw_attn_kv *kv, int32_t id, int32_t head, int v) {
+    kw_kv_pool *p = kv->pool;
+    return region(p, id, kv->layer, head, v ? p->v_row_bytes : p->k_row_bytes, v != 0);
+}
+
+kw_attn_kv kw_kv_attn_view(kw_kv_pool *p, const int32_t *ids, int32_t layer) {
+    return (kw_attn_kv){.type = p->lay.type, .block_tokens = p->lay.block_tokens, .k_row_bytes = p->k_row_bytes,
+                        .v_row_bytes = p->v_row_bytes, .ids = ids, .layer = layer, .region = attn_region, .pool = p};
+}
+
 static int table_reserve(kw_block_table *t, int32_t n) {
     if (n <= t->cap) return 0;
     int32_t cap = t->cap ? t->cap : 8;
@@ -232,98 +240,4 @@ int kw_block_table_push(kw_block_table *t, int32_t id) {
     if (!t || table_reserve(t, t->n + 1) != 0) return -1;
     t->ids[t->n++] = id;
     return 0;
-}
-
-/* ---- i16 and i8 rows (kv.h) ---- */
-
-/* round half to even for |v| < 2^22 without a libm call (lrintf was 2-4%
- * of a long prefill): adding 1.5 * 2^23 leaves no fraction bits, and the
- * addition rounds in the default mode, which is to nearest even. The
- * product that made v must not be fused into the addition (one rounding
- * instead of two): the build says -ffp-contract=off (CMakeLists.txt). */
-static inline int16_t round_small(float v) { return (int16_t)((v + 12582912.0f) - 12582912.0f); }
-
-/* The bits of max|x|: the magnitudes' bits (sign cleared) order as the
- * floats do, also as int32, so their integer max is the max of |x|, and a
- * NaN or an infinity (bits >= 0x7f800000) comes out as the largest. In 16
- * lanes of fixed count, which GCC vectorizes at -O2 (kv rows and queries
- * are quantized per token and head: the scalar loop was ~6% of decode
- * attention at depth 512, bench_attn). */
-static uint32_t max_abs_bits(const float *x, int32_t n) {
-    int32_t lane[16] = {0}, m = 0;
-    int32_t d = 0;
-    for (; d + 16 <= n; d += 16) {
-        int32_t b[16];
-        memcpy(b, x + d, sizeof b);
-        for (int i = 0; i < 16; i++) {
-            int32_t v = b[i] & 0x7fffffff;
-            lane[i] = v > lane[i] ? v : lane[i];
-        }
-    }
-    for (int i = 0; i < 16; i++) m = lane[i] > m ? lane[i] : m;
-    for (; d < n; d++) {
-        int32_t v;
-        memcpy(&v, x + d, sizeof v);
-        v &= 0x7fffffff;
-        m = v > m ? v : m;
-    }
-    return (uint32_t)m;
-}
-
-float kw_kv_i16_quantize(const float *x, int32_t n, float qmax, int16_t *out) {
-    uint32_t mb = max_abs_bits(x, n);
-    bool nonfinite = mb >= 0x7f800000u;   /* a NaN or an infinity */
-    float m;
-    memcpy(&m, &mb, sizeof m);
-    float inv = m > 0.0f ? qmax / m : INFINITY;
-    /* zeros for a NaN or an infinity (scale NaN), and for a zero row or one below qmax / FLT_MAX,
-     * ~1e-35 (scale 0: x * inf would not convert) */
-    if (nonfinite || !(inv <= FLT_MAX)) {
-        memset(out, 0, sizeof(int16_t) * (size_t)n);
-        return nonfinite ? NAN : 0.0f;
-    }
-    int32_t d = 0;
-    for (; d + 16 <= n; d += 16) {   /* fixed count, local copies (the build allows aliasing): vectorized */
-        float b[16];
-        int16_t o[16];
-        memcpy(b, x + d, sizeof b);
-        for (int i = 0; i < 16; i++) o[i] = round_small(b[i] * inv);
-        memcpy(out + d, o, sizeof o);
-    }
-    for (; d < n; d++) out[d] = round_small(x[d] * inv);
-    return m / qmax;
-}
-
-static void int_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v, bool w8) {
-    int16_t row[1024];
-    void *q = kw_kv_i16_ints(region, bt);   /* i8: the same place */
-    if (n > 1024) n = 1024;   /* layout_check: head dims <= 1024 */
-    float qmax = w8 ? (float)KW_KV_I8_MAX : v ? (float)KW_KV_I16_VMAX : (float)KW_KV_I16_KMAX;
-    /* a row with a NaN or an infinity gets a NaN scale: attention's output turns NaN, as with f16 */
-    kw_kv_i16_scales(region)[slot] = kw_kv_i16_quantize(x, n, qmax, row);
-    for (int32_t d = 0; d < n; d++) {
-        size_t e = kw_kv_int_index(slot, d, n, v, w8);
-        if (w8) ((int8_t *)q)[e] = (int8_t)row[d];   /* |row| <= 127 */
-        else ((int16_t *)q)[e] = row[d];
-    }
-}
-
-static void int_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v, bool w8) {
-    void *r = (void *)(uintptr_t)region;
-    const void *q = kw_kv_i16_ints(r, bt);
-    float s = kw_kv_i16_scales(r)[slot];
-    for (int32_t d = 0; d < n; d++) x[d] = s * (float)kw_kv_int_at(q, w8, kw_kv_int_index(slot, d, n, v, w8));
-}
-
-void kw_kv_i16_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
-    int_put(region, bt, slot, x, n, v, false);
-}
-void kw_kv_i16_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
-    int_get(region, bt, slot, x, n, v, false);
-}
-void kw_kv_i8_put(void *region, int32_t bt, int32_t slot, const float *x, int32_t n, int v) {
-    int_put(region, bt, slot, x, n, v, true);
-}
-void kw_kv_i8_get(const void *region, int32_t bt, int32_t slot, float *x, int32_t n, int v) {
-    int_get(region, bt, slot, x, n, v, true);
 }

@@ -12,13 +12,13 @@
  *
  * Numerics follow llama.cpp's CPU backend where it matters for the
  * conformance oracle: RMSNorm sums squares in double, RoPE angles are
- * built by repeated multiplication by base^(-2/d), softmax sums in double,
- * and a F16 (Q8_0) K cache rounds q to F16 (Q8_0) before the dot product,
- * a F16 V cache rounds the probabilities to F16 before the weighted sum.
- * The attention inner loops have an AVX2/F16C version (attn_avx2.c).
- * The matmuls (kw_matmul) quantize activations to the weight's dot type. */
+ * built by repeated multiplication by base^(-2/d). Attention and the SwiGLU
+ * are kernels of the active kernel set (src/tensor/attn.h, kernels.h): this
+ * file hands out the attention work items and says which KV blocks they
+ * read. The matmuls (kw_matmul) quantize activations to the weight's dot type. */
 #include "model_internal.h"
 #include "kvwise/memory.h"
+#include "tensor/kernels.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -92,9 +92,9 @@ static void plan_workspace(const kw_hparams *hp, int32_t T, int32_t C, int n_thr
     /* per thread, for the G query heads of one KV head: scores[G][C], q[G][hk], acc[G][hv] */
     size_t G = (size_t)(hp->n_head / hp->n_head_kv);
     p->att_floats = round64(G * ((size_t)C + hk + hv) * f) / f;
-    size_t i16f = round64(kw_attn_i16_floats((int)G, (int)hk, (int)hv, C) * f) / f;   /* i16 decode (attn_i16.c) */
+    size_t i16f = round64(kw_attn_i16_floats((int)G, (int)hk, (int)hv, C) * f) / f;   /* i16 decode (tensor/attn_i16.c) */
     if (i16f > p->att_floats) p->att_floats = i16f;
-    if (T >= 2) {   /* prefill tiles (attn_avx512.c, attn_i16_avx512.c) */
+    if (T >= 2) {   /* prefill tiles (tensor/attn_avx512.c, attn_i16_avx512.c) */
         size_t tf = round64(kw_attn_tile_floats((int)hk, (int)hv, C) * f) / f;
         if (tf > p->att_floats) p->att_floats = tf;
         int per = kw_attn_tile_tokens((int)G);
@@ -128,6 +128,7 @@ struct kw_ctx {
     kw_kv_pool *kv;
     const kw_batch *b;
     int layer;
+    const kw_kernel_set *ks;    /* the active kernels (attention entries) */
     int32_t n_tiles;            /* prefill attention tiles (starts in rows[]) */
     _Atomic int64_t next_item;  /* the next attention item a thread takes (decode and prefill tiles) */
 };
@@ -217,16 +218,6 @@ static void add_inplace(float *y, const float *x, int64_t n) {
 static void add_bias_rows(float *y, const float *bias, int64_t rows, int n) {
     if (!bias) return;
     for (int64_t r = 0; r < rows; r++) add_inplace(y + r * n, bias, n);
-}
-
-/* gate = silu(gate) * up */
-static void swiglu(float *gate, const float *up, int64_t n) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    if (ci && ci->avx512f) { kw_swiglu_avx512(gate, up, n); return; }   /* act_avx512.c */
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
 }
 
 static void embed_tokens(const kw_model *m, const int32_t *tokens, int32_t n, float *x) {
@@ -321,180 +312,25 @@ static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32
 
 /* ---- attention ----
  * One work item is (token, KV head): the n_head/n_head_kv query heads that
- * share that KV head are scored together, so each K and V row is read once
- * per group. Rows are read in place (F32, F16) or per Q8_0 block. */
+ * share that KV head are computed together (tensor/kernels.h
+ * kw_attn_token), or in prefill (tile, KV head): up to
+ * kw_attn_tile_tokens(G) consecutive tokens of one sequence (kw_attn_tile),
+ * where the active set runs tiles for this shape (kw_attn_tiles). */
 
-typedef struct attn_ops {
-    float (*dot_f32)(const float *q, const float *k, int n);
-    float (*dot_f16)(const float *q, const uint16_t *k, int n);
-    float (*dot_q8_0)(const uint8_t *q, const uint8_t *k, int n);
-    void (*axpy_f32)(float *acc, float p, const float *v, int n);
-    void (*axpy_f16)(float *acc, float p, const uint16_t *v, int n);
-    void (*axpy_q8_0)(float *acc, float p, const uint8_t *v, int n);
-    void (*round_f16)(float *x, int n);
-} attn_ops;
-
-static float dot_f32(const float *a, const float *b, int n) {
-    float s[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) s[l] += a[i + l] * b[i + l];
-    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-    for (; i < n; i++) t += a[i] * b[i];
-    return t;
-}
-
-static float dot_f16(const float *q, const uint16_t *k, int n) {
-    float t = 0.0f;
-    for (int i = 0; i < n; i++) t += q[i] * kw_f16_to_f32(k[i]);
-    return t;
-}
-
-static void axpy_f32(float *acc, float p, const float *v, int n) {
-    for (int i = 0; i < n; i++) acc[i] += p * v[i];
-}
-
-static void axpy_f16(float *acc, float p, const uint16_t *v, int n) {
-    for (int i = 0; i < n; i++) acc[i] += p * kw_f16_to_f32(v[i]);
-}
-
-/* Q8_0 rows (34-byte blocks: F16 scale, 32 int8). q arrives quantized the
- * same way (q_for_cache), as llama.cpp's vec-dot converts q for a Q8_0 K:
- * per block an exact integer dot, then t += (d_k * d_q) * isum in block
- * order (ggml_vec_dot_q8_0_q8_0's formula). attn_avx2.c computes the same
- * bits. */
-float kw_attn_dot_q8_0(const uint8_t *q, const uint8_t *k, int n) {
-    float t = 0.0f;
-    for (int b = 0; b < n / 32; b++, k += 34, q += 34) {
-        uint16_t dk, dq;
-        memcpy(&dk, k, 2);
-        memcpy(&dq, q, 2);
-        const int8_t *ks = (const int8_t *)(k + 2), *qs = (const int8_t *)(q + 2);
-        int32_t isum = 0;
-        for (int i = 0; i < 32; i++) isum += (int32_t)qs[i] * (int32_t)ks[i];
-        t += (kw_f16_to_f32(dk) * kw_f16_to_f32(dq)) * (float)isum;
-    }
-    return t;
-}
-
-/* acc += p * V-row for a Q8_0 row: per block pd = p * d, then one multiply
- * and one add per element (no FMA), as attn_avx2.c. */
-void kw_attn_axpy_q8_0(float *acc, float p, const uint8_t *v, int n) {
-    for (int b = 0; b < n / 32; b++, v += 34) {
-        uint16_t d16;
-        memcpy(&d16, v, 2);
-        const int8_t *qs = (const int8_t *)(v + 2);
-        float pd = p * kw_f16_to_f32(d16);
-        for (int i = 0; i < 32; i++) acc[b * 32 + i] += pd * (float)qs[i];
-    }
-}
-
-static void round_f16(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = kw_f16_to_f32(kw_f32_to_f16(x[i]));
-}
-
-static const attn_ops *attn_ops_get(void) {
-    static const attn_ops scalar = {dot_f32, dot_f16, kw_attn_dot_q8_0, axpy_f32, axpy_f16, kw_attn_axpy_q8_0, round_f16};
-    static const attn_ops avx2 = {kw_attn_dot_f32_avx2,  kw_attn_dot_f16_avx2,  kw_attn_dot_q8_0_avx2,
-                                  kw_attn_axpy_f32_avx2, kw_attn_axpy_f16_avx2, kw_attn_axpy_q8_0_avx2,
-                                  kw_attn_round_f16_avx2};
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    return ci && ci->avx2 && ci->fma && ci->f16c ? &avx2 : &scalar;
-}
-
-/* q . K-row; for a Q8_0 cache q is the Q8_0 blocks q_for_cache() wrote. */
-static float dot_row(const attn_ops *op, uint32_t type, const float *q, const void *k, int n) {
-    if (type == KW_TYPE_F32) return op->dot_f32(q, k, n);
-    if (type == KW_TYPE_F16) return op->dot_f16(q, k, n);
-    return op->dot_q8_0((const uint8_t *)q, k, n);
-}
-
-static void axpy_row(const attn_ops *op, uint32_t type, float *acc, float p, const void *v, int n) {
-    if (type == KW_TYPE_F32) op->axpy_f32(acc, p, v, n);
-    else if (type == KW_TYPE_F16) op->axpy_f16(acc, p, v, n);
-    else op->axpy_q8_0(acc, p, v, n);
-}
-
-/* q as the K cache's dot type sees it (llama.cpp converts q to the K type's
- * vec-dot type): F16 rounding, or unchanged for F32. For Q8_0 the n floats
- * of out receive q's Q8_0 blocks (n / 32 * 34 bytes <= 4 * n). */
-static void q_for_cache(const attn_ops *op, uint32_t type, const float *q, float *out, int n) {
-    if (type == KW_TYPE_Q8_0) { kw_quantize_row(type, q, out, n); return; }
-    memcpy(out, q, (size_t)n * sizeof(float));
-    if (type == KW_TYPE_F16) op->round_f16(out, n);
-}
-
-/* softmax(scores[0..n)) in place; sum in double. */
-static void softmax(float *s, int n) {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) if (s[j] > mx) mx = s[j];
-    double sum = 0.0;
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    if (ci && ci->avx512f) {   /* the exp of act_avx512.c, as the prefill tiles */
-        for (int j = 0; j < n; j++) s[j] -= mx;
-        kw_exp_avx512(s, n);
-        for (int j = 0; j < n; j++) sum += s[j];
-    } else
-        for (int j = 0; j < n; j++) { s[j] = expf(s[j] - mx); sum += s[j]; }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < n; j++) s[j] *= inv;
-}
-
-/* An i16 kernel (AVX-512 VNNI, else AVX2 + FMA) applies to nq queries. */
-static bool i16_kernel_ok(int nq, int hk, int hv) {
-    return kw_kv_i16_kernels() && kw_attn_i16_supported(nq, hk, hv);
-}
-
-/* attn_i16.c: the kernels and the portable path give the same bits. */
-static void attend_i16(const kw_attn_tile_args *a, float *scr, int32_t C) {
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    if (!i16_kernel_ok(a->n_tok * a->G, a->hk, a->hv)) kw_attn_i16_ref(a, scr, C);
-    else if (ci->avx512f && ci->avx512bw && ci->avx512vnni) kw_attn_i16_avx512(a, scr, C);
-    else kw_attn_i16_avx2(a, scr, C);
+/* The kernel arguments of KV head kvh for batch tokens [i0, i0 + n_tok) of one sequence. */
+static kw_attn_args attn_args(const kw_ctx *c, int32_t i0, int32_t n_tok, int kvh) {
+    const kw_hparams *hp = &c->m->hp;
+    const kw_batch *b = c->b;
+    return (kw_attn_args){.q = c->q, .out = c->att, .kv = kw_kv_attn_view(c->kv, b->tables[b->seq[i0]]->ids, c->layer),
+                          .pos = b->pos, .i0 = i0, .n_tok = n_tok, .kvh = kvh, .n_head = hp->n_head,
+                          .G = hp->n_head / hp->n_head_kv, .hk = hp->head_dim_k, .hv = hp->head_dim_v};
 }
 
 /* Token i, KV head kvh: for each query head h of the group,
  * out_h = softmax(q_h . K[0..pos] / sqrt(hk)) . V[0..pos]. */
-static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, float *scr) {
-    const kw_hparams *hp = &c->m->hp;
-    kw_kv_pool *kv = c->kv;
-    const kw_batch *b = c->b;
-    int hk = hp->head_dim_k, hv = hp->head_dim_v, bt = kv->lay.block_tokens;
-    int G = hp->n_head / hp->n_head_kv, h0 = kvh * G;
-    uint32_t type = kv->lay.type;
-    const kw_block_table *t = b->tables[b->seq[i]];
-    int32_t n = b->pos[i] + 1, C = c->max_ctx;
-    float *scores = scr, *qs = scores + (size_t)G * C, *acc = qs + (size_t)G * hk;
-    const kw_cpu_info *ci = kw_cpu_info_get();
-    kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = kv, .table = t, .pos = b->pos, .i0 = i, .n_tok = 1,
-                           .layer = c->layer, .kvh = kvh, .n_head = hp->n_head, .G = G, .hk = hk, .hv = hv};
-    if (kw_kv_type_is_int(type)) {
-        attend_i16(&a, scr, C);
-        return;
-    }
-    if (ci && ci->avx512f && kw_attn_decode_supported(type, G, hk, hv)) {   /* same results, attn_decode_avx512.c */
-        kw_attn_decode_avx512(&a, scr, C);
-        return;
-    }
-    float scale = 1.0f / sqrtf((float)hk);
-    for (int g = 0; g < G; g++) q_for_cache(op, type, c->q + ((int64_t)i * hp->n_head + h0 + g) * hk, qs + g * hk, hk);
-    for (int32_t j0 = 0; j0 < n; j0 += bt) {           /* a block's rows of one head are contiguous */
-        const uint8_t *kb = kw_kv_k(kv, t->ids[j0 / bt], c->layer, kvh, 0);
-        for (int32_t j = j0; j < n && j < j0 + bt; j++, kb += kv->k_row_bytes)
-            for (int g = 0; g < G; g++) scores[(size_t)g * C + j] = dot_row(op, type, qs + g * hk, kb, hk) * scale;
-    }
-    for (int g = 0; g < G; g++) {
-        softmax(scores + (size_t)g * C, n);
-        if (type == KW_TYPE_F16) op->round_f16(scores + (size_t)g * C, n);  /* llama.cpp: KQ to F16 for an F16 V */
-    }
-    memset(acc, 0, (size_t)G * hv * sizeof(float));
-    for (int32_t j0 = 0; j0 < n; j0 += bt) {
-        const uint8_t *vb = kw_kv_v(kv, t->ids[j0 / bt], c->layer, kvh, 0);
-        for (int32_t j = j0; j < n && j < j0 + bt; j++, vb += kv->v_row_bytes)
-            for (int g = 0; g < G; g++) axpy_row(op, type, acc + g * hv, scores[(size_t)g * C + j], vb, hv);
-    }
-    for (int g = 0; g < G; g++)
-        memcpy(c->att + ((int64_t)i * hp->n_head + h0 + g) * hv, acc + g * hv, (size_t)hv * sizeof(float));
+static void attend_group(kw_ctx *c, int32_t i, int kvh, float *scr) {
+    kw_attn_args a = attn_args(c, i, 1, kvh);
+    kw_attn_token(c->ks, &a, scr, c->max_ctx);
 }
 
 /* Decode: items (token, KV head) handed out through the same counter as
@@ -503,13 +339,12 @@ static void attend_group(kw_ctx *c, const attn_ops *op, int32_t i, int kvh, floa
 static void attention_task(void *arg, int ith, int nth) {
     (void)nth;
     kw_ctx *c = arg;
-    const attn_ops *op = attn_ops_get();
     int64_t n_kv = c->m->hp.n_head_kv, items = (int64_t)c->b->n_tokens * n_kv;
     float *scr = (float *)((uint8_t *)c->scratch + c->plan.mm_bytes) + (size_t)ith * c->plan.att_floats;
     for (;;) {
         int64_t it = atomic_fetch_add_explicit(&c->next_item, 1, memory_order_relaxed);
         if (it >= items) break;
-        attend_group(c, op, (int32_t)(it / n_kv), (int)(it % n_kv), scr);
+        attend_group(c, (int32_t)(it / n_kv), (int)(it % n_kv), scr);
     }
 }
 
@@ -519,9 +354,8 @@ static void attention_task(void *arg, int ith, int nth) {
 static void attention_tiles_task(void *arg, int ith, int nth) {
     (void)nth;
     kw_ctx *c = arg;
-    const kw_hparams *hp = &c->m->hp;
     const kw_batch *b = c->b;
-    int n_kv = hp->n_head_kv, G = hp->n_head / n_kv;
+    int n_kv = c->m->hp.n_head_kv;
     float *scr = (float *)((uint8_t *)c->scratch + c->plan.mm_bytes) + (size_t)ith * c->plan.att_floats;
     for (;;) {
         int64_t it = atomic_fetch_add_explicit(&c->next_item, 1, memory_order_relaxed);
@@ -529,25 +363,20 @@ static void attention_tiles_task(void *arg, int ith, int nth) {
         int32_t tile = (int32_t)(it / n_kv), i0 = c->rows[tile];
         int32_t i1 = tile + 1 < c->n_tiles ? c->rows[tile + 1] : b->n_tokens;
         int kvh = (int)(it % n_kv);
-        if (i1 - i0 == 1) { attend_group(c, attn_ops_get(), i0, kvh, scr); continue; }
-        kw_attn_tile_args a = {.q = c->q, .out = c->att, .kv = c->kv, .table = b->tables[b->seq[i0]], .pos = b->pos,
-                               .i0 = i0, .n_tok = i1 - i0, .layer = c->layer, .kvh = kvh, .n_head = hp->n_head,
-                               .G = G, .hk = hp->head_dim_k, .hv = hp->head_dim_v};
-        if (kw_kv_type_is_int(c->kv->lay.type)) attend_i16(&a, scr, c->max_ctx);
-        else kw_attn_tile_avx512(&a, scr);
+        if (i1 - i0 == 1) { attend_group(c, i0, kvh, scr); continue; }
+        kw_attn_args a = attn_args(c, i0, i1 - i0, kvh);
+        kw_attn_tile(c->ks, &a, scr, c->max_ctx);
     }
 }
 
 /* Splits the batch into tiles of consecutive tokens of one sequence; 0 when
- * the tiled path does not apply (no AVX-512, KV type, head shapes, decode). */
+ * the tiled path does not apply (the active set has no tiles for this KV
+ * type and head shape, or decode). */
 static int32_t plan_tiles(kw_ctx *c, const kw_batch *b) {
     const kw_hparams *hp = &c->m->hp;
-    const kw_cpu_info *ci = kw_cpu_info_get();
     int G = hp->n_head / hp->n_head_kv, per = kw_attn_tile_tokens(G);
-    bool ok = kw_kv_type_is_int(c->kv->lay.type)
-        ? per > 0 && i16_kernel_ok(per * G, hp->head_dim_k, hp->head_dim_v)
-        : ci && ci->avx512f && kw_attn_tile_supported(c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v);
-    if (b->n_tokens < 2 || c->max_tokens < 2 || !ok) return 0;
+    if (b->n_tokens < 2 || c->max_tokens < 2 || !kw_attn_tiles(c->ks, c->kv->lay.type, G, hp->head_dim_k, hp->head_dim_v))
+        return 0;
     int32_t n = 0;
     for (int32_t i = 0; i < b->n_tokens; i++)
         if (i == 0 || b->seq[i] != b->seq[i - 1] || i - c->rows[n - 1] >= per) c->rows[n++] = i;
@@ -561,6 +390,7 @@ static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     c->kv = kv;
     c->b = b;
     c->layer = il;
+    c->ks = kw_kernels_active();
     const kw_hparams *hp = &c->m->hp;
     int64_t work = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) work += (int64_t)b->pos[i] + 1;
@@ -597,7 +427,7 @@ static void rmsnorm_task(void *arg, int ith, int nth) {
 static void swiglu_task(void *arg, int ith, int nth) {
     rows_task *t = arg;
     int64_t lo = t->rows * ith / nth, hi = t->rows * (ith + 1) / nth;
-    swiglu(t->a + lo * t->n, t->x + lo * t->n, (hi - lo) * t->n);
+    kw_kernels_active()->swiglu(t->a + lo * t->n, t->x + lo * t->n, (hi - lo) * t->n);
 }
 
 #define KW_ROWS_PARALLEL_MIN 65536   /* values; below this the pool wake-up costs more */

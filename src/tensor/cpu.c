@@ -2,7 +2,8 @@
  *
  * Owns kw_cpu_info_get() (cpuid + xgetbv: an ISA counts only when the OS
  * also saves its registers), kw_kernel_name()/kw_kernel_force(), and the
- * active kernel table that kw_matmul dispatches through. The best family
+ * active kernel table that kw_matmul, the attention and the SwiGLU of the
+ * forward pass dispatch through (KW_KERNEL forces all of them). The best family
  * the CPU supports is chosen on first use: avx512 (F/BW/VL/DQ + VNNI),
  * else avx2 (AVX2 + FMA + F16C), else scalar. Also the decode prefetch
  * distance (kw_decode_prefetch_bytes), a per-CPU tuning the kernels read
@@ -23,8 +24,8 @@
 static kw_cpu_info g_info;
 static bool g_avx512dq;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static kw_kernel_set g_sets[3];           /* scalar, avx2, avx512 */
-static bool g_set_ok[3];
+static kw_kernel_set g_sets[KW_KERNEL_FAMILIES];   /* scalar, avx2, avx512 */
+static bool g_set_ok[KW_KERNEL_FAMILIES];
 static _Atomic(const kw_kernel_set *) g_active;
 static size_t g_decode_pf;
 
@@ -96,27 +97,46 @@ static size_t decode_prefetch_from_env(size_t dflt) {
     return (size_t)v;
 }
 
+static bool can_scalar(void) { return true; }
+
+/* The families by index (kernels.h KW_KERNEL_FAMILIES): where each runs,
+ * its matmul entries (init), its attention and its SwiGLU. */
+static const struct {
+    bool (*can)(void);
+    void (*init)(kw_kernel_set *k);
+    const kw_attn_kernels *attn;
+    void (*swiglu)(float *gate, const float *up, int64_t n);
+} g_families[KW_KERNEL_FAMILIES] = {
+    {can_scalar, kw_kernels_scalar_init, &kw_attn_kernels_scalar, kw_swiglu_scalar},
+    {can_avx2, kw_kernels_avx2_init, &kw_attn_kernels_avx2, kw_swiglu_scalar},
+    {can_avx512, kw_kernels_avx512_init, &kw_attn_kernels_avx512, kw_swiglu_avx512},
+};
+
+/* Each family the CPU can run starts from the best one below it that it
+ * has (the scalar one always) and overrides what it implements. */
+static void init_families(void) {
+    int below = -1;
+    for (int i = 0; i < KW_KERNEL_FAMILIES; i++) {
+        if (!g_families[i].can()) continue;
+        kw_kernel_set *k = &g_sets[i];
+        if (below >= 0) *k = g_sets[below];
+        k->name = NULL;
+        g_families[i].init(k);
+        k->attn = *g_families[i].attn;
+        k->swiglu = g_families[i].swiglu;
+        g_set_ok[i] = k->name != NULL;
+        if (g_set_ok[i]) below = i;
+    }
+}
+
 static void init_once(void) {
     detect();
     g_decode_pf = decode_prefetch_from_env(decode_prefetch_default());
-    kw_kernels_scalar_init(&g_sets[0]);
-    g_set_ok[0] = true;
-    if (can_avx2()) {
-        g_sets[1] = g_sets[0];
-        g_sets[1].name = NULL;
-        kw_kernels_avx2_init(&g_sets[1]);
-        g_set_ok[1] = g_sets[1].name != NULL;
-    }
-    if (can_avx512()) {
-        g_sets[2] = g_set_ok[1] ? g_sets[1] : g_sets[0];
-        g_sets[2].name = NULL;
-        kw_kernels_avx512_init(&g_sets[2]);
-        g_set_ok[2] = g_sets[2].name != NULL;
-    }
+    init_families();
     int best = g_set_ok[2] ? 2 : g_set_ok[1] ? 1 : 0;
     const char *env = getenv("KW_KERNEL");
     if (env) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < KW_KERNEL_FAMILIES; i++)
             if (g_set_ok[i] && strcasecmp(env, g_sets[i].name) == 0) best = i;
     }
     atomic_store(&g_active, &g_sets[best]);
@@ -143,10 +163,22 @@ const kw_kernel_set *kw_kernels_active(void) {
 
 const char *kw_kernel_name(void) { return kw_kernels_active()->name; }
 
+#ifdef KW_TESTCTL
+const kw_kernel_set *kw_kernels_family(int i) {
+    pthread_once(&g_once, init_once);
+    return i >= 0 && i < KW_KERNEL_FAMILIES && g_set_ok[i] ? &g_sets[i] : NULL;
+}
+
+void kw_kernels_install(const kw_kernel_set *k) {
+    pthread_once(&g_once, init_once);
+    atomic_store(&g_active, k);
+}
+#endif
+
 int kw_kernel_force(const char *name) {
     pthread_once(&g_once, init_once);
     if (!name) return -1;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < KW_KERNEL_FAMILIES; i++) {
         if (g_set_ok[i] && strcasecmp(name, g_sets[i].name) == 0) {
             atomic_store(&g_active, &g_sets[i]);
             return 0;

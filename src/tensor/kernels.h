@@ -1,15 +1,19 @@
-/* kernels.h - internal interface between kw_matmul and the kernel families
- * (scalar reference, AVX2+FMA, AVX-512).
+/* kernels.h - internal interface between the kernel families (scalar
+ * reference, AVX2+FMA, AVX-512) and their callers: kw_matmul, the forward
+ * pass's attention and activations (src/model/forward.c) and the KV type
+ * "auto" (src/kv/pool.c), which ask only kw_kernels_active().
  *
- * A kernel set is two tables: activation quantizers indexed by dot type
- * (F16, BF16, Q8_0, Q8_1, Q8_K) and GEMM kernels indexed by weight type.
- * Families start from the scalar set and override what they implement, so
- * every entry is always callable. Activation quantizers give bit-identical
- * bytes in every family (same formula, same rounding); kernels differ only
- * in float summation order. */
+ * A kernel set holds activation quantizers indexed by dot type (F16, BF16,
+ * Q8_0, Q8_1, Q8_K), GEMM kernels indexed by weight type, and the
+ * attention and activation entries (attn.h). Families start from the
+ * scalar set and override what they implement, so every entry is always
+ * callable. Activation quantizers give bit-identical bytes in every family
+ * (same formula, same rounding); kernels differ only in float summation
+ * order (and attention in its exp, attn.h). */
 #ifndef KW_TENSOR_KERNELS_H
 #define KW_TENSOR_KERNELS_H
 #include "kvwise/tensor.h"
+#include "tensor/attn.h"
 
 /* Converts one row of n floats to the dot type (n a multiple of its block). */
 typedef void (*kw_act_quant_fn)(const float *x, void *dst, int64_t n);
@@ -35,6 +39,34 @@ typedef struct kw_pack_arena {
  * (no packed form) or -1. A sizing pass (a->base NULL) returns 0 or 1 and
  * leaves W unchanged. */
 typedef int (*kw_pack_fn)(kw_matrix *W, kw_pack_arena *a, kw_err *err);
+
+/* A family's attention. The forward pass runs it through kw_attn_token /
+ * kw_attn_tiles / kw_attn_tile (below), which ask these entries. ops: the
+ * row operations and exp of the per-token path (F32, F16, Q8_0 KV). The
+ * kernels run where their predicate holds, else the portable path:
+ * decode: one token x the G heads, F32/F16 KV, the bits of the per-token
+ * path with ops; tile: a prefill tile of F32/F16 KV (scr:
+ * kw_attn_tile_floats), each token's output those bits too; integer:
+ * i16/i8 KV, nq = a->n_tok * G queries (scr: kw_attn_i16_floats), the bits
+ * of kw_attn_i16_ref. The scalar set's predicates say no; its kernels are
+ * the portable paths. */
+typedef struct kw_attn_kernels {
+    kw_attn_ops ops;
+    bool (*decode_supported)(uint32_t kv_type, int G, int hk, int hv);
+    void (*decode)(const kw_attn_args *a, float *scr, int32_t max_ctx);
+    bool (*tile_supported)(uint32_t kv_type, int G, int hk, int hv);
+    void (*tile)(const kw_attn_args *a, float *scr, int32_t max_ctx);
+    bool (*integer_supported)(int nq, int hk, int hv);
+    void (*integer)(const kw_attn_args *a, float *scr, int32_t max_ctx);
+    /* The KV type "auto" picks (kw_kv_type_auto, kv.h) where the shapes
+     * allow it: an integer type where the family has integer kernels
+     * (integer_supported for the query heads of a KV head), else
+     * KW_TYPE_F16 (the portable integer path is much slower than F16
+     * attention). */
+    uint32_t kv_type_auto;
+} kw_attn_kernels;
+/* Each family's (attn.c, attn_avx2.c, attn_avx512.c) */
+extern const kw_attn_kernels kw_attn_kernels_scalar, kw_attn_kernels_avx2, kw_attn_kernels_avx512;
 
 typedef struct kw_kernel_set {
     const char *name;
@@ -63,6 +95,11 @@ typedef struct kw_kernel_set {
      * a multiple of 256) read with non-temporal loads, as the family's
      * decode kernels read packed weights; the bandwidth probe times it. */
     uint64_t (*read_nt)(const void *p, size_t bytes);
+
+    /* attention (kw_attn_kernels above) */
+    kw_attn_kernels attn;
+    /* gate = silu(gate) * up over n values (the FFN) */
+    void (*swiglu)(float *gate, const float *up, int64_t n);
 } kw_kernel_set;
 
 /* Header at the start of every packed buffer: kernels use a packed copy
@@ -172,12 +209,51 @@ static inline void kw_cpu_relax(void) {
 /* The activation type llama.cpp's CPU backend uses for a weight type. */
 uint32_t kw_dot_type(uint32_t wtype);
 
+/* Each family's matmul entries (cpu.c adds its attention and SwiGLU). */
 void kw_kernels_scalar_init(kw_kernel_set *k);
 void kw_kernels_avx2_init(kw_kernel_set *k);
 void kw_kernels_avx512_init(kw_kernel_set *k);
 
+/* attn.c: the forward pass's attention through set ks (scr as the entries
+ * above say; the forward pass sizes it for all). kw_attn_token: one token
+ * (a->n_tok 1) x the G heads of a->kvh, any KV type. kw_attn_tiles: whether
+ * prefill attention of this shape runs in tiles of kw_attn_tile_tokens(G)
+ * consecutive tokens of one sequence (else token by token); kw_attn_tile
+ * runs one where it does, each token's output the bits kw_attn_token gives. */
+void kw_attn_token(const kw_kernel_set *ks, const kw_attn_args *a, float *scr, int32_t max_ctx);
+bool kw_attn_tiles(const kw_kernel_set *ks, uint32_t kv_type, int G, int hk, int hv);
+void kw_attn_tile(const kw_kernel_set *ks, const kw_attn_args *a, float *scr, int32_t max_ctx);
+
 /* The active set (chosen from CPU features, or forced). */
 const kw_kernel_set *kw_kernels_active(void);
+
+#define KW_KERNEL_FAMILIES 3   /* family index: 0 scalar, 1 avx2, 2 avx512 */
+
+#ifdef KW_TESTCTL
+/* cpu.c, test builds: family i's set (NULL when this CPU or build has
+ * none), and a set made active in place of the chosen one. */
+const kw_kernel_set *kw_kernels_family(int i);
+void kw_kernels_install(const kw_kernel_set *k);
+
+/* kernels_testctl.c, test builds: counts the calls made through the active
+ * set by entry and by the family that provides the entry (the first family
+ * whose set holds that function: an entry the AVX-512 family inherits from
+ * the scalar one counts as scalar). start() installs a counting copy of the
+ * set active now (each entry wraps the real one; results unchanged) and
+ * zeroes the counts; it returns -1, installing nothing, when the set has an
+ * entry the copy cannot wrap. stop() makes the wrapped set active again. */
+enum {
+    KW_KSLOT_QUANT, KW_KSLOT_QUANT_PACKED, KW_KSLOT_GEMM, KW_KSLOT_GEMM_PANEL, KW_KSLOT_PANELS, KW_KSLOT_PACK,
+    KW_KSLOT_READ_NT, KW_KSLOT_ATTN_DOT_F32, KW_KSLOT_ATTN_DOT_F16, KW_KSLOT_ATTN_DOT_Q8_0, KW_KSLOT_ATTN_AXPY_F32,
+    KW_KSLOT_ATTN_AXPY_F16, KW_KSLOT_ATTN_AXPY_Q8_0, KW_KSLOT_ATTN_ROUND_F16, KW_KSLOT_ATTN_EXP,
+    KW_KSLOT_ATTN_DECODE_SUPPORTED, KW_KSLOT_ATTN_DECODE, KW_KSLOT_ATTN_TILE_SUPPORTED, KW_KSLOT_ATTN_TILE,
+    KW_KSLOT_ATTN_INT_SUPPORTED, KW_KSLOT_ATTN_INT, KW_KSLOT_SWIGLU, KW_KSLOT_COUNT
+};
+int kw_kernels_count_start(void);
+void kw_kernels_count_stop(void);
+uint64_t kw_kernels_count(int slot, int family);
+const char *kw_kernels_slot_name(int slot);
+#endif
 
 /* The detected features, without the one-time init (for family init code
  * that runs inside it). */

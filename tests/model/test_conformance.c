@@ -195,6 +195,38 @@ static void free_running_greedy(const kw_model *m, const cJSON *rec) {
     free(gen);
 }
 
+#ifdef KW_TESTCTL
+/* KW_TEST_FAMILY=NAME (test builds): every kernel call of the run counted
+ * (tensor/kernels.h); at the end, none may have gone to the code of a family
+ * other than NAME, and attention must have run through the set. */
+#include "tensor/kernels.h"
+static int family_check_start(void) {
+    const char *name = getenv("KW_TEST_FAMILY");
+    if (!name) return -1;
+    KW_CHECK_MSG(!strcmp(kw_kernel_name(), name), "KW_TEST_FAMILY=%s but the active family is %s", name, kw_kernel_name());
+    int f = 0;
+    while (f < KW_KERNEL_FAMILIES && (!kw_kernels_family(f) || strcmp(kw_kernels_family(f)->name, name))) f++;
+    KW_CHECK_EQ_INT(kw_kernels_count_start(), 0);
+    return f;
+}
+static void family_check_end(int family) {
+    if (family < 0) return;
+    kw_kernels_count_stop();
+    uint64_t mine = 0;
+    for (int s = 0; s < KW_KSLOT_COUNT; s++)
+        for (int f = 0; f < KW_KERNEL_FAMILIES; f++) {
+            if (f == family) mine += kw_kernels_count(s, f);
+            else KW_CHECK_MSG(kw_kernels_count(s, f) == 0, "%s: %llu calls into family %d", kw_kernels_slot_name(s),
+                              (unsigned long long)kw_kernels_count(s, f), f);
+        }
+    KW_CHECK(kw_kernels_count(KW_KSLOT_ATTN_DECODE_SUPPORTED, family) > 0 && mine > 0);
+    printf("kernel calls, all %s: %llu\n", kw_kernel_name(), (unsigned long long)mine);
+}
+#else
+static int family_check_start(void) { return -1; }
+static void family_check_end(int family) { (void)family; }
+#endif
+
 static bool wanted(const char *pid, int argc, char **argv) {
     if (argc <= 2) return true;
     for (int i = 2; i < argc; i++) if (!strcmp(argv[i], pid)) return true;
@@ -210,6 +242,7 @@ int main(int argc, char **argv) {
     char odir[512];
     snprintf(odir, sizeof odir, "%s", buf);
     snprintf(buf, sizeof buf, "%s/conformance/models/%s.gguf", shared, model);
+    int family = family_check_start();
     kw_err err = {{0}};
     kw_model *m = kw_model_load(buf, NULL, &err);
     KW_CHECK_MSG(m != NULL, "%s", err.msg);
@@ -248,5 +281,6 @@ int main(int argc, char **argv) {
            model, n_records, g_all.topk_abs, g_all.last_abs, g_all.last_rms, g_all.last_kl, t.abs, t.rms);
     free(text);
     kw_model_free(m);
+    family_check_end(family);
     return kw_test_finish();
 }

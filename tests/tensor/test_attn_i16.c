@@ -14,7 +14,7 @@
  *  3. accuracy: against a double-precision softmax attention over the
  *     original F32 rows, the i16 path is at least as close as the same
  *     attention over an f16 cache (K, V, q and the probabilities rounded to
- *     f16, as forward.c's f16 path does), within 1.25x. i8: the same
+ *     f16, as the f16 attention path does), within 1.25x. i8: the same
  *     cases with i8 rows (4) are bit-identical across the paths too, and
  *     within 1.25x of an exact attention of q rounded to 8 bits over the
  *     rows rounded to 8 bits (the type's own roundings, as llama.cpp's
@@ -168,8 +168,8 @@ static void run_case_t(uint32_t type, int bt, int n_head, int n_head_kv, int hk,
     int identical = 1, identical2 = 1;
     double e_i16 = 0.0, e_f16 = 0.0;
     for (int kvh = 0; kvh < n_head_kv; kvh++) {
-        kw_attn_tile_args a = {.q = q, .out = o_ref, .kv = kv, .table = &t, .pos = pos, .i0 = 2, .n_tok = n_tok,
-                               .layer = 0, .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
+        kw_attn_args a = {.q = q, .out = o_ref, .kv = kw_kv_attn_view(kv, t.ids, 0), .pos = pos, .i0 = 2, .n_tok = n_tok,
+                           .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
         kw_attn_i16_ref(&a, scr, n_pos);
         if (kernel) {
             a.out = o_ker;

@@ -1,5 +1,5 @@
 /* test_attn_tiles.c - the AVX-512 prefill attention tiles (attn_avx512.c)
- * against (1) the per-token AVX2 arithmetic that forward.c runs for single
+ * against (1) the AVX-512 family's per-token arithmetic (attn.c) for single
  * tokens (rebuilt here from the attn_avx2.c helpers: the two must agree bit
  * for bit, so a prompt gives the same logits in one batch or token by token)
  * and (2) a double-precision reference (softmax attention from scratch).
@@ -47,9 +47,9 @@ static void run_case(uint32_t type, int bt, int n_head, int n_head_kv, int n_tok
     double worst = 0.0;
     int identical = 1;
     for (int kvh = 0; kvh < n_head_kv; kvh++) {
-        kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = 2, .n_tok = n_tok,
-                               .layer = 0, .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
-        kw_attn_tile_avx512(&a, scr);
+        kw_attn_args a = {.q = q, .out = out, .kv = kw_kv_attn_view(kv, t.ids, 0), .pos = pos, .i0 = 2, .n_tok = n_tok,
+                           .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
+        kw_attn_tile_avx512(&a, scr, n_pos);
         for (int ti = 0; ti < n_tok; ti++)
             for (int g = 0; g < G; g++) {
                 int i = 2 + ti, h = kvh * G + g;

@@ -4,8 +4,8 @@
  * Owns kw_attn_i16_avx2(): the same work as kw_attn_i16_avx512() (the
  * queries of up to 16 consecutive batch tokens x G heads, at most 16
  * queries, of one sequence that share KV head kvh, over their causal
- * ranges) for CPUs without AVX-512 VNNI. forward.c uses it for prefill
- * tiles and decode when the VNNI kernel does not apply. It computes exactly
+ * ranges) for CPUs without AVX-512 VNNI: the AVX2 family's attention
+ * (attn_avx2.c) uses it for prefill tiles and decode. It computes exactly
  * what attn_i16.c defines, so results are bit-identical to kw_attn_i16_ref
  * (and to the VNNI kernel) on every machine: the exp2 is the definition's
  * (kw_attn_exp2) in 8 lanes, exp2_8 below, every float step keeps
@@ -22,7 +22,7 @@
  * loaded once for both; 3 x 32 spilled), each chunk's int32 sums scaled
  * into F32 with one FMA. The loops over constant counts are instantiated
  * through switches (dots16_n, pv_block_n) so that the accumulators live in
- * registers. i8 (kv.h): K quads of 8 keys widened to int16 four keys at a
+ * registers. i8 (tensor.h): K quads of 8 keys widened to int16 four keys at a
  * time, vpmaddwd against the query's quad and vphaddd (dots16); V widened
  * to int16 at its load, the rest as i16.
  * The softmax is one pass per query over its scores: subtract the max,
@@ -39,7 +39,7 @@
 /* An empty asm that takes and returns v in a register: keeps GCC from
  * computing a new register per accumulator update and copying it back */
 #define KW_IN_REG(v) __asm__("" : "+x"(v))
-#define NQ_MAX 16      /* queries per call (kw_attn_i16_supported) */
+#define NQ_MAX KW_ATTN_INT_MAX_Q   /* queries per call (kw_attn_i16_supported) */
 #define DQ_MAX 6       /* queries per pass over a group of 16 keys */
 #define PV_Q 2         /* queries per V block */
 #define PV_V 4         /* ymm (8 dimensions each) per V block */
@@ -53,7 +53,7 @@ KW_INLINE __m256i ld_pairs(const uint8_t *p, const int w8) {
 
 /* Raw int32 dots of nq queries with 16 keys; out[2q] keys 0-7, out[2q + 1]
  * keys 8-15. Rows (dimension pairs for i16, quads for i8) are contiguous,
- * 64 bytes each, from kp (kv.h). qp + q * hp holds query q's integers as
+ * 64 bytes each, from kp (tensor.h). qp + q * hp holds query q's integers as
  * int16.
  * i16: one vpmaddwd per pair of 8 keys with the query's pair broadcast.
  * i8: 8 keys of one quad (32 bytes) widened to int16 in two halves of 4
@@ -184,7 +184,7 @@ static inline __m256 pow2_normal8(__m256i k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
 }
 
-/* kw_attn_exp2 (model_internal.h) in 8 lanes, the same operations in the
+/* kw_attn_exp2 (attn.h) in 8 lanes, the same operations in the
  * same order. vmin/vmaxps keep their operand rule (the second when one is
  * NaN) and vroundps with nearest-even rounds as vroundscaleps does. AVX2 has
  * no vscalefps: p * 2^n (-127 <= n <= 128) is taken as two products by
@@ -274,10 +274,9 @@ static float quant_chunk(const float *e, int32_t k, const float *sv, uint32_t *p
     return pm / (float)KW_KV_I16_VMAX;
 }
 
-void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
-    kw_kv_pool *kv = a->kv;
-    const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
-    const int w8 = kv->lay.type == KW_TYPE_KV_I8;
+void kw_attn_i16_avx2(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = a->kv.block_tokens;
+    const int w8 = a->kv.type == KW_TYPE_KV_I8;
     const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
     /* K: 16-slot groups of rows (dimension pairs (i16) or quads (i8)), 64 bytes each; V rows: slot pairs */
     const size_t vrowb = (size_t)hv * 2 * eb;
@@ -303,7 +302,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     const int nb = (nq + DQ_MAX - 1) / DQ_MAX;
     for (int32_t j = 0; j < n_max; j += 16) {
         int32_t s0 = j % bt;
-        void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
+        void *kr = kw_attn_region(a, j / bt, 0);
         kw_attn_i16_prefetch_k(a, j, n_max);
         const uint8_t *kp = (const uint8_t *)kw_kv_i16_ints(kr, bt) + kw_kv_int_k_group(hk, s0, w8);
         const float *sk = kw_kv_i16_scales(kr) + s0;
@@ -327,7 +326,7 @@ void kw_attn_i16_avx2(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
     memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hv);
     for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
         int32_t s0 = j0 % bt;
-        void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);   /* bt % 32 == 0: one block */
+        void *vr = kw_attn_region(a, j0 / bt, 1);   /* bt % 32 == 0: one block */
         kw_attn_i16_prefetch_v(a, j0, CHUNK, n_max);
         const float *sv = kw_kv_i16_scales(vr) + s0;
         for (int q = 0; q < nq; q++)

@@ -1,9 +1,9 @@
 /* test_act_avx512.c - the AVX-512 SwiGLU (act_avx512.c) against the scalar
- * formula forward.c uses elsewhere (g / (1 + expf(-g)) * u, glibc expf),
+ * family's formula (act.c: g / (1 + expf(-g)) * u, glibc expf),
  * over a dense sweep of gate values (-110..110, where exp under/overflows),
  * odd lengths (masked tail) and special values. Skips (77) without AVX-512F. */
 #include "testutil.h"
-#include "model/model_internal.h"
+#include "tensor/attn.h"
 #include <float.h>
 #include <string.h>
 

@@ -20,7 +20,7 @@
  *     definition written out here (lanes, flush after every 256th key),
  *     and are within 1e-6 relative of the double sum. */
 #include "testutil.h"
-#include "model/model_internal.h"
+#include "tensor/attn.h"
 #include "tensor/kernels.h"
 #include <float.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* attn_i16.c - attention over an i16 or i8 KV cache: the arithmetic, and
- * its portable implementation. The i8 type (kv.h) is the same arithmetic
+ * its portable implementation. The i8 type (tensor.h) is the same arithmetic
  * with q_int, K_int and V_int within 127 instead of 4095, 4095 and 8191
  * (the probabilities keep 8191).
  *
@@ -14,7 +14,7 @@
  *           sum: e_j into float lane j % 16 in order of j, the lanes flushed
  *           into 16 double parts after every 256th key and at the end, the
  *           parts added in order 0..15; inv = (float)(1 / sum)
- *           (model_internal.h, kw_attn_i16_sum_add / _end)
+ *           (attn.h, kw_attn_i16_sum_add / _end)
  *   out:    keys in chunks of 32 aligned at position 0; per chunk
  *           P_j = e_j * sv_j, pm = max P_j (chunk skipped when pm is not > 0),
  *           P_int = lrintf(P_j * (8191 / pm)), acc = fmaf(pm / 8191,
@@ -25,7 +25,7 @@
  * 2^31; V and P within 8191 over 32 keys are below 32 * 8191^2 < 2^31.
  * Only the float steps above have an order, and every path keeps it.
  *
- * exp2 (model_internal.h has its steps and constants): base 2 takes the
+ * exp2 (attn.h has its steps and constants): base 2 takes the
  * exp's range reduction down to one rounding and one subtraction, and its
  * degree-6 polynomial is within 1.7e-7 relative of 2^f, far below the 13
  * bits the probabilities keep. The lanes of float sums replaced double sums
@@ -33,24 +33,18 @@
  * 4096, bench_attn); a span of 256 keys keeps a lane's float sum within 16
  * terms, the double parts carry the rest. kw_attn_exp2 is the portable C;
  * attn_i16_avx2.c has it in 8 lanes and the VNNI kernel in 16;
- * tests/model/test_exp_i16.c compares the three bit for bit. So i16
+ * tests/tensor/test_exp_i16.c compares the three bit for bit. So i16
  * attention gives the same bits on any x86-64, with or without AVX-512
  * (and the portable path on any other CPU with a correctly rounded fmaf).
  * Precision: 12 bits + sign of each row's largest value for K and q, 13
  * for V and the chunk's probabilities, about what F16 keeps of a typical
  * row; i8 keeps 7 bits + sign of K and V, as q8_0 with one scale per row
- * (tests/model/test_attn_i16.c measures both against an F32 cache). */
-#include "model_internal.h"
-#include "tensor/kernels.h"
+ * (tests/tensor/test_attn_i16.c measures both against an F32 cache). */
+#include "tensor/attn.h"
 #include <math.h>
 #include <string.h>
 
 #define I16_CHUNK 32   /* keys per probability quantization chunk */
-
-size_t kw_attn_i16_floats(int nq, int hk, int hv, int32_t max_ctx) {
-    /* scores[nq][ctx], q pairs[hk/2][16], acc[nq][hv], probability pairs[nq][16] */
-    return (size_t)nq * ((size_t)max_ctx + (size_t)hv + 16) + (size_t)hk / 2 * 16 + 64;
-}
 
 float kw_attn_i16_quant_q(const float *q, int hk, int w8, int16_t *qi) {
     float qmax = w8 ? (float)KW_KV_I8_MAX : (float)KW_KV_I16_KMAX;
@@ -106,18 +100,17 @@ float kw_attn_i16_sum_end(float *lane, double *part) {
 }
 
 /* One query (token i0 + t, head kvh * G + g) over keys [0, pos + 1). */
-static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_t *qi, float *acc) {
-    kw_kv_pool *kv = a->kv;
-    const int hk = a->hk, hv = a->hv, bt = kv->lay.block_tokens;
+static void i16_query(const kw_attn_args *a, int t, int g, float *s, int16_t *qi, float *acc) {
+    const int hk = a->hk, hv = a->hv, bt = a->kv.block_tokens;
     const int32_t i = a->i0 + t, n = a->pos[i] + 1;
     const int h = a->kvh * a->G + g;
-    const bool w8 = kv->lay.type == KW_TYPE_KV_I8;
+    const bool w8 = a->kv.type == KW_TYPE_KV_I8;
     float c = kw_attn_i16_quant_q(a->q + ((size_t)i * (size_t)a->n_head + (size_t)h) * (size_t)hk, hk, w8, qi);
 
     float mx = -INFINITY;
     for (int32_t j = 0; j < n; j++) {
-        void *kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
-        const void *ki = kw_kv_i16_ints(kr, bt);   /* i8: the same place (kv.h) */
+        void *kr = kw_attn_region(a, j / bt, 0);
+        const void *ki = kw_kv_i16_ints(kr, bt);   /* i8: the same place (tensor.h) */
         int32_t isum = 0;
         for (int d = 0; d < hk; d++)
             isum += (int32_t)qi[d] * kw_kv_int_at(ki, w8, kw_kv_int_index(j % bt, d, hk, 0, w8));
@@ -134,7 +127,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
     memset(acc, 0, sizeof(float) * (size_t)hv);
     for (int32_t j0 = 0; j0 < n; j0 += I16_CHUNK) {
         int32_t j1 = j0 + I16_CHUNK < n ? j0 + I16_CHUNK : n;
-        void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);   /* bt % 32 == 0: one block */
+        void *vr = kw_attn_region(a, j0 / bt, 1);   /* bt % 32 == 0: one block */
         const float *sv = kw_kv_i16_scales(vr);
         const void *vi = kw_kv_i16_ints(vr, bt);
         float p[I16_CHUNK], pm = 0.0f;
@@ -156,7 +149,7 @@ static void i16_query(const kw_attn_tile_args *a, int t, int g, float *s, int16_
     for (int d = 0; d < hv; d++) o[d] = acc[d] * inv;
 }
 
-void kw_attn_i16_ref(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
+void kw_attn_i16_ref(const kw_attn_args *a, float *scr, int32_t max_ctx) {
     float *s = scr, *acc = s + max_ctx;
     int16_t *qi = (int16_t *)(acc + a->hv);
     for (int t = 0; t < a->n_tok; t++)

@@ -1,13 +1,13 @@
-/* act_avx512.c - exp over an array and the SwiGLU of the FFN (gate =
- * silu(gate) * up) in 16 lanes for CPUs with AVX-512F; forward.c calls them
- * instead of its scalar loops. exp is exp_avx512.h's (the F16 attention kernels
- * inline the same one, so the softmax of forward.c and theirs are
- * bit-identical); it matches glibc expf to about 1 ulp, so silu differs
- * from the scalar path only in the last bit now and then (llama.cpp's own
- * vector silu uses a different approximation again; the conformance
- * tolerances are far above). */
+/* act_avx512.c - the AVX-512 family's activations: exp over an array and
+ * the SwiGLU of the FFN (gate = silu(gate) * up) in 16 lanes (AVX-512F),
+ * in place of act.c's scalar loops. exp is exp_avx512.h's (the F16
+ * attention kernels inline the same one, so the family's per-token softmax
+ * and theirs are bit-identical); it matches glibc expf to about 1 ulp, so
+ * silu differs from the scalar path only in the last bit now and then
+ * (llama.cpp's own vector silu uses a different approximation again; the
+ * conformance tolerances are far above). */
+#include "tensor/attn.h"
 #include "exp_avx512.h"
-#include "model_internal.h"
 #include <immintrin.h>
 
 void kw_exp_avx512(float *x, int64_t n) {

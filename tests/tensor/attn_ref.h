@@ -1,13 +1,15 @@
 /* attn_ref.h - what the attention tests (test_attn_tiles, test_attn_decode)
- * compare against: forward.c's per-token path for one head rebuilt from the
- * attn_avx2.c helpers (softmax through the AVX-512 exp, as forward.c runs it
- * there), a double-precision softmax attention from scratch, and the
+ * compare against: the AVX-512 family's per-token path (src/tensor/attn.c)
+ * for one head rebuilt from the attn_avx2.c helpers (softmax through the
+ * AVX-512 exp, as that family runs it), a double-precision softmax
+ * attention from scratch, and the
  * helpers that fill a KV row. Static functions: each test compiles its own
  * copy (header only, no extra test library). */
 #ifndef KW_TESTS_ATTN_REF_H
 #define KW_TESTS_ATTN_REF_H
 #include "testutil.h"
-#include "model/model_internal.h"
+#include "tensor/attn.h"
+#include "kvwise/kv.h"
 #include <string.h>
 
 /* uniform in [-1, 1) from a 32-bit LCG; each test keeps its own seed */
@@ -30,7 +32,7 @@ static inline float get_val(uint32_t type, const void *row, int d) {
 #define MAXN 192   /* keys */
 #define MAXD 128   /* head dim */
 
-/* forward.c's per-token path for one head (the AVX2 helpers, softmax as on AVX-512). */
+/* The AVX-512 family's per-token path for one head (the AVX2 helpers, its exp). */
 static inline void per_token(kw_kv_pool *kv, const kw_block_table *t, int kvh, const float *q, int32_t n, int hk, int hv,
                       float *out) {
     uint32_t type = kv->lay.type;
@@ -47,7 +49,7 @@ static inline void per_token(kw_kv_pool *kv, const kw_block_table *t, int kvh, c
     for (int32_t j = 0; j < n; j++) if (sc[j] > mx) mx = sc[j];
     double sum = 0.0;
     for (int32_t j = 0; j < n; j++) sc[j] -= mx;
-    kw_exp_avx512(sc, n);                 /* forward.c's softmax on AVX-512 */
+    kw_exp_avx512(sc, n);                 /* the AVX-512 family's softmax */
     for (int32_t j = 0; j < n; j++) sum += sc[j];
     float inv = (float)(1.0 / sum);
     for (int32_t j = 0; j < n; j++) sc[j] *= inv;

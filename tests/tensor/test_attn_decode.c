@@ -1,7 +1,8 @@
 /* test_attn_decode.c - the AVX-512 decode attention (attn_decode_avx512.c)
- * against (1) the per-token AVX2 arithmetic that forward.c runs without it
- * (rebuilt here from the attn_avx2.c helpers: the two must agree bit for
- * bit, so decode, batched decode and prefill tiles give the same logits)
+ * against (1) the AVX-512 family's per-token arithmetic (attn.c), which
+ * runs where it does not apply (rebuilt here from the attn_avx2.c helpers:
+ * the two must agree bit for bit, so decode, batched decode and prefill
+ * tiles give the same logits)
  * and (2) a double-precision reference (softmax attention from scratch).
  * F32 and F16 caches; block_tokens 16, 24 and 32 (blocks in reverse order);
  * G = 1, 4, 7, 8 and 12 (head groups beyond 8 and not a multiple of 4);
@@ -48,8 +49,8 @@ static void run_case(uint32_t type, int bt, int G, int n_head_kv, int hk, int hv
     double worst = 0.0;
     int identical = 1;
     for (int kvh = 0; kvh < n_head_kv; kvh++) {
-        kw_attn_tile_args a = {.q = q, .out = out, .kv = kv, .table = &t, .pos = pos, .i0 = 1, .n_tok = 1,
-                               .layer = 0, .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
+        kw_attn_args a = {.q = q, .out = out, .kv = kw_kv_attn_view(kv, t.ids, 0), .pos = pos, .i0 = 1, .n_tok = 1,
+                           .kvh = kvh, .n_head = n_head, .G = G, .hk = hk, .hv = hv};
         kw_attn_decode_avx512(&a, scr, n + 16);
         for (int g = 0; g < G; g++) {
             int h = kvh * G + g;

@@ -3,13 +3,14 @@
  *
  * Owns kw_attn_i16_avx512(): the queries of up to 16 consecutive batch
  * tokens x G heads (at most 16 queries) of one sequence that share KV head
- * kvh, over their causal ranges; forward.c uses it for prefill tiles and for
- * decode (one token, the G heads). It computes exactly what attn_i16.c
+ * kvh, over their causal ranges; the AVX-512 family's attention
+ * (attn_avx512.c) uses it for prefill tiles and for decode (one token, the
+ * G heads). It computes exactly what attn_i16.c
  * defines (and kw_attn_i16_ref computes), so results are bit-identical to
  * the portable path whatever the tile.
  *
  * Lanes are 16 keys. i16 K is stored in 16-slot groups of dimension pairs
- * (kv.h), so one 64-byte load is one dimension pair of 16 keys and one
+ * (tensor.h), so one 64-byte load is one dimension pair of 16 keys and one
  * vpdpwssd with the query's pair broadcast adds 32 products of up to 16
  * queries' dots at once (the queries stay in registers as accumulators, K
  * is read once per tile); i8 K is stored as dimension quads, one vpdpbusd
@@ -32,10 +33,10 @@
 
 #define KW_INLINE static inline __attribute__((always_inline))
 #define KW_UNROLL _Pragma("GCC unroll 16")
-#define NQ_MAX 16
+#define NQ_MAX KW_ATTN_INT_MAX_Q   /* queries per call (kw_attn_i16_supported) */
 #define CHUNK 32
 
-/* kw_attn_exp2 (model_internal.h) in 16 lanes, vscalefps for p * 2^n */
+/* kw_attn_exp2 (attn.h) in 16 lanes, vscalefps for p * 2^n */
 KW_INLINE __m512 exp2_16(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(128.0f)), _mm512_set1_ps(-127.0f));
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -61,10 +62,6 @@ KW_INLINE void flush_lanes(double *part, __m512 *l) {
     *l = _mm512_setzero_ps();
 }
 
-bool kw_attn_i16_supported(int nq, int hk, int hv) {
-    return nq >= 1 && nq <= NQ_MAX && hk % 16 == 0 && hk >= 16 && hk <= 128 && hv % 16 == 0 && hv >= 16;
-}
-
 /* 16 dword lanes of V integer pairs from p: 64 bytes of int16 (i16), or 32
  * bytes of int8 widened to int16 (i8), so both types meet vpdpwssd the same. */
 KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8, const int nt) {
@@ -79,7 +76,7 @@ KW_INLINE __m512i ld_pairs(const uint8_t *p, const int w8, const int nt) {
  * be vpdpbusd's unsigned operand), qp[p * NQ_MAX + q] is query q's quad p
  * (4 int8, broadcast from memory), qc[q] = -128 * sum(q_int) starts the sum
  * and takes the offset back out: exact, as i16.
- * The group's rows (pairs or quads) are contiguous, 64 bytes each (kv.h);
+ * The group's rows (pairs or quads) are contiguous, 64 bytes each (tensor.h);
  * with pf, nrow lines from pf on are prefetched, one per step (the
  * caller's share of the block ahead). */
 KW_INLINE void dots16(const uint8_t *kp, const uint32_t *qp, int nrow, const int32_t *qc,
@@ -174,10 +171,9 @@ static inline __mmask16 lanes_below(int32_t j, int32_t n) {
     return k >= 16 ? (__mmask16)0xFFFF : k <= 0 ? (__mmask16)0 : (__mmask16)((1u << k) - 1);
 }
 
-void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
-    kw_kv_pool *kv = a->kv;
-    const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = kv->lay.block_tokens;
-    const int w8 = kv->lay.type == KW_TYPE_KV_I8;
+void kw_attn_i16_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
+    const int G = a->G, hk = a->hk, hv = a->hv, hp = hk / 2, nq = a->n_tok * G, bt = a->kv.block_tokens;
+    const int w8 = a->kv.type == KW_TYPE_KV_I8;
     const int nt = a->n_tok == 1;   /* decode: K and V lines read once, non-temporally (the pool's blocks,
                                      * their K groups and V rows are 64-byte aligned) */
     const size_t eb = w8 ? 1 : 2;   /* bytes per integer */
@@ -229,7 +225,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     const uint8_t *pfk = NULL;
     for (int32_t j = 0; j < n_max; j += 16) {   /* bt % 32 == 0: the block's region is looked up at its first key */
         int32_t s0 = j % bt, jf = j + KW_ATTN_I16_PF_KEYS;
-        if (s0 == 0) kr = kw_kv_k(kv, a->table->ids[j / bt], a->layer, a->kvh, 0);
+        if (s0 == 0) kr = kw_attn_region(a, j / bt, 0);
         if (jf % bt == 0) pfk = kw_attn_i16_k_block_ahead(a, j, n_max);   /* NULL past the context */
         const uint8_t *pf = pfk && jf < n_max ? pfk + kw_kv_int_k_group(hk, jf % bt, w8) : NULL;
         __m512i d[NQ_MAX];
@@ -259,7 +255,7 @@ void kw_attn_i16_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx)
     kw_attn_i16_prefetch_v(a, CHUNK - KW_ATTN_I16_PF_KEYS, CHUNK, n_max);
     for (int32_t j0 = 0; j0 < n_max; j0 += CHUNK) {
         int32_t s0 = j0 % bt;
-        void *vr = kw_kv_v(kv, a->table->ids[j0 / bt], a->layer, a->kvh, 0);
+        void *vr = kw_attn_region(a, j0 / bt, 1);
         const uint8_t *pfv = kw_attn_i16_v_ahead(a, j0, CHUNK, n_max);
         const float *sv = kw_kv_i16_scales(vr) + s0;
         __m512 sv0 = _mm512_loadu_ps(sv), sv1 = _mm512_loadu_ps(sv + 16);

@@ -1,12 +1,12 @@
 /* test_attn_q8.c - the Q8_0 KV cache's attention rows: q . K-row and
- * acc += p * V-row, portable (forward.c) against AVX2 (attn_avx2.c). The two
+ * acc += p * V-row, portable (attn.c) against AVX2 (attn_avx2.c). The two
  * must give the same bits (scores and outputs do not depend on the machine's
  * SIMD family, and the integer block dots are exact), and both must match a
  * double-precision evaluation of the same formula. Rows of 32..512 values;
  * random, all-equal, sign-alternating and zero blocks. The AVX2 half skips
  * without AVX2/FMA/F16C. */
 #include "testutil.h"
-#include "model/model_internal.h"
+#include "tensor/attn.h"
 #include <math.h>
 #include <string.h>
 

@@ -2,18 +2,18 @@
  *
  * Owns kw_attn_decode_avx512(): for one batch token and one KV head, the
  * G query heads that share it attend over positions 0..pos of the token's
- * sequence (F32 or F16 cache). forward.c's attend_group() calls it for
- * every single-token item (plain decode and each sequence of a batched
- * decode step) when the CPU has AVX-512F and the shapes fit
+ * sequence (F32 or F16 cache). It is the AVX-512 set's attn_decode:
+ * kw_attn_token (attn.c) calls it for every single-token item (plain
+ * decode and each sequence of a batched decode step) when the shapes fit
  * (kw_attn_decode_supported).
  *
- * The arithmetic of every output is exactly the per-token AVX2 path's
- * (attn_avx2.c + forward.c), so results are bit-identical to it and to the
- * prefill tiles (attn_avx512.c), which match the same path:
+ * The arithmetic of every output is exactly the family's per-token path's
+ * (attn.c with attn_avx2.c's rows), so results are bit-identical to it and
+ * to the prefill tiles (attn_avx512.c), which match the same path:
  *   - q . k: 8 partial sums (element d goes to sum d % 8, FMA in order of
  *     d), combined as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)), times scale;
- *   - softmax: max, exp(s - max) (kw_exp_avx512, as forward.c's softmax on
- *     AVX-512), sum in double in key order, times (float)(1/sum); an F16
+ *   - softmax: max, exp(s - max) (kw_exp_avx512, as the family's per-token
+ *     softmax), sum in double in key order, times (float)(1/sum); an F16
  *     cache rounds q and the probabilities to F16;
  *   - out = sum over keys in order of p * v, one FMA per element.
  * What is faster: two keys share a 512-bit register (lanes 0-7 key A, 8-15
@@ -29,13 +29,7 @@
 #include <string.h>
 
 #define KW_INLINE static inline __attribute__((always_inline))
-#define KW_DEC_MAX_QFLOATS 4096      /* G * hk * 2 floats of duplicated queries on the stack */
-#define KW_DEC_MAX_G 64              /* query heads per KV head */
-
-bool kw_attn_decode_supported(uint32_t kv_type, int G, int hk, int hv) {
-    return (kv_type == KW_TYPE_F32 || kv_type == KW_TYPE_F16) && G >= 1 && G <= KW_DEC_MAX_G && hk % 8 == 0 && hk >= 8 &&
-           G * hk * 2 <= KW_DEC_MAX_QFLOATS && hv % 16 == 0 && hv >= 16;
-}
+#define KW_DEC_MAX_QFLOATS KW_ATTN_DEC_MAX_QFLOATS   /* G * hk * 2 floats of duplicated queries on the stack */
 
 /* Element d..d+7 of key rows a and b as F32 in the low and high halves. */
 static inline __m512 pair8(const void *ra, const void *rb, int d, int f16) {
@@ -142,7 +136,7 @@ KW_INLINE void score16_heads4(const void *const *kr, int cnt, const float *q2, c
     }
 }
 
-static void score16(const kw_attn_tile_args *a, const void *const *kr, int cnt, const float *q2, const tree_idx *t,
+static void score16(const kw_attn_args *a, const void *const *kr, int cnt, const float *q2, const tree_idx *t,
                     float scale, float *sc, size_t C, int32_t j0, int f16) {
     const int G = a->G, nch = a->hk / 8;
     for (int g0 = 0; g0 < G; g0 += 8) {
@@ -163,11 +157,11 @@ static void score16(const kw_attn_tile_args *a, const void *const *kr, int cnt, 
     }
 }
 
-/* softmax of each head's n scores as forward.c's softmax() on AVX-512:
+/* softmax of each head's n scores as the family's per-token softmax (attn.c):
  * max, exp of s - max with kw_exp_avx512 (act_avx512.c), sum in double in
  * key order (the G heads' sums as independent chains), times (float)(1/sum). */
 static void softmax_heads(float *sc, size_t C, int G, int32_t n, int f16) {
-    double sums[KW_DEC_MAX_G];
+    double sums[KW_ATTN_DEC_MAX_G];
     for (int g = 0; g < G; g++) {
         float *s = sc + (size_t)g * C;
         __m512 vm = _mm512_set1_ps(-INFINITY);
@@ -212,13 +206,13 @@ static void softmax_heads(float *sc, size_t C, int G, int32_t n, int f16) {
 
 /* out_g[c0 .. c0+16*NC) for heads g0..g0+GN (GN <= 4, NC <= 4, both
  * constants so the accumulators stay in registers) over all keys. */
-KW_INLINE void pv_block(const kw_attn_tile_args *a, const float *sc, size_t C, int32_t n, int g0, int c0, int f16,
+KW_INLINE void pv_block(const kw_attn_args *a, const float *sc, size_t C, int32_t n, int g0, int c0, int f16,
                         const int GN, const int NC) {
     __m512 acc[4][4];
     _Pragma("GCC unroll 4") for (int g = 0; g < GN; g++)
     _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) acc[g][c] = _mm512_setzero_ps();
-    int32_t bt = a->kv->lay.block_tokens;
-    size_t vrb = a->kv->v_row_bytes;
+    int32_t bt = a->kv.block_tokens;
+    size_t vrb = a->kv.v_row_bytes;
     for (int32_t jb = 0; jb < n; jb += bt) {
         const uint8_t *vr = kw_attn_row(a, jb, 1);
         int32_t je = jb + bt < n ? jb + bt : n;
@@ -241,7 +235,7 @@ KW_INLINE void pv_block(const kw_attn_tile_args *a, const float *sc, size_t C, i
     }
 }
 
-static void pv_heads(const kw_attn_tile_args *a, const float *sc, size_t C, int32_t n, int g0, int GN, int c0, int NC,
+static void pv_heads(const kw_attn_args *a, const float *sc, size_t C, int32_t n, int g0, int GN, int c0, int NC,
                      int f16) {
 #define KW_PV(G_, N_) pv_block(a, sc, C, n, g0, c0, f16, G_, N_)
 #define KW_PV_N(G_)                      \
@@ -261,9 +255,9 @@ static void pv_heads(const kw_attn_tile_args *a, const float *sc, size_t C, int3
 #undef KW_PV
 }
 
-void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_ctx) {
+void kw_attn_decode_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
     const int G = a->G, hk = a->hk, hv = a->hv, nch = hk / 8;
-    const int f16 = a->kv->lay.type == KW_TYPE_F16;
+    const int f16 = a->kv.type == KW_TYPE_F16;
     const int32_t i = a->i0, n = a->pos[i] + 1;
     const size_t C = (size_t)max_ctx;
     float *sc = scr;
@@ -288,10 +282,10 @@ void kw_attn_decode_avx512(const kw_attn_tile_args *a, float *scr, int32_t max_c
     const void *kr[16];
     for (int32_t j0 = 0; j0 < n; j0 += 16) {
         int cnt = n - j0 < 16 ? (int)(n - j0) : 16;
-        int32_t bt = a->kv->lay.block_tokens;
+        int32_t bt = a->kv.block_tokens;
         if (j0 % bt + cnt <= bt) {   /* all in one block: rows are consecutive */
             const uint8_t *base = kw_attn_row(a, j0, 0);
-            for (int k = 0; k < 16; k++) kr[k] = base + (size_t)(k < cnt ? k : 0) * a->kv->k_row_bytes;
+            for (int k = 0; k < 16; k++) kr[k] = base + (size_t)(k < cnt ? k : 0) * a->kv.k_row_bytes;
         } else {
             for (int k = 0; k < 16; k++) kr[k] = kw_attn_row(a, j0 + (k < cnt ? k : 0), 0);
         }

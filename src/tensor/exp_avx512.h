@@ -10,8 +10,8 @@
  * Inline rather than called: a call inside a kernel's loop makes the
  * compiler spill every live vector register around it (all are
  * caller-saved). */
-#ifndef KW_MODEL_EXP_AVX512_H
-#define KW_MODEL_EXP_AVX512_H
+#ifndef KW_TENSOR_EXP_AVX512_H
+#define KW_TENSOR_EXP_AVX512_H
 #include <immintrin.h>
 
 static inline __attribute__((always_inline)) __m512 kw_exp16(__m512 x) {

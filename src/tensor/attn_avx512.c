@@ -8,56 +8,41 @@
  * usual two passes: softmax per query over its own causal range, and the
  * weighted sum of V rows.
  *
- * The arithmetic of every output is the one the per-token AVX2 path of
- * forward.c performs (attn_avx2.c), so results are bit-identical whichever
- * path or tile a token falls in:
+ * The arithmetic of every output is the one the AVX-512 family's per-token
+ * path performs (attn.c with attn_avx2.c's rows and act_avx512.c's exp), so
+ * results are bit-identical whichever path or tile a token falls in:
  *   - q . k: 8 partial sums (element d goes to sum d % 8, FMA in order of d),
  *     combined as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)), times the scale;
  *   - softmax: max, exp(s - max) (exp_avx512.h), sum in double, times (float)(1/sum);
  *     an F16 cache rounds q and the probabilities to F16 (as llama.cpp);
  *   - out = sum over keys in order of p * v, one FMA per element.
- * Compiled with AVX-512F flags; forward.c calls it only when the CPU has
- * AVX-512F (which implies the AVX2/FMA/F16C of the per-token path). */
+ * Also the AVX-512 set's attention (kw_attn_kernels_avx512, at the end).
+ * Compiled with AVX-512F flags. */
+#include "tensor/kernels.h"
 #include "attn_rows.h"
 #include "exp_avx512.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
+#define KW_ATT_LANES KW_ATTN_TILE_LANES
+#define KW_ATT_VCHUNK KW_ATTN_TILE_VCHUNK   /* V rows converted to F32 at a time */
 
-#define KW_ATT_LANES 16
-#define KW_ATT_VCHUNK 32     /* V rows converted to F32 at a time */
-
-int kw_attn_tile_tokens(int G) {
-    return G >= 1 && G <= KW_ATT_LANES ? KW_ATT_LANES / G : 0;
-}
-
-size_t kw_attn_tile_floats(int hk, int hv, int32_t max_ctx) {
-    /* qt[hk][16], scores[max_ctx][16], krow[2][hk], vbuf[32][hv] */
-    return (size_t)KW_ATT_LANES * ((size_t)hk + (size_t)max_ctx) + 2 * (size_t)hk + (size_t)KW_ATT_VCHUNK * (size_t)hv + 64;
-}
-
-bool kw_attn_tile_supported(uint32_t kv_type, int G, int hk, int hv) {
-    return (kv_type == KW_TYPE_F32 || kv_type == KW_TYPE_F16) && kw_attn_tile_tokens(G) > 0 && hk % 8 == 0 &&
-           hk <= 1024 && hv % 16 == 0 && hv <= 1024;
-}
-
-/* Row j of this head's K (v = 0) or V (v = 1) as n F32 values: in place
- * for an F32 cache, else converted from F16 into buf. */
-static const float *row_f32(const kw_attn_tile_args *a, int32_t j, int v, int n, float *buf) {
-    const void *p = kw_attn_row(a, j, v);
-    if (a->kv->lay.type == KW_TYPE_F32) return p;
+/* Row j of this head's K or V (the walk's) as n F32 values: in place for
+ * an F32 cache, else converted from F16 into buf. */
+static const float *row_f32(kw_attn_walk *w, int32_t j, int n, float *buf) {
+    const void *p = kw_attn_walk_row(w, j);
+    if (w->a->kv.type == KW_TYPE_F32) return p;
     const uint16_t *h = p;
     for (int d = 0; d < n; d += 16)
         _mm512_storeu_ps(buf + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
     return buf;
 }
 
-static const float *k_row_f32(const kw_attn_tile_args *a, int32_t j, float *buf) { return row_f32(a, j, 0, a->hk, buf); }
-
 /* Row pointers of V rows [j0, j1) as F32 (converted into vbuf for an F16 cache). */
-static void v_rows_f32(const kw_attn_tile_args *a, int32_t j0, int32_t j1, float *vbuf, const float **rows) {
-    for (int32_t j = j0; j < j1; j++) rows[j - j0] = row_f32(a, j, 1, a->hv, vbuf + (size_t)(j - j0) * (size_t)a->hv);
+static void v_rows_f32(kw_attn_walk *vw, int32_t j0, int32_t j1, float *vbuf, const float **rows) {
+    int hv = vw->a->hv;
+    for (int32_t j = j0; j < j1; j++) rows[j - j0] = row_f32(vw, j, hv, vbuf + (size_t)(j - j0) * (size_t)hv);
 }
 
 /* The 8-partial-sum tree of the per-token dot product (attn_avx2.c hsum8). */
@@ -91,7 +76,7 @@ static void score_keys(const float *qt, const float *k0, const float *k1, int hk
 }
 
 /* softmax of every lane l over scores[j * 16 + l], j < n[l] (n[l] = 0: unused
- * lane), all lanes at once: per lane the operations of forward.c's softmax
+ * lane), all lanes at once: per lane the operations of attn.c's softmax
  * (max, exp(s - max), sum in double in order of j, times (float)(1/sum)),
  * then F16 rounding for an F16 cache. Entries past a lane's n are left as
  * they are (never read). */
@@ -150,7 +135,7 @@ static void pv_lane(float *o, const float *p, int32_t j0, int32_t jn, const floa
 }
 
 /* Output row of lane l (token i0 + l / G, head kvh * G + l % G). */
-static float *lane_out(const kw_attn_tile_args *a, int l) {
+static float *lane_out(const kw_attn_args *a, int l) {
     int t = l / a->G, h = a->kvh * a->G + l % a->G;
     return a->out + ((size_t)(a->i0 + t) * (size_t)a->n_head + (size_t)h) * (size_t)a->hv;
 }
@@ -180,9 +165,9 @@ static void pv_pair(float *oa, float *ob, const float *pa, const float *pb, int3
     }
 }
 
-void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
+void kw_attn_tile_avx512(const kw_attn_args *a, float *scr, int32_t max_ctx) {
     const int G = a->G, hk = a->hk, hv = a->hv, nq = a->n_tok * G;
-    const int f16 = a->kv->lay.type == KW_TYPE_F16;
+    const int f16 = a->kv.type == KW_TYPE_F16;
     float *qt = scr, *sc = qt + (size_t)KW_ATT_LANES * hk;
     int32_t n_max = 0;
     for (int t = 0; t < a->n_tok; t++) if (a->pos[a->i0 + t] + 1 > n_max) n_max = a->pos[a->i0 + t] + 1;
@@ -198,13 +183,14 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
             qt[(size_t)d * KW_ATT_LANES + l] = f16 ? _cvtsh_ss(_cvtss_sh(q[d], _MM_FROUND_TO_NEAREST_INT)) : q[d];
     }
 
+    kw_attn_walk kw = kw_attn_walk_start(a, 0), vw = kw_attn_walk_start(a, 1);
     int32_t j = 0;
     for (; j + 2 <= n_max; j += 2) {
         if ((j & 7) == 0) kw_attn_prefetch_rows(a, j + KW_ATTN_PF_KEYS, 8, n_max, 0);
-        const float *k0 = k_row_f32(a, j, krow), *k1 = k_row_f32(a, j + 1, krow + hk);
+        const float *k0 = row_f32(&kw, j, hk, krow), *k1 = row_f32(&kw, j + 1, hk, krow + hk);
         score_keys(qt, k0, k1, hk, scale, sc + (size_t)j * KW_ATT_LANES, sc + (size_t)(j + 1) * KW_ATT_LANES);
     }
-    if (j < n_max) score_keys(qt, k_row_f32(a, j, krow), NULL, hk, scale, sc + (size_t)j * KW_ATT_LANES, NULL);
+    if (j < n_max) score_keys(qt, row_f32(&kw, j, hk, krow), NULL, hk, scale, sc + (size_t)j * KW_ATT_LANES, NULL);
 
     int32_t nl[KW_ATT_LANES];
     for (int l = 0; l < KW_ATT_LANES; l++) nl[l] = l < nq ? a->pos[a->i0 + l / G] + 1 : 0;
@@ -218,7 +204,7 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
     for (int32_t j0 = 0; j0 < n_max; j0 += KW_ATT_VCHUNK) {
         int32_t j1 = j0 + KW_ATT_VCHUNK < n_max ? j0 + KW_ATT_VCHUNK : n_max;
         kw_attn_prefetch_rows(a, j1, KW_ATT_VCHUNK, n_max, 1);   /* the next chunk's V rows, while this one is used */
-        v_rows_f32(a, j0, j1, vbuf, rows);
+        v_rows_f32(&vw, j0, j1, vbuf, rows);
         for (int l = 0; l < nq; l++) {
             int32_t jn = nl[l] < j1 ? nl[l] : j1;
             if (jn <= j0) continue;
@@ -236,3 +222,13 @@ void kw_attn_tile_avx512(const kw_attn_tile_args *a, float *scr) {
         }
     }
 }
+
+/* The AVX-512 set's attention: attn_avx2.c's rows with the exp the decode
+ * and tile kernels inline (so the three give the same bits), the float
+ * decode (attn_decode_avx512.c) and tile kernels, the VNNI integer kernel
+ * (attn_i16_avx512.c). */
+const kw_attn_kernels kw_attn_kernels_avx512 = {
+    .ops = {KW_ATTN_ROWS_AVX2, kw_exp_avx512},
+    .decode_supported = kw_attn_decode_supported, .decode = kw_attn_decode_avx512,
+    .tile_supported = kw_attn_tile_supported, .tile = kw_attn_tile_avx512,
+    .integer_supported = kw_attn_i16_supported, .integer = kw_attn_i16_avx512, .kv_type_auto = KW_TYPE_KV_I16};

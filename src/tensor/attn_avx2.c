@@ -1,8 +1,9 @@
-/* attn_avx2.c - AVX2/FMA/F16C inner loops of the attention (forward.c):
- * q . K-row and acc += p * V-row for F32, F16 and Q8_0 rows. Compiled with
- * -mavx2 -mfma -mf16c; forward.c calls these only when kw_cpu_info_get()
- * reports all three. Sums run in 8 lanes, then a fixed horizontal order. */
-#include "model_internal.h"
+/* attn_avx2.c - the row operations of the per-token attention path
+ * (attn.c) for F32, F16 and Q8_0 rows, q . K-row and acc += p * V-row, in
+ * the AVX2 and AVX-512 sets, and the AVX2 set's attention
+ * (kw_attn_kernels_avx2). Compiled with -mavx2 -mfma -mf16c. Sums run in 8
+ * lanes, then a fixed horizontal order. */
+#include "tensor/kernels.h"
 #include <immintrin.h>
 #include <string.h>
 
@@ -61,7 +62,7 @@ void kw_attn_round_f16_avx2(float *x, int n) {
 }
 
 /* Q8_0 (34-byte blocks: F16 scale, 32 int8; q quantized the same way): the
- * bits of forward.c's kw_attn_dot_q8_0. Per block the integer dot is exact
+ * bits of attn.c's kw_attn_dot_q8_0. Per block the integer dot is exact
  * (|values| <= 127, so a maddubs pair sum <= 32258 fits int16), then
  * t += (d_k * d_q) * isum in block order. */
 float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n) {
@@ -83,7 +84,7 @@ float kw_attn_dot_q8_0_avx2(const uint8_t *q, const uint8_t *k, int n) {
 }
 
 /* acc += p * V-row, Q8_0: pd = p * d per block, then multiply and add per
- * element (no FMA), the bits of forward.c's kw_attn_axpy_q8_0. */
+ * element (no FMA), the bits of attn.c's kw_attn_axpy_q8_0. */
 void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n) {
     for (int b = 0; b < n / 32; b++, v += 34) {
         uint16_t d16;
@@ -96,3 +97,11 @@ void kw_attn_axpy_q8_0_avx2(float *acc, float p, const uint8_t *v, int n) {
         }
     }
 }
+
+/* The AVX2 set's attention: these rows with expf, the integer kernel of
+ * attn_i16_avx2.c; no float decode or tile kernel (the portable paths). */
+const kw_attn_kernels kw_attn_kernels_avx2 = {
+    .ops = {KW_ATTN_ROWS_AVX2, kw_exp_scalar},
+    .decode_supported = kw_attn_no_kernel, .decode = kw_attn_decode_scalar,
+    .tile_supported = kw_attn_no_kernel, .tile = kw_attn_tile_scalar,
+    .integer_supported = kw_attn_i16_supported, .integer = kw_attn_i16_avx2, .kv_type_auto = KW_TYPE_KV_I16};
