@@ -1,4 +1,4 @@
-// prefix_cache_bench.mjs - what a prompt-cache hit buys (issue 5 target):
+// prefix_cache_bench.mjs - what a prompt-cache hit buys (target: docs/PERFORMANCE.md, Targets):
 // time to first token of a 4,000-token prompt whose first 3,900 tokens are
 // cached, against the same prompt uncached. Target: <= 5% of the uncached time.
 //

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# targets.sh - every speed target of issue 3 in one run, with a verdict per
-# target. The peers are built outside the repo (docs/PERFORMANCE.md,
-# "Commands"); the models are random-weight Llama-3.2-1B shapes written by
+# targets.sh - every speed target of docs/PERFORMANCE.md (Targets) in one
+# run, with a verdict per target. The peers are built outside the repo
+# (docs/PERFORMANCE.md, "The peers"); the models are random-weight Llama-3.2-1B shapes written by
 # `kvwise mkmodel --seed 1` (made here when missing).
 #
 #   bench/targets.sh --llama PATH/llama-bench --ik PATH/llama-bench

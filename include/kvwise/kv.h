@@ -80,9 +80,10 @@ void kw_kv_block_copy(kw_kv_pool *p, int32_t dst, int32_t src);
 /* Blocks per chunk: 256 (8192 positions at 32-token blocks). Chunk c holds
  * blocks [256c, 256c + 256) (the last one fewer, n_blocks % 256): first
  * K[layer][head][block] regions, then V[layer][head][block] regions, each
- * region block_tokens rows of one head. Decode at depth 4096 measured 1.017x
- * (chunks of 16 blocks), 1.030x (64) and 1.052x (256) against the
- * block-major layout before (docs/PERFORMANCE.md, session 11). A chunk is
+ * region block_tokens rows of one head, so one head's K (and V) over
+ * consecutive blocks is one run the hardware prefetcher follows; the
+ * larger the chunk, the longer the runs (docs/PERFORMANCE.md, Attention).
+ * A chunk is
  * also the unit the pool's pages are touched in: a block's first write
  * touches its chunk's regions of every head (Llama-3.2-1B shape, i16: 277
  * MB per chunk). */

@@ -216,7 +216,7 @@ const kw_cpu_info *kw_cpu_info_get(void);
 const char *kw_kernel_name(void);                 /* "avx512", "avx2", "scalar" */
 /* How far ahead (bytes) one-row decode kernels (AVX-512 and AVX2 families)
  * prefetch packed Q4_0/Q8_0 weights into L2; 0: none. Chosen per CPU
- * (docs/PERFORMANCE.md, session 25: Intel 4096, others 0);
+ * vendor (Intel 4096, others 0; docs/PERFORMANCE.md, Decode);
  * KW_DECODE_PREFETCH=<bytes> (0..65536, a multiple of 64) overrides it,
  * read once with the CPU's features. */
 size_t kw_decode_prefetch_bytes(void);

@@ -179,10 +179,9 @@ static int decode_at(kw_session *s, int32_t at, int n, int32_t *tok, int32_t n_v
  * second session: a rewind only moves back, so decoding at 0 in s would
  * lose the depth for the next repetition), in alternating bursts of
  * KW_BENCH_DEPTH_BURST tokens, so tg@d / tg@0 is a ratio of the same
- * seconds: the host's bandwidth flips between ~37 and ~57 GB/s within
- * seconds, and one test of n tokens after the other (as until 2026-11-30)
- * often paired a fast-state run with a slow-state one (depth ratios of 75%
- * and 82% for the same build within an hour). Each session still decodes
+ * seconds: the host's bandwidth can change state within seconds, so two
+ * tests one after the other can pair a fast-state run with a slow-state
+ * one. Each session still decodes
  * n tokens from its start position, one at a time; *tg and *tg0 are tok/s
  * over each session's own decode time. */
 #define KW_BENCH_DEPTH_BURST 16

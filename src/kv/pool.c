@@ -10,15 +10,14 @@
  * Where the regions live (kv.h, KW_KV_CHUNK_BLOCKS): in chunks of 256
  * blocks, K[layer][head][block] then V[layer][head][block], so one head's
  * regions of blocks with consecutive ids follow each other. Attention reads
- * a head's K of every block of the sequence, then its V: with each block
- * holding all its layers (the layout before session 11) every 4 KiB region
- * was a new stream the hardware prefetcher had to find, and software
- * prefetch had to carry it; in runs of consecutive blocks the prefetcher
- * follows (docs/PERFORMANCE.md, session 11). Not thread-safe: one scheduler
- * owns it. The allocation asks for transparent huge pages (fewer TLB
- * misses over ~130 MiB per decoded token at depth 4096; the figures above
- * were measured with them). Pages are touched chunk by chunk as blocks are
- * first written; the budget holds the whole pool either way. */
+ * a head's K of every block of the sequence, then its V: in runs of
+ * consecutive blocks the hardware prefetcher follows a head's K and V,
+ * where a block-major layout (each block holding all its layers) made
+ * every few-KiB region a new stream for software prefetch to carry. Not
+ * thread-safe: one scheduler owns it. The allocation asks for transparent
+ * huge pages (fewer TLB misses over ~130 MiB per decoded token at depth
+ * 4096). Pages are touched chunk by chunk as blocks are first written; the
+ * budget holds the whole pool either way. */
 #include "kvwise/kv.h"
 #include "kvwise/testctl.h"
 #include "kvwise/memory.h"

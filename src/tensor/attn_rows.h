@@ -10,14 +10,11 @@
  * prefetches themselves stalled the core; perf at depth 4096 before: ~65%
  * of decode attention and a third of the tiles' time were load stalls).
  * The i16/i8 kernels ask for every block's K and V ahead, in prefill tiles
- * and in decode. Decode once left a head's run of consecutive blocks to the
- * hardware prefetcher (bench_attn at depth 4096 had run 1.05x as fast
- * without the software prefetches); inside the model, where each layer's
- * attention starts between two weight streams, the prefetches pay: 1B
- * Q4_0 decode at depth 4096 1.039x / 1.029x and 1.025x / 1.040x with them
- * (bench_ab knob variants of one build, 150 s and 120 s, session 23;
- * removing attention altogether made the token 1.26x as fast, so attention
- * itself ran ~15% faster). */
+ * and in decode: alone, a head's run of consecutive blocks is followed by
+ * the hardware prefetcher, but inside the model, where each layer's
+ * attention starts between two weight streams, it does not catch the run
+ * in time (1B Q4_0 decode at depth 4096 is 1.03-1.04x faster with the
+ * software prefetches). */
 #ifndef KW_TENSOR_ATTN_ROWS_H
 #define KW_TENSOR_ATTN_ROWS_H
 #include "tensor/attn.h"

@@ -80,12 +80,12 @@ static bool can_avx512(void) {
     return can_avx2() && g_info.avx512f && g_info.avx512bw && g_info.avx512vl && g_avx512dq && g_info.avx512vnni;
 }
 
-/* One-row decode's software prefetch of packed weights, bytes ahead. On
- * the Intel host of session 25 (Xeon family 6 model 207) a core's decode
- * stream stalls without it: L2 prefetches 4 KiB ahead made Q4_0 decode
- * 1.39x and Q8_0 1.05x (AVX2 family: 1.26x, 1.17x); on the Zen 5 host of
- * sessions 15-24 every distance tried lost (0.78-0.96x), so other vendors
- * get none. */
+/* One-row decode's software prefetch of packed weights, bytes ahead, per
+ * CPU vendor: on Intel a core's decode stream stalls without it and L2
+ * prefetches 4 KiB ahead keep it going (Q4_0 decode 1.39x on a Xeon of
+ * family 6 model 207); on AMD (Zen 5) the hardware prefetcher does better
+ * alone and every distance tried lost, so other vendors get none.
+ * KW_DECODE_PREFETCH overrides it (docs/PERFORMANCE.md, Decode). */
 static size_t decode_prefetch_default(void) { return g_info.intel ? 4096 : 0; }
 
 static size_t decode_prefetch_from_env(size_t dflt) {

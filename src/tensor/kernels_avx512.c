@@ -197,20 +197,10 @@ KW_GEMM2(q8_0_rows, q8_0, KW_QK)
  * L2 (prefetcht1). With 2..8 rows the tile is compute-bound (8 vpdpbusd +
  * a multiply and an FMA per block and row, all on the same two FP pipes),
  * so a core keeps DRAM busy only through requests issued far ahead: 1 KiB
- * into L1 (the earlier setting) left ~16 lines in flight, 16 KiB into L2
- * keeps enough outstanding to hide the latency. Measured on 65536 x 2048,
- * one thread, CPU time, 4 rows: Q4_0 4.31 -> 3.33 ms (compute alone ~3.25),
- * Q8_0 10.4 -> 5.2 ms; 2 rows: Q4_0 3.19 -> 2.18, Q8_0 7.38 -> 6.60 ms.
- * One row (decode, memory-bound) is different: there the hardware
- * prefetcher alone is best, for Q4_0 and Q8_0. Measured on the same pages
- * (bench_ab knob variants of one build sharing one model copy, 1B shape,
- * 2 threads, 16-token decode bursts; session 15): Q8_0 without against 6
- * blocks ahead (3.3 KiB, the setting since session 6) 1.047x over 180 s
- * (both pairs of variants), 1.119x in a fast-state run, 1.00x in a slow
- * one; 12 and 24 blocks 0.96x and 0.90x of 6; Q4_0 with 4, 8 or 16 blocks
- * 0.78x, 0.78x, 0.87x of none. Session 6 had measured 6 blocks at +7% for
- * Q8_0, across two copies of the model: a copy's placement alone moves
- * decode by up to 26% on this host (docs/PERFORMANCE.md, session 15). */
+ * into L1 leaves ~16 lines in flight, 16 KiB into L2 keeps enough
+ * outstanding to hide the latency (4 rows of Q8_0 on a 65536 x 2048
+ * matrix: 10.4 -> 5.2 ms). One-row decode does not use this distance: it
+ * prefetches kw_decode_prefetch_bytes ahead, chosen per CPU (cpu.c). */
 #define KW_X16_PREFETCH 16384
 
 /* The blocks a tile runs over: nb blocks from the group pointer given,
@@ -289,10 +279,7 @@ KW_INLINE void x16_tile(const uint8_t *grp, const x16_span *k, const uint8_t *x0
  * which run the tile). Why it pays: a decode core is limited by the misses
  * it keeps in flight, and those are bounded by how many blocks' worth of
  * instructions fit in its out-of-order window while the oldest load
- * waits. Measured on the same pages (bench_ab knob variants of one build,
- * 1B Q4_0, 2 threads, 16-token decode bursts, 150 s each; session 23):
- * pair step and in-place high nibbles 1.062x / 1.040x at a 62.1 GB/s probe
- * median, with the offsets made once per call 1.073x / 1.088x at 55.1. */
+ * waits: fewer instructions per byte keep more misses in flight. */
 KW_INLINE __m512 x16_q4_block(const uint8_t *q, const uint16_t *sc, const int32_t *xi, const int32_t *off16, float xd,
                               __m512 acc) {
     const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8((char)0xF0);
@@ -315,9 +302,9 @@ KW_INLINE __m512 x16_q4_block(const uint8_t *q, const uint16_t *sc, const int32_
 /* One-row decode's software prefetch (kw_decode_prefetch_bytes): bytes
  * ahead of the pair being read, 0 for none; set by kw_kernels_avx512_init.
  * With it every pair step asks for the lines of the pair that far ahead
- * into L2 (T1: T0 was 0.97x of it, NTA 0.52x, T2 level; 1, 2, 3, 4, 6, 8
- * KiB ahead 0.84, 0.94, 0.98, 1, 1, 0.99; bench_ab knob variants, 1B
- * Q4_0, Intel host of session 25). Prefetches change no result. */
+ * into L2 (prefetcht1; T0 and NTA were slower, and 4-6 KiB was the best
+ * distance on the Intel host it was measured on). Prefetches change no
+ * result. */
 static size_t g_x16_pf;
 
 /* pf: g_x16_pf or the constant 0 (the loop without prefetches). */
@@ -370,32 +357,21 @@ static bool x16_q4_rows1(const uint8_t *base, size_t gb, const x16_span *k, int6
  * i of every lane is computed at the same time, so a core has S sequential
  * streams in flight instead of one. With the vpdpbusd work between its
  * loads one stream does not keep a core's reads going (a bare read needs
- * only one); several do. Measured (bench_ab knob variants of one build on
- * the same pages, 1B Q8_0, 2 threads; session 17): one row (16-token
- * decode bursts) 1.062-1.068x over 240 s at a 53.9 GB/s median probe
- * (1.07-1.11x in the slower rounds), 1.024x over 120 s, 0.998x over 150 s
- * in a steadily fast state; lanes of 128 KiB minimum against always 4
- * alike. Prefill bursts of 4 tokens (the batch-of-4 step's matmuls) with 2
- * lanes 1.086x, 4 lanes 1.034x, 2 lanes without the far prefetch 0.972x; 2
- * tokens 1.046x; 8 tokens 0.906x (16 accumulators), so 5..16 rows keep
- * x16_tile. A synthetic one-thread Q8_0 stream in the slow state: 4 lanes
- * 1.32-1.40x one, 4 adjacent groups at once (short runs) 1.01-1.33x. Q4_0
- * does not gain (half the loads per product): one row 0.97x in the fast
- * state and up to 1.03x in slower ones, 4 rows 0.94-0.97x, so it keeps
- * one stream. The lanes run x16_groups, the tile's own code, so every
- * output is computed with the same operations in the same order:
- * identical results. */
+ * only one); several do: one-row Q8_0 decode 1.06x, 4-token prefill
+ * bursts with 2 lanes 1.09x. At 8 rows and more the lanes need 16
+ * accumulators and lose (0.91x), so 5..16 rows keep x16_tile. Q4_0, with
+ * half the loads per product, gains nothing and keeps one stream. The
+ * lanes run x16_groups, the tile's own code, so every output is computed
+ * with the same operations in the same order: identical results. */
 #define KW_X16_LANES 4
 #define KW_X16_LANE_BYTES ((size_t)128 * 1024)
 
 /* One block of packed Q8_0 against one activation row: x16_groups' sums
  * for C = 1 (the same operations in the same order, so identical results;
  * test_x16_batch and test_matmul_multi compare them with the tile's), the
- * offset from a table made once per call. With the lanes below stepping
- * pointers pair by pair instead of deriving each block's address, one-row
- * decode in lanes runs 1.067x / 1.050x (bench_ab knob variants of one
- * build, 1B Q8_0, 2 threads, 16-token bursts, 150 s, probe median 39.2
- * GB/s; session 23), as x16_q4_rows1 did for Q4_0. */
+ * offset from a table made once per call. The lanes below step pointers
+ * pair by pair instead of deriving each block's address: fewer
+ * instructions per byte, as x16_q4_rows1 for Q4_0. */
 KW_INLINE __m512 x16_q8_block(const uint8_t *q, const uint16_t *sc, const int32_t *xi, const int32_t *off, float xd,
                               __m512 acc) {
     __m512i d = _mm512_set1_epi32(*off), d1 = _mm512_setzero_si512();

@@ -61,11 +61,10 @@
 /* Bytes ahead the batched tile prefetches into L2 (as kernels_avx512.c's
  * KW_X16_PREFETCH: with 2..8 rows the tile is compute-bound, so DRAM needs
  * requests issued far ahead). One row (decode) prefetches the next block
- * into L1 (T0) as it starts a block: on the same pages (bench_ab knob
- * variants, 1B models, 2 threads, session 15) Q4_K 1.18x and Q5_K 1.17x
- * against none, two blocks ahead 1.17x / 1.12x. (Session 13 had measured
- * a next-block prefetch into L2 at 0.83x; packed Q4_0 / Q8_0 lose with T0
- * too, 0.95x / 0.91x: their tiles do less work per line.) */
+ * into L1 (T0) as it starts a block: the K-quant tiles do several times
+ * more work per line than packed Q4_0/Q8_0's, so a line already in L1
+ * hides the latency (Q4_K / Q5_K decode 1.17-1.18x against none); into L2
+ * it did not pay, and the packed Q4_0/Q8_0 kernels lose with T0. */
 #define Q4K_PREFETCH 16384
 
 /* Packs super-block i of rows 16g..16g+15 (Q4_K, or Q5_K when q5). */
@@ -306,16 +305,9 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
  * 17 GB/s, Q4_K's tile 28). The sub-block dots are exact integers either
  * way and the float steps after them are q6k_tile's, in its order, so the
  * outputs are q6k_tile's bit for bit (results do not depend on batch size).
- * Loading a half's parts up front only pays with the next block
- * prefetched as this one starts (without: 11.6 GB/s on one thread; with:
- * 22.6). Decode of the 1B Q6_K model, 2 threads, bench/ab.sh against
- * q6k_tile, three runs: 1.19-1.25x in the fast host state, 0.93-0.95x in
- * the slow one (median of rounds 1.00-1.09x); the original tile with the
- * same prefetch gained 1.04x fast and lost to 0.88x slow, the hint T2 as
- * T1, half a block ahead 0.99x, every other line 0.70x. Into L1 (T0)
- * rather than L2 (T1), on the same pages (bench_ab knob variants, session
- * 15): 1.10x and 1.12x in two runs; NTA as T0, two blocks ahead 1.01x of
- * one, half a block 0.90x, none 0.79x of T1. */
+ * Loading a half's parts up front pays only with the next block
+ * prefetched into L1 (T0) as this one starts (one thread streamed 11.6
+ * GB/s without, 22.6 with). */
 KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc = _mm512_setzero_ps();

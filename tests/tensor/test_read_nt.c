@@ -8,6 +8,7 @@
  * and the span probe measures what it is given and nothing when given
  * nothing. */
 #include "testutil.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kvwise/tensor.h"
@@ -80,7 +81,10 @@ int main(void) {
     KW_CHECK(pool != NULL);
     if (pool) {
         kw_mem_span one = {mem, sizeof mem}, tiny[2] = {{mem, 100}, {mem + 1, 200}};
-        KW_CHECK_MSG(kw_measure_spans_bandwidth(pool, &one, 1, 0.01) > 1e8, "span probe rate");
+        /* any positive, finite rate: how fast is a benchmark's question (on a loaded
+         * host the pool's threads may wait out the whole 10 ms window) */
+        double rate = kw_measure_spans_bandwidth(pool, &one, 1, 0.01);
+        KW_CHECK_MSG(rate > 0 && isfinite(rate), "span probe rate %g", rate);
         KW_CHECK(kw_measure_spans_bandwidth(pool, tiny, 2, 0.01) == 0);
         KW_CHECK(kw_measure_spans_bandwidth(pool, &one, 0, 0.01) == 0);
         KW_CHECK(kw_measure_spans_bandwidth(NULL, &one, 1, 0.01) == 0);

@@ -2,7 +2,7 @@
 # test_targets_report.sh - bench/targets.sh --report: the verdict table from
 # the raw outputs a run leaves behind, on hand-made outputs with the fields
 # compare_peer.sh --json and kvwise bench --json write (taken from a real
-# run on 2026-12-01, values changed to sit on both sides of each target).
+# run, values changed to sit on both sides of each target).
 # Checks the rules the table applies: a peer target needs both the per-round
 # median and the ratio of medians; the decode rows say how near each engine
 # came to the ceiling; the depth, batch and pp4096 rows; the summary count;

@@ -1,4 +1,4 @@
-// load.mjs - the memory wall under load (issue 5 acceptance): hundreds of
+// load.mjs - the memory wall under load (docs/MEMORY.md): hundreds of
 // requests (distinct long prompts, multi-turn conversations, a few that can
 // never fit) against a server with a small --memory-limit and small cache
 // caps. Asserts, sampling GET /v1/memory throughout: cache bytes never above
@@ -228,7 +228,7 @@ if (asanBuild(srv.proc.pid)) {
   console.log('ASan build: the VmHWM and RSS checks are skipped (shadow memory and quarantine are outside the budget)');
 } else {
   check(kernel.hwm > 0 && peak <= limit, `VmHWM ${peak} (/proc/${srv.proc.pid}/status and /v1/memory, whole run) <= --memory-limit ${limit}`);
-  // 2%: issue 5's acceptance bound for "no growth with uptime".
+  // 2%: the bound for "no growth with uptime" (docs/MEMORY.md).
   check(Math.abs(rssEnd - rssWarm) <= 0.02 * rssWarm, `RSS after the run ${rssEnd} within 2% of after warm-up ${rssWarm}`);
 }
 check(srv.alive(), 'server still running');

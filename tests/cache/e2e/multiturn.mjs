@@ -1,4 +1,4 @@
-// multiturn.mjs - a conversation reuses its own KV (issue 5 acceptance):
+// multiturn.mjs - a conversation reuses its own KV (docs/MEMORY.md):
 // turn N+1 reports usage.prompt_tokens_details.cached_tokens >= turn N's
 // prompt_tokens + completion_tokens, prefills only the new part, and its
 // time to first token does not grow with the conversation. Also: a second
