@@ -1,5 +1,5 @@
 /* test_textout.c - stop strings across token boundaries never leak; UTF-8
- * is released only whole. (The sampler's tests: tests/model/test_sampler.c.) */
+ * is released only whole. (The sampler's tests: tests/sample/test_sampler.c.) */
 #include <string.h>
 #include "kvwise/sched.h"
 #include "testutil.h"
