@@ -48,7 +48,8 @@ typedef struct {
     double (*bandwidth)(kw_pool *, double);
     kw_model *(*model_load)(const char *, const kw_model_opts *, kw_err *);
     void (*model_free)(kw_model *);
-    const kw_hparams *(*hparams)(const kw_model *);
+    const kw_tokenizer *(*tokenizer)(const kw_model *);
+    int32_t (*tokenizer_n_vocab)(const kw_tokenizer *);
     kw_session *(*session_create)(const kw_model *, const kw_session_opts *, kw_err *);
     void (*session_free)(kw_session *);
     int (*eval)(kw_session *, const int32_t *, int32_t, bool, kw_err *);
@@ -145,7 +146,8 @@ static int open_variant(variant *v, const char *arg) {
     AB_SYM(v, bandwidth, "kw_measure_read_bandwidth");
     AB_SYM(v, model_load, "kw_model_load");
     AB_SYM(v, model_free, "kw_model_free");
-    AB_SYM(v, hparams, "kw_model_hparams");
+    AB_SYM(v, tokenizer, "kw_model_tokenizer");
+    AB_SYM(v, tokenizer_n_vocab, "kw_tokenizer_n_vocab");
     AB_SYM(v, session_create, "kw_session_create");
     AB_SYM(v, session_free, "kw_session_free");
     AB_SYM(v, eval, "kw_session_eval");
@@ -157,6 +159,13 @@ static int open_variant(variant *v, const char *arg) {
         v->knob_val = atoi(at + 1);
     }
     return 0;
+}
+
+/* The vocabulary size through functions only (the model's tokenizer): the
+ * libraries compared may be builds whose kw_hparams layouts differ. */
+static int32_t ab_vocab(const variant *v) {
+    const kw_tokenizer *t = v->tokenizer(v->model);
+    return t ? v->tokenizer_n_vocab(t) : 0;
 }
 
 /* Prompt token i (fixed, so every variant and run sees the same tokens). */
@@ -171,7 +180,7 @@ static int setup_session(variant *v, int32_t n_ctx, int32_t depth) {
     kw_session_opts so = {.n_ctx = n_ctx, .max_batch = 512, .pool = v->pool, .kv_type = KW_KV_TYPE_AUTO};
     v->sess = v->session_create(v->model, &so, &err);
     if (!v->sess) { fprintf(stderr, "bench_ab: %s: %s\n", v->path, err.msg); return -1; }
-    int32_t vocab = v->hparams(v->model)->n_vocab;
+    int32_t vocab = ab_vocab(v);
     for (int32_t i = 0; i < depth; i += 512) {
         int32_t tok[512], n = depth - i < 512 ? depth - i : 512;
         for (int32_t k = 0; k < n; k++) tok[k] = ab_token(i + k, vocab);
@@ -185,13 +194,14 @@ static int setup_variant(variant *v, const char *model, int threads, int32_t n_c
     v->pool = v->pool_create(threads);
     v->model = v->pool ? v->model_load(model, NULL, &err) : NULL;
     if (!v->model) { fprintf(stderr, "bench_ab: %s: %s\n", v->path, err.msg[0] ? err.msg : "out of memory"); return -1; }
+    if (ab_vocab(v) <= 0) { fprintf(stderr, "bench_ab: %s: the model has no tokenizer (its vocabulary size)\n", model); return -1; }
     return setup_session(v, n_ctx, depth);
 }
 
 /* One burst: decode n tokens on top of depth, or prefill p tokens from 0. */
 static int burst(variant *v, int32_t depth, int n, int p, double *secs) {
     kw_err err = {{0}};
-    int32_t vocab = v->hparams(v->model)->n_vocab;
+    int32_t vocab = ab_vocab(v);
     if (v->knob) *v->knob = v->knob_val;
     v->rewind(v->sess, p ? 0 : depth);
     double t0 = now_sec();
@@ -281,7 +291,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     /* the same prefill in each variant: the last row of logits, bit for bit */
-    int32_t vocab = V[0].hparams(V[0].model)->n_vocab, check = n_ctx - 16 < 64 ? n_ctx - 16 : 64;
+    int32_t vocab = ab_vocab(&V[0]), check = n_ctx - 16 < 64 ? n_ctx - 16 : 64;
     if (check < 1) check = 1;
     int32_t *tk = malloc(sizeof(int32_t) * (size_t)check);
     float *ref = malloc(sizeof(float) * (size_t)vocab);
