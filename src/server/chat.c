@@ -179,15 +179,8 @@ void kw_job_free(kw_job *j) {
 
 bool kw_job_has_calls(const kw_job *j) { return j->tp && j->tp->n_calls > 0; }
 
-int32_t kw_job_reasoning_tokens(kw_job *j) {
-    kw_engine *eng = j->req.user;
-    if (!j->reasoning.len || !eng) return 0;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    kw_err err;
-    if (eng->tokenize(eng, j->reasoning.p, j->reasoning.len, false, false, &ids, &n, &err) < 0) return 0;
-    free(ids);
-    return n > (size_t)j->completion_tokens ? j->completion_tokens : (int32_t)n;
+int32_t kw_job_reasoning_tokens(const kw_job *j) {
+    return j->reasoning_tokens < j->completion_tokens ? j->reasoning_tokens : j->completion_tokens;
 }
 
 /* ---- the prompt ----------------------------------------------------------- */
@@ -520,7 +513,9 @@ int kw_job_check(kw_job *j, const cJSON *root, kw_engine *eng, const char *param
 static void on_delta(kw_job *j, const kw_sched_event *ev) {
     if (!j->t_first) j->t_first = mono_now();
     if (j->tp) {
+        size_t before = j->reasoning.len;
         kw_toolparse_feed(j->tp, ev->text ? ev->text : "", ev->len);
+        if (j->reasoning.len > before) j->reasoning_tokens++;   /* a delta is one generated token (or a few held back) */
     } else if (j->api->raw) {
         j->api->raw(j, ev);
     } else {

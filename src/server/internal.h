@@ -113,13 +113,15 @@ struct kw_job {
     int32_t n_replay;
     bool replaying;             /* its output is replay_ids (replay_testctl.c) */
 #endif
-    char log_note[320];         /* chat: " msgs=N last=ROLE tools=N calls=N" + routing keys, for the request log line */
+    char log_note[96];          /* chat: " msgs=N last=ROLE tools=N calls=N" for the request log line */
+    char route_note[224];       /* " session=HEADER:VALUE cache_key=KEY": the routing keys, logged after it */
     char cache_key[72];         /* the request's prompt_cache_key (sanitised), or "" */
     /* API specifics */
     kw_blocks blk;              /* Anthropic / Responses stream state */
     cJSON *custom_tools;        /* Responses: names of the custom (freeform) tools */
     bool thinking_hidden;       /* Anthropic thinking.display "omitted": thinking blocks carry no text */
     int32_t stop_index;         /* the stop string that ended the answer (-1: none; Anthropic stop_sequence) */
+    int32_t reasoning_tokens;   /* deltas that went to the reasoning (kw_job_reasoning_tokens) */
     double t_start;             /* Ollama durations: when the job was made (monotonic s) */
     double t_admitted, t_first; /* ... when it got a slot, when the first token came */
 };
@@ -151,8 +153,9 @@ int kw_json_bool(const cJSON *obj, const char *key, bool *out, kw_http_error *e)
 int kw_job_set_stop(kw_job *j, const cJSON *v, const char *param, kw_http_error *e);
 /* A string from s[0..n) (NULL when out of memory). */
 cJSON *kw_json_string_n(const char *s, size_t n);
-/* Output tokens of the reasoning (tokenized again: the stream does not count them apart). */
-int32_t kw_job_reasoning_tokens(kw_job *j);
+/* Output tokens spent reasoning: the deltas whose text went to the reasoning
+ * (a delta is one generated token, or a few when text was held back). */
+int32_t kw_job_reasoning_tokens(const kw_job *j);
 /* Messages' text parts joined ("text" / "input_text" / "output_text" parts). -1 + e on other shapes. */
 int kw_openai_message_text(const cJSON *msg, int idx, kw_sbuf *out, kw_http_error *e);
 /* A step that failed with msg: 503 out_of_memory when memory was the cause, else 400 naming param. -1. */

@@ -291,7 +291,7 @@ static void body_release(kw_server *s, conn *c) {
  * cache), for the request log: " session=HEADER:VALUE", " cache_key=KEY". */
 static void note_routing_keys(struct MHD_Connection *mc, kw_job *j) {
     static const char *const hdrs[] = {"X-Claude-Code-Session-Id", "session_id", "session-id", "x-session-affinity"};
-    size_t used = strlen(j->log_note);
+    size_t used = 0;
     for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++) {
         const char *v = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, hdrs[i]);
         if (!v || !*v) continue;
@@ -300,11 +300,11 @@ static void note_routing_keys(struct MHD_Connection *mc, kw_job *j) {
         for (const char *p = v; *p && o + 1 < sizeof clean; p++)
             clean[o++] = (unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f ? *p : '_';
         clean[o] = 0;
-        snprintf(j->log_note + used, sizeof j->log_note - used, " session=%s:%s", hdrs[i], clean);
-        used = strlen(j->log_note);
+        snprintf(j->route_note, sizeof j->route_note, " session=%s:%s", hdrs[i], clean);
+        used = strlen(j->route_note);
         break;
     }
-    if (j->cache_key[0]) snprintf(j->log_note + used, sizeof j->log_note - used, " cache_key=%s", j->cache_key);
+    if (j->cache_key[0]) snprintf(j->route_note + used, sizeof j->route_note - used, " cache_key=%s", j->cache_key);
 }
 
 /* The route's parser: a job, or NULL + e; *now (a body to answer at once
@@ -639,10 +639,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         }
         if (!cancel && (j->finish == KW_FINISH_STOP || j->finish == KW_FINISH_LENGTH))
             __atomic_add_fetch(&s->n_ok, 1, __ATOMIC_RELAXED);
-        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s%s %.0f ms\n",
+        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s%s%s %.0f ms\n",
                 j->api->name, j->stream ? "stream" : "json", j->prompt_tokens,
                 j->cached_tokens, j->completion_tokens, cancel ? "cancelled" : kw_openai_finish_reason(j),
-                j->log_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
+                j->log_note, j->route_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
         job_unref(j);
     }
     body_release(s, c);
