@@ -8,8 +8,9 @@
 //   - official `openai` SDK: responses.create (function_call ->
 //     function_call_output -> answer; input_tokens_details.cached_tokens) and
 //     responses.stream (events, finalResponse); a custom tool answered as a
-//     custom_tool_call; the 400s for previous_response_id, text.format,
-//     strict tools.
+//     custom_tool_call; a streamed prompt longer than the context ends in
+//     response.failed (context_length_exceeded); the 400s for
+//     previous_response_id, text.format, strict tools.
 //   - official `@anthropic-ai/sdk`: messages.create (tool_use -> tool_result
 //     -> answer; cache_read_input_tokens), messages.stream (events,
 //     finalMessage), countTokens, thinking blocks, stop_sequence, the 400s
@@ -113,6 +114,14 @@ async function openaiResponses(port) {
   const cc = custom.output.find((o) => o.type === 'custom_tool_call');
   check(cc && cc.input === '*** Begin Patch\n*** End Patch\n' && !custom.output.some((o) => o.type === 'function_call'),
     'a custom tool is answered as a custom_tool_call with the raw input', custom.output);
+  // a streamed request longer than the context: a stream with response.failed, code context_length_exceeded
+  const long = await fetch(`http://127.0.0.1:${port}/v1/responses`, { method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ model: 'kvwise', stream: true, input: 'hello '.repeat(40000) }) });
+  const events = (await long.text()).split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+  check(long.status === 200 && events.length === 2 && events[0].type === 'response.created' && events[1].type === 'response.failed' &&
+    events[1].response.error.code === 'context_length_exceeded', 'a streamed prompt longer than the context: response.failed context_length_exceeded',
+  events.map((e) => [e.type, e.response && e.response.error]));
   for (const [what, body, param] of [
     ['previous_response_id', { previous_response_id: 'resp_x' }, 'previous_response_id'],
     ['text.format json_schema', { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object' } } } }, 'text.format'],
