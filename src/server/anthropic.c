@@ -149,15 +149,9 @@ static int assistant_message(const cJSON *content, int idx, cJSON *out, kw_http_
                     rc = kw_http_error_set(e, 400, "messages", "invalid_type", "%s: a tool_use needs string 'id' and 'name'", where);
                     break;
                 }
-                char *args = input ? cJSON_PrintUnformatted(input) : strdup("{}");
-                cJSON *c = cJSON_CreateObject(), *f;
-                cJSON_AddStringToObject(c, "id", id->valuestring);
-                cJSON_AddStringToObject(c, "type", "function");
-                f = cJSON_AddObjectToObject(c, "function");
-                cJSON_AddStringToObject(f, "name", name->valuestring);
-                cJSON_AddStringToObject(f, "arguments", args ? args : "{}");
+                char *args = input ? cJSON_PrintUnformatted(input) : NULL;
+                cJSON_AddItemToArray(calls, kw_canon_call(id->valuestring, name->valuestring, args ? args : "{}"));
                 free(args);
-                cJSON_AddItemToArray(calls, c);
             } else {
                 rc = kw_http_error_set(e, 400, "messages", "invalid_value", "%s: content block type '%.64s' is not supported "
                                        "in an assistant message", where, ty);
@@ -309,19 +303,9 @@ static int map_thinking(const cJSON *root, kw_job *j, cJSON *canon, kw_http_erro
 }
 
 static int parse_fields(const cJSON *root, kw_job *j, bool count, kw_http_error *e) {
-    double d;
     int64_t n;
     int rc;
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
-        return kw_http_error_set(e, 400, "model", "invalid_type", "'model' must be a string");
-    if (kw_json_bool(root, "stream", &j->stream, e) < 0) return -1;
-    j->req.sp.temperature = 1.0f;
-    j->req.sp.top_p = 1.0f;
-    if ((rc = kw_json_number(root, "temperature", 0, 1, &d, e)) < 0) return -1;
-    if (rc) j->req.sp.temperature = (float)d;
-    if ((rc = kw_json_number(root, "top_p", 0, 1, &d, e)) < 0) return -1;
-    if (rc) j->req.sp.top_p = (float)d;
+    if (kw_json_bool(root, "stream", &j->stream, e) < 0 || kw_parse_model_sampling(root, j, 1, e) < 0) return -1;
     if ((rc = kw_json_int(root, "top_k", 0, 1e9, &n, e)) < 0) return -1;
     if (rc) j->req.sp.top_k = (int32_t)n;
     if ((rc = kw_json_int(root, "max_tokens", 1, 1e12, &n, e)) < 0) return -1;
@@ -335,10 +319,9 @@ static int parse_fields(const cJSON *root, kw_job *j, bool count, kw_http_error 
 
 kw_job *kw_anthropic_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_template *tpl, bool count,
                            const char *body, size_t len, const char *model_id, kw_http_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len), *canon = NULL;
+    cJSON *root = kw_json_body(body, len, e), *canon = NULL;
     kw_job *j = NULL;
-    if (!root) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid JSON"); return NULL; }
-    if (!cJSON_IsObject(root)) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object"); goto fail; }
+    if (!root) return NULL;
     j = kw_job_new(srv, eng, &kw_api_anthropic, "msg_", model_id);
     canon = cJSON_CreateObject();
     if (!j || !canon) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto fail; }
@@ -348,14 +331,9 @@ kw_job *kw_anthropic_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_
     if (replay) cJSON_AddItemToObject(canon, "test_replay", cJSON_Duplicate(replay, 1));
     if (kw_chat_tokenize(j, canon, tpl, eng, e) < 0) goto fail;
     if (!count && kw_job_check(j, canon, eng, "messages", e) < 0) goto fail;
-    cJSON_Delete(root);
-    cJSON_Delete(canon);
-    return j;
+    return kw_parse_end(j, root, canon, true);
 fail:
-    cJSON_Delete(root);
-    cJSON_Delete(canon);
-    kw_job_free(j);
-    return NULL;
+    return kw_parse_end(j, root, canon, false);
 }
 
 char *kw_anthropic_count_json(const kw_job *j) {
@@ -515,9 +493,7 @@ static cJSON *error_obj(int status, const char *message) {
 
 static char *anthropic_error_json(const kw_http_error *e) {
     cJSON *o = error_obj(e->status, e->message);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }
 
 /* A busy server is 529 overloaded_error (what Anthropic clients retry,
@@ -578,9 +554,7 @@ static char *anthropic_final_json(kw_job *j) {
     }
     add_stop_fields(m, j);
     cJSON_AddItemToObject(m, "usage", usage_json(j, true));
-    char *s = cJSON_PrintUnformatted(m);
-    cJSON_Delete(m);
-    return s;
+    return kw_json_take(m);
 }
 
 const kw_api kw_api_anthropic = {

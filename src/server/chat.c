@@ -113,6 +113,54 @@ cJSON *kw_json_string_n(const char *s, size_t n) {
     return v;
 }
 
+int kw_parse_model_sampling(const cJSON *root, kw_job *j, double temp_max, kw_http_error *e) {
+    double d;
+    int rc;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
+        return kw_http_error_set(e, 400, "model", "invalid_type", "'model' must be a string");
+    j->req.sp.temperature = 1.0f;
+    j->req.sp.top_p = 1.0f;
+    if ((rc = kw_json_number(root, "temperature", 0, temp_max, &d, e)) < 0) return -1;
+    if (rc) j->req.sp.temperature = (float)d;
+    if ((rc = kw_json_number(root, "top_p", 0, 1, &d, e)) < 0) return -1;
+    if (rc) j->req.sp.top_p = (float)d;
+    return 0;
+}
+
+cJSON *kw_canon_call(const char *id, const char *name, const char *args) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON *f = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddStringToObject(f, "name", name);
+    if (args) cJSON_AddStringToObject(f, "arguments", args);
+    return c;
+}
+
+char *kw_json_take(cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+cJSON *kw_json_body(const char *body, size_t len, kw_http_error *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid JSON"); return NULL; }
+    if (cJSON_IsObject(root)) return root;
+    cJSON_Delete(root);
+    kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object");
+    return NULL;
+}
+
+kw_job *kw_parse_end(kw_job *j, cJSON *root, cJSON *canon, bool ok) {
+    cJSON_Delete(root);
+    cJSON_Delete(canon);
+    if (ok) return j;
+    kw_job_free(j);
+    return NULL;
+}
+
 void kw_sse_event(kw_job *j, const char *name, cJSON *obj) {
     char *s = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
@@ -358,12 +406,7 @@ static void accumulate(kw_job *j, const kw_tc_event *ev) {
     case KW_TC_REASONING: kw_sbuf_add(&j->reasoning, ev->text, ev->len); break;
     case KW_TC_CALL_BEGIN: {
         if (!j->tool_calls) break;
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "id", ev->id);
-        cJSON_AddStringToObject(c, "type", "function");
-        cJSON *f = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(f, "name", ev->name);
-        cJSON_AddItemToArray(j->tool_calls, c);
+        cJSON_AddItemToArray(j->tool_calls, kw_canon_call(ev->id, ev->name, NULL));
         j->call_args.len = 0;
         break;
     }

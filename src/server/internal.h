@@ -39,6 +39,8 @@ char *kw_http_error_json(const kw_http_error *e);
  * the one place scheduler reasons become HTTP (400 for a request that can
  * never run as is, 503 + Retry-After for a retry later, 500 otherwise). */
 void kw_openai_reason_status(kw_finish f, kw_reject_reason why, int *status, const char **code);
+/* The same as a kw_api.reason_error (OpenAI, Responses and Ollama share the statuses). */
+void kw_openai_reason_error(kw_finish f, kw_reject_reason why, const char *msg, kw_http_error *e);
 
 /* A client API: how its answers are written. The request side is the API's
  * parse function (below); both share the job and the chat path. Stream
@@ -151,6 +153,16 @@ int kw_json_int(const cJSON *obj, const char *key, double lo, double hi, int64_t
 int kw_json_bool(const cJSON *obj, const char *key, bool *out, kw_http_error *e);
 /* Stop strings from v (a string or a list of strings; param names it). -1 + e. */
 int kw_job_set_stop(kw_job *j, const cJSON *v, const char *param, kw_http_error *e);
+/* The request body as a JSON object, or NULL + a 400 (not JSON / not an object). */
+cJSON *kw_json_body(const char *body, size_t len, kw_http_error *e);
+/* A parser's end: frees root and canon (either may be NULL); j on ok, else j freed and NULL. */
+kw_job *kw_parse_end(kw_job *j, cJSON *root, cJSON *canon, bool ok);
+/* `model` (a string if given), temperature (0..temp_max, default 1) and top_p (default 1). -1 + e. */
+int kw_parse_model_sampling(const cJSON *root, kw_job *j, double temp_max, kw_http_error *e);
+/* A canonical tool call {id, type: "function", function: {name, arguments}} (args NULL: none yet). */
+cJSON *kw_canon_call(const char *id, const char *name, const char *args);
+/* o printed compactly (malloc'd) and deleted. */
+char *kw_json_take(cJSON *o);
 /* A string from s[0..n) (NULL when out of memory). */
 cJSON *kw_json_string_n(const char *s, size_t n);
 /* Output tokens spent reasoning: the deltas whose text went to the reasoning

@@ -75,14 +75,8 @@ static int map_messages(const cJSON *root, cJSON *canon, kw_http_error *e) {
             char *a = cJSON_IsString(args) ? strdup(args->valuestring) : args ? cJSON_PrintUnformatted(args) : strdup("{}");
             char idbuf[32];
             snprintf(idbuf, sizeof idbuf, "call_%d", n_call++);
-            cJSON *oc = cJSON_CreateObject(), *of;
-            cJSON_AddStringToObject(oc, "id", cJSON_IsString(id) ? id->valuestring : idbuf);
-            cJSON_AddStringToObject(oc, "type", "function");
-            of = cJSON_AddObjectToObject(oc, "function");
-            cJSON_AddStringToObject(of, "name", name->valuestring);
-            cJSON_AddStringToObject(of, "arguments", a ? a : "{}");
+            cJSON_AddItemToArray(out, kw_canon_call(cJSON_IsString(id) ? id->valuestring : idbuf, name->valuestring, a ? a : "{}"));
             free(a);
-            cJSON_AddItemToArray(out, oc);
         }
         i++;
     }
@@ -198,17 +192,14 @@ static char *load_answer(const char *model) {
     cJSON_AddStringToObject(o, "response", "");
     cJSON_AddTrueToObject(o, "done");
     cJSON_AddStringToObject(o, "done_reason", "load");
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }
 
 kw_job *kw_ollama_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_template *tpl, bool chat,
                         const char *body, size_t len, const char *model_id, char **loaded, kw_http_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len), *canon = NULL;
+    cJSON *root = kw_json_body(body, len, e), *canon = NULL;
     kw_job *j = NULL;
-    if (!root) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid JSON"); return NULL; }
-    if (!cJSON_IsObject(root)) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object"); goto fail; }
+    if (!root) return NULL;
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!chat && prompt && !cJSON_IsNull(prompt) && !cJSON_IsString(prompt)) {
         kw_http_error_set(e, 400, "prompt", "invalid_type", "'prompt' must be a string");
@@ -236,14 +227,9 @@ kw_job *kw_ollama_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         goto fail;
     }
     if (kw_job_check(j, canon, eng, chat ? "messages" : "prompt", e) < 0) goto fail;
-    cJSON_Delete(root);
-    cJSON_Delete(canon);
-    return j;
+    return kw_parse_end(j, root, canon, true);
 fail:
-    cJSON_Delete(root);
-    cJSON_Delete(canon);
-    kw_job_free(j);
-    return NULL;
+    return kw_parse_end(j, root, canon, false);
 }
 
 /* ---- answer ------------------------------------------------------------------- */
@@ -363,36 +349,26 @@ static char *ollama_final_json(kw_job *j) {
     }
     cJSON_AddTrueToObject(o, "done");
     add_stats(o, j);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }
 
 static char *ollama_error_json(const kw_http_error *e) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "error", e->message);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }
 
-static void ollama_reason_error(kw_finish f, kw_reject_reason why, const char *msg, kw_http_error *e) {
-    int status;
-    const char *code;
-    kw_openai_reason_status(f, why, &status, &code);
-    kw_http_error_set(e, status, NULL, code, "%s", msg);
-}
 
 const kw_api kw_api_ollama_chat = {
     .name = "ollama_chat", .index = KW_API_OLLAMA_CHAT, .stream_type = "application/x-ndjson",
     .open = ollama_open, .piece = ollama_piece, .close = ollama_close, .final_json = ollama_final_json,
-    .error_json = ollama_error_json, .reason_error = ollama_reason_error,
+    .error_json = ollama_error_json, .reason_error = kw_openai_reason_error,
 };
 
 const kw_api kw_api_ollama_generate = {
     .name = "ollama_generate", .index = KW_API_OLLAMA_GENERATE, .stream_type = "application/x-ndjson",
     .open = ollama_open, .piece = ollama_piece, .close = ollama_close, .final_json = ollama_final_json,
-    .error_json = ollama_error_json, .reason_error = ollama_reason_error,
+    .error_json = ollama_error_json, .reason_error = kw_openai_reason_error,
 };
 
 /* ---- model information ------------------------------------------------------------ */
@@ -465,9 +441,7 @@ char *kw_ollama_tags_json(const char *model_id, const char *model_path, long cre
     cJSON_AddNumberToObject(m, "size", (double)f.size);
     cJSON_AddStringToObject(m, "digest", "");
     cJSON_AddItemToObject(m, "details", details_json(&f));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }
 
 /* /api/show: details, model_info (architecture, parameter count, and
@@ -503,7 +477,5 @@ char *kw_ollama_show_json(const char *model_id, const char *model_path, const ch
     if (chat_template && strstr(chat_template, "tools")) cJSON_AddItemToArray(caps, cJSON_CreateString("tools"));
     if (chat_template && strstr(chat_template, "<think>")) cJSON_AddItemToArray(caps, cJSON_CreateString("thinking"));
     cJSON_AddStringToObject(o, "modified_at", when);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }

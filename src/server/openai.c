@@ -138,11 +138,9 @@ static int parse_logprobs(const cJSON *root, kw_job *j, kw_http_error *e) {
 
 kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_template *tpl,
                         bool chat, const char *body, size_t len, const char *model_id, kw_http_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid JSON"); return NULL; }
-    kw_job *j = NULL;
-    if (!cJSON_IsObject(root)) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object"); goto fail; }
-    j = kw_job_new(srv, eng, chat ? &kw_api_openai_chat : &kw_api_openai_completion, chat ? "chatcmpl-" : "cmpl-", model_id);
+    cJSON *root = kw_json_body(body, len, e);
+    if (!root) return NULL;
+    kw_job *j = kw_job_new(srv, eng, chat ? &kw_api_openai_chat : &kw_api_openai_completion, chat ? "chatcmpl-" : "cmpl-", model_id);
     if (!j) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto fail; }
     j->chat = chat;
 
@@ -187,12 +185,9 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
             cJSON_AddArrayToObject(j->lp, "text_offset");
         }
     }
-    cJSON_Delete(root);
-    return j;
+    return kw_parse_end(j, root, NULL, true);
 fail:
-    cJSON_Delete(root);
-    kw_job_free(j);
-    return NULL;
+    return kw_parse_end(j, root, NULL, false);
 }
 
 /* ---- responses ---------------------------------------------------------- */
@@ -456,9 +451,7 @@ static char *openai_final_json(kw_job *j) {
     }
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(j, j->finish));
     cJSON_AddItemToObject(o, "usage", usage_json(j));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }
 
 char *kw_openai_models_json(const char *model_id, long created) {
@@ -470,12 +463,10 @@ char *kw_openai_models_json(const char *model_id, long created) {
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)created);
     cJSON_AddStringToObject(m, "owned_by", "kvwise");
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return kw_json_take(o);
 }
 
-static void openai_reason_error(kw_finish f, kw_reject_reason why, const char *msg, kw_http_error *e) {
+void kw_openai_reason_error(kw_finish f, kw_reject_reason why, const char *msg, kw_http_error *e) {
     int status;
     const char *code;
     kw_openai_reason_status(f, why, &status, &code);
@@ -486,12 +477,12 @@ const kw_api kw_api_openai_chat = {
     .name = "chat", .index = KW_API_CHAT, .stream_type = "text/event-stream",
     .open = openai_open, .progress = openai_progress, .raw = openai_raw, .piece = openai_piece,
     .close = stream_finish, .final_json = openai_final_json, .error_json = kw_http_error_json,
-    .reason_error = openai_reason_error,
+    .reason_error = kw_openai_reason_error,
 };
 
 const kw_api kw_api_openai_completion = {
     .name = "completion", .index = KW_API_COMPLETION, .stream_type = "text/event-stream",
     .open = openai_open, .progress = openai_progress, .raw = openai_raw, .piece = openai_piece,
     .close = stream_finish, .final_json = openai_final_json, .error_json = kw_http_error_json,
-    .reason_error = openai_reason_error,
+    .reason_error = kw_openai_reason_error,
 };

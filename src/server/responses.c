@@ -70,13 +70,7 @@ static void append_field(cJSON *m, const char *key, const char *text) {
 static void add_call(build *b, const char *call_id, const char *name, const char *args) {
     cJSON *m = assistant(b), *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
     if (!calls) calls = cJSON_AddArrayToObject(m, "tool_calls");
-    cJSON *c = cJSON_CreateObject(), *f;
-    cJSON_AddStringToObject(c, "id", call_id);
-    cJSON_AddStringToObject(c, "type", "function");
-    f = cJSON_AddObjectToObject(c, "function");
-    cJSON_AddStringToObject(f, "name", name);
-    cJSON_AddStringToObject(f, "arguments", args);
-    cJSON_AddItemToArray(calls, c);
+    cJSON_AddItemToArray(calls, kw_canon_call(call_id, name, args));
 }
 
 /* An item's text: content as a string or text parts (input_text,
@@ -314,18 +308,9 @@ static int refuse_unsupported(const cJSON *root, kw_http_error *e) {
 }
 
 static int parse_fields(const cJSON *root, kw_job *j, cJSON *canon, kw_http_error *e) {
-    double d;
     int64_t n;
     int rc;
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
-        return kw_http_error_set(e, 400, "model", "invalid_type", "'model' must be a string");
-    j->req.sp.temperature = 1.0f;
-    j->req.sp.top_p = 1.0f;
-    if ((rc = kw_json_number(root, "temperature", 0, 2, &d, e)) < 0) return -1;
-    if (rc) j->req.sp.temperature = (float)d;
-    if ((rc = kw_json_number(root, "top_p", 0, 1, &d, e)) < 0) return -1;
-    if (rc) j->req.sp.top_p = (float)d;
+    if (kw_parse_model_sampling(root, j, 2, e) < 0) return -1;
     if ((rc = kw_json_int(root, "max_output_tokens", 1, 1e12, &n, e)) < 0) return -1;
     if (rc) j->req.max_tokens = n > 0x7fffffff ? 0x7fffffff : (int32_t)n;
     const cJSON *par = cJSON_GetObjectItemCaseSensitive(root, "parallel_tool_calls");
@@ -342,10 +327,9 @@ static int parse_fields(const cJSON *root, kw_job *j, cJSON *canon, kw_http_erro
 
 kw_job *kw_responses_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_template *tpl,
                            const char *body, size_t len, const char *model_id, kw_http_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len), *canon = NULL;
+    cJSON *root = kw_json_body(body, len, e), *canon = NULL;
     kw_job *j = NULL;
-    if (!root) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid JSON"); return NULL; }
-    if (!cJSON_IsObject(root)) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object"); goto fail; }
+    if (!root) return NULL;
     j = kw_job_new(srv, eng, &kw_api_responses, "resp_", model_id);
     canon = cJSON_CreateObject();
     if (!j || !canon) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto fail; }
@@ -358,14 +342,9 @@ kw_job *kw_responses_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_
         e->stream_failure = j->stream && e->code && !strcmp(e->code, "context_length_exceeded");
         goto fail;
     }
-    cJSON_Delete(root);
-    cJSON_Delete(canon);
-    return j;
+    return kw_parse_end(j, root, canon, true);
 fail:
-    cJSON_Delete(root);
-    cJSON_Delete(canon);
-    kw_job_free(j);
-    return NULL;
+    return kw_parse_end(j, root, canon, false);
 }
 
 /* ---- answer: items ------------------------------------------------------------ */
@@ -633,12 +612,6 @@ static void responses_progress(kw_job *j, int32_t done, int32_t total) {
     kw_sbuf_printf(&j->out, ": prompt_progress %d/%d\n\n", done, total);
 }
 
-static void responses_reason_error(kw_finish f, kw_reject_reason why, const char *msg, kw_http_error *e) {
-    int status;
-    const char *code;
-    kw_openai_reason_status(f, why, &status, &code);
-    kw_http_error_set(e, status, NULL, code, "%s", msg);
-}
 
 /* response.failed carrying e's code and message. */
 static cJSON *failed_event(kw_job *j, const kw_http_error *e) {
@@ -656,7 +629,7 @@ static cJSON *failed_event(kw_job *j, const kw_http_error *e) {
 static void responses_close(kw_job *j, const kw_sched_event *ev) {
     if (ev->finish == KW_FINISH_ERROR || ev->finish == KW_FINISH_CANCELLED) {
         kw_http_error he = {0};
-        responses_reason_error(ev->finish, ev->reason, ev->error ? ev->error : "request cancelled", &he);
+        kw_openai_reason_error(ev->finish, ev->reason, ev->error ? ev->error : "request cancelled", &he);
         emit(j, "response.failed", failed_event(j, &he));
         return;
     }
@@ -704,14 +677,12 @@ static char *responses_final_json(kw_job *j) {
                                                  cJSON_IsString(args) ? args->valuestring : "", true));
     }
     cJSON *r = response_json(j, status_of(j, true), out, usage_json(j));
-    char *s = cJSON_PrintUnformatted(r);
-    cJSON_Delete(r);
-    return s;
+    return kw_json_take(r);
 }
 
 const kw_api kw_api_responses = {
     .name = "responses", .index = KW_API_RESPONSES, .stream_type = "text/event-stream",
     .open = responses_open, .progress = responses_progress, .piece = responses_piece, .close = responses_close,
     .final_json = responses_final_json, .error_json = kw_http_error_json, .stream_error = responses_stream_error,
-    .reason_error = responses_reason_error,
+    .reason_error = kw_openai_reason_error,
 };
