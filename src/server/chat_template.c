@@ -142,7 +142,10 @@ int kw_chat_template_choose2(kw_chat_template *t, const char *override, const ch
         set_family(t, fam >= 0 ? fam : KW_TPL_CHATML, bos_text, "--chat-template file");
         try_jinja(t, text, note, note_cap);
         free(text);
-        if (!t->jinja && fam < 0) return kw_err_set(err, "--chat-template file '%s': %s", override, note);
+        if (!t->jinja && fam < 0) {
+            kw_chat_template_free(t);
+            return kw_err_set(err, "--chat-template file '%s': %s", override, note);
+        }
         return 0;
     }
     int fam = kw_tpl_detect(model_text);

@@ -34,7 +34,9 @@ int kw_tpl_family_from_name(const char *name);
 int kw_tpl_detect(const char *text);
 
 /* Chooses the template: override (a family name, or a file holding template
- * text) wins, then the model's text, then ChatML (note says why). Template
+ * text) wins, then the model's text, then ChatML (note says why). What it
+ * holds (parsed templates) is released by kw_chat_template_free; on an
+ * error nothing is held. Template
  * text is parsed as Jinja (src/template/) and rendered as written; the
  * family recognised in it is the fallback when it does not parse or a render
  * fails. */
