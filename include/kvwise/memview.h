@@ -5,11 +5,13 @@
  * /v1/memory = {"budget": ledger (limit, used, lines, peak, reservations),
  *               "measured": the kernel's figures (footprint.h),
  *               "prompt_cache": {...}, "kv_pool": {...} (the engine's, engine.h),
- *               "requests": counters, queue depth, rejections by reason}
+ *               "requests": counters, queue depth, rejections by reason,
+ *                           requests by client API}
  * /metrics   = the same figures as kvwise_memory_*_bytes (ledger lines,
  *              limit, used, peak; measured rss/pss/anon/file/hwm),
  *              kvwise_prompt_cache_*, kvwise_kv_*, kvwise_requests_*,
- *              kvwise_requests_rejected_total{reason=...}, token counters
+ *              kvwise_requests_rejected_total{reason=...},
+ *              kvwise_requests_by_api_total{api=...}, token counters
  *              and kvwise_queue_depth.
  * Every input may be NULL (that part is left out). */
 #ifndef KVWISE_MEMVIEW_H
@@ -35,6 +37,10 @@ typedef struct kw_memview_counters {
     uint64_t rejected[KW_REJECT_REASON_COUNT];
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
     int32_t queue_depth, active;
+    /* requests received per client API ("chat", "messages", ...), n_api of them (0: none shown) */
+    const char *const *api_names;
+    const uint64_t *api_requests;
+    int n_api;
 } kw_memview_counters;
 
 /* malloc'd NUL-terminated bodies (free()); NULL when out of memory. */

@@ -84,6 +84,7 @@ typedef struct kw_sched_event {
     const char *error;                  /* FINISH with KW_FINISH_ERROR */
     int32_t prompt_tokens, completion_tokens, cached_tokens;
     kw_reject_reason reason;            /* FINISH REJECTED, or ERROR when memory ran out (else NONE) */
+    int32_t stop_index;                 /* FINISH STOP by a stop string: its index in stop[] (else -1) */
 } kw_sched_event;
 
 typedef struct kw_sched_req kw_sched_req;
@@ -146,6 +147,7 @@ kw_sched_stats kw_sched_get_stats(kw_sched *s);
 typedef struct kw_textout {
     char *buf; size_t len, cap;     /* text not yet released */
     const char *const *stop; int32_t n_stop;
+    int32_t hit;                    /* the stop string the last push matched (-1: none) */
 } kw_textout;
 void kw_textout_init(kw_textout *t, const char *const *stop, int32_t n_stop);
 void kw_textout_free(kw_textout *t);

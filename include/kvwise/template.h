@@ -75,6 +75,8 @@ typedef struct kw_template_caps {
     bool tool_results;       /* a role "tool" message's content appears */
     bool reasoning_content;  /* an assistant `reasoning_content` appears */
     bool enable_thinking;    /* enable_thinking=false changes the generation prompt */
+    bool null_content;       /* an assistant turn with tool_calls and content null renders (the
+                                OpenAI API sends null there; Qwen3's template fails on it) */
 } kw_template_caps;
 
 /* Fills caps (all false on any failure). Costs a handful of small renders. */

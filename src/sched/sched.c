@@ -89,7 +89,7 @@ static double now_s(void) {
 static void emit(kw_sched_req *r, const kw_sched_event *ev) { if (r->on_event) r->on_event(r, ev); }
 
 static void finish_unadmitted(kw_sched_req *r, kw_finish why, const char *msg) {
-    kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg,
+    kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg, .stop_index = -1,
                          .prompt_tokens = r->n_prompt};
     emit(r, &ev);
 }
@@ -97,7 +97,7 @@ static void finish_unadmitted(kw_sched_req *r, kw_finish why, const char *msg) {
 /* Refuses a request that never got a slot, counting the refusal by reason. */
 static void reject_unadmitted(kw_sched *s, kw_sched_req *r, kw_reject_reason why, const char *msg) {
     s->st.rejected[why]++;
-    kw_sched_event ev = {.type = KW_EV_FINISH, .finish = KW_FINISH_REJECTED, .error = msg,
+    kw_sched_event ev = {.type = KW_EV_FINISH, .finish = KW_FINISH_REJECTED, .error = msg, .stop_index = -1,
                          .prompt_tokens = r->n_prompt, .reason = why};
     emit(r, &ev);
 }
@@ -164,7 +164,8 @@ static void seq_finish(kw_sched *s, int32_t slot, kw_finish why, const char *msg
     bool keep = why == KW_FINISH_STOP || why == KW_FINISH_LENGTH;
     kw_sched_event ev = {.type = KW_EV_FINISH, .finish = why, .error = msg,
                          .prompt_tokens = q->n_prompt, .completion_tokens = q->n_gen,
-                         .cached_tokens = q->cached, .reason = q->fail};
+                         .cached_tokens = q->cached, .reason = q->fail,
+                         .stop_index = why == KW_FINISH_STOP ? q->tx.hit : -1};
     kw_sched_req *r = q->r;
     kw_textout_free(&q->tx);
     free(q->lps);

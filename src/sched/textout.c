@@ -10,6 +10,7 @@ void kw_textout_init(kw_textout *t, const char *const *stop, int32_t n_stop) {
     memset(t, 0, sizeof *t);
     t->stop = stop;
     t->n_stop = n_stop;
+    t->hit = -1;
 }
 
 void kw_textout_free(kw_textout *t) {
@@ -112,7 +113,7 @@ bool kw_textout_push(kw_textout *t, const char *s, size_t n, size_t *n_release) 
     size_t first = (size_t)-1;
     for (int32_t i = 0; i < t->n_stop; i++) {
         const char *hit = t->len ? memmem(t->buf, t->len, t->stop[i], strlen(t->stop[i])) : NULL;
-        if (hit && (size_t)(hit - t->buf) < first) first = (size_t)(hit - t->buf);
+        if (hit && (size_t)(hit - t->buf) < first) { first = (size_t)(hit - t->buf); t->hit = i; }
     }
     if (first != (size_t)-1) { *n_release = first; return true; }
     /* Hold back the longest tail that is a proper prefix of some stop string. */

@@ -1,8 +1,10 @@
-/* chat_template.c - built-in chat template families (ChatML/Qwen, Llama 3,
- * Llama 2, Mistral, Gemma, Phi-3): recognition from the model's
- * tokenizer.chat_template text, the --chat-template override, and
- * rendering (kw_chat_apply, the one entry point a Jinja interpreter can
- * take over). Owns chat_template.h. */
+/* chat_template.c - turning a chat request into prompt text: the model's
+ * own Jinja template (src/template/) rendered as written, with the request's
+ * nullable fields shaped the way templates expect; built-in chat template
+ * families (ChatML/Qwen with the Hermes tool format, Llama 3, Llama 2,
+ * Mistral, Gemma, Phi-3) recognised from the template text, used for the
+ * --chat-template override and as the fallback when a render fails (never
+ * one that drops tools: see kw_chat_apply). Owns chat_template.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,41 @@ int kw_tpl_detect(const char *text) {
     return -1;
 }
 
+/* The ChatML family's format, Hermes/Qwen style (what Qwen 2.5 / Qwen 3 and
+ * Hermes models are trained on): tools listed as JSON in the system turn,
+ * each call as <tool_call>{"name": .., "arguments": ..}</tool_call> in the
+ * assistant turn, tool results as <tool_response> blocks in a user turn.
+ * Without tools it is plain ChatML. Rendered by the Jinja interpreter. */
+static const char HERMES_TEMPLATE[] =
+    "{%- if messages and messages[0].role == 'system' %}{%- set sys = messages[0].content %}{%- set first = 1 %}"
+    "{%- else %}{%- set sys = none %}{%- set first = 0 %}{%- endif %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}{%- if sys is not none %}{{- sys + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}"
+    "{%- for t in tools %}{{- '\n' + (t | tojson) }}{%- endfor %}"
+    "{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n' }}"
+    "{%- elif sys is not none %}{{- '<|im_start|>system\n' + sys + '<|im_end|>\n' }}{%- endif %}"
+    "{%- for m in messages[first:] %}"
+    "{%- if m.role == 'tool' %}"
+    "{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\n<tool_response>\n' + m.content + '\n</tool_response>' }}"
+    "{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}"
+    "{%- elif m.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\n' + (m.content or '') }}"
+    "{%- for c in (m.tool_calls or []) %}"
+    "{%- set f = c.function if c.function is defined else c %}"
+    "{%- if not loop.first or m.content %}{{- '\n' }}{%- endif %}"
+    "{{- '<tool_call>\n{\"name\": ' + (f.name | tojson) + ', \"arguments\": ' + "
+    "(f.arguments if f.arguments is string else (f.arguments | tojson)) + '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}";
+
 static char *read_small_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -52,6 +89,10 @@ static void set_family(kw_chat_template *t, int fam, const char *bos_text, const
     const char *bos = family_bos[fam];
     if (*bos && bos_text && *bos_text) bos = bos_text;
     snprintf(t->bos, sizeof t->bos, "%s", bos);
+    if (fam == KW_TPL_CHATML && !t->hermes) {
+        kw_err e;
+        t->hermes = kw_template_parse(HERMES_TEMPLATE, &e);   /* NULL only when out of memory: plain ChatML then */
+    }
 }
 
 /* Parses template text as Jinja; on failure leaves t->jinja NULL and says why in note. */
@@ -66,11 +107,13 @@ static void try_jinja(kw_chat_template *t, const char *text, char *note, size_t 
     kw_template_caps caps;
     kw_template_probe(t->jinja, &caps);
     t->object_arguments = caps.object_arguments;
+    t->null_content = caps.null_content;
 }
 
 void kw_chat_template_free(kw_chat_template *t) {
     if (t && t->jinja) kw_template_free(t->jinja);
-    if (t) t->jinja = NULL;
+    if (t && t->hermes) kw_template_free(t->hermes);
+    if (t) t->jinja = t->hermes = NULL;
 }
 
 void kw_chat_template_describe(const kw_chat_template *t, char *buf, size_t cap) {
@@ -99,7 +142,10 @@ int kw_chat_template_choose2(kw_chat_template *t, const char *override, const ch
         set_family(t, fam >= 0 ? fam : KW_TPL_CHATML, bos_text, "--chat-template file");
         try_jinja(t, text, note, note_cap);
         free(text);
-        if (!t->jinja && fam < 0) return kw_err_set(err, "--chat-template file '%s': %s", override, note);
+        if (!t->jinja && fam < 0) {
+            kw_chat_template_free(t);
+            return kw_err_set(err, "--chat-template file '%s': %s", override, note);
+        }
         return 0;
     }
     int fam = kw_tpl_detect(model_text);
@@ -187,10 +233,27 @@ static void render_phi3(kw_sbuf *b, const kw_chat_msg *m, int n) {
     kw_sbuf_puts(b, "<|assistant|>\n");
 }
 
+/* Members of a message that are null are left out: the OpenAI API lets a
+ * client send "name": null or "tool_calls": null where it means "none", and
+ * templates test such members with `is defined` (a null would render as
+ * "None" or fail). content is kept: kw_template_probe says whether the
+ * template renders a null content, else it gets "" (what Qwen3's own
+ * template needs: `'</think>' in content` fails on none). */
+static void drop_null_members(cJSON *m) {
+    cJSON *it = m ? m->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        if (cJSON_IsNull(it) && it->string && strcmp(it->string, "content")) cJSON_Delete(cJSON_DetachItemViaPointer(m, it));
+        it = next;
+    }
+}
+
 /* The Jinja context: the request's messages with text parts joined, the
- * developer role as system, tool-call arguments as objects when the template
- * wants them; tools; chat_template_kwargs; BOS/EOS; the generation prompt. */
-static cJSON *jinja_context(const kw_chat_template *t, const kw_chat_msg *msgs, int n, const cJSON *request) {
+ * developer role as system, null members shaped as above, tool-call
+ * arguments as objects when the template wants them; tools;
+ * chat_template_kwargs; BOS/EOS; the generation prompt. */
+static cJSON *jinja_context(const kw_chat_template *t, const kw_chat_msg *msgs, int n, const cJSON *request,
+                            bool null_content) {
     cJSON *ctx = cJSON_CreateObject(), *out = cJSON_AddArrayToObject(ctx, "messages");
     const cJSON *in = request ? cJSON_GetObjectItemCaseSensitive(request, "messages") : NULL;
     for (int i = 0; i < n; i++) {
@@ -198,9 +261,10 @@ static cJSON *jinja_context(const kw_chat_template *t, const kw_chat_msg *msgs, 
         cJSON *m = src ? cJSON_Duplicate(src, 1) : cJSON_CreateObject();
         cJSON_DeleteItemFromObjectCaseSensitive(m, "role");
         cJSON_DeleteItemFromObjectCaseSensitive(m, "content");
+        drop_null_members(m);
         cJSON_AddStringToObject(m, "role", !strcmp(msgs[i].role, "developer") ? "system" : msgs[i].role);
-        bool null_content = src && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(src, "content")) && !*msgs[i].content;
-        if (null_content) cJSON_AddNullToObject(m, "content");
+        bool is_null = src && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(src, "content")) && !*msgs[i].content;
+        if (is_null && null_content) cJSON_AddNullToObject(m, "content");
         else cJSON_AddStringToObject(m, "content", msgs[i].content);
         cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *call;
         if (t->object_arguments && cJSON_IsArray(calls)) {
@@ -227,25 +291,67 @@ static cJSON *jinja_context(const kw_chat_template *t, const kw_chat_msg *msgs, 
     return ctx;
 }
 
+/* Does the request carry tools, tool calls or tool results (what a
+ * fallback must not lose)? */
+static bool has_tool_parts(const kw_chat_msg *msgs, int n, const cJSON *request) {
+    const cJSON *tools = request ? cJSON_GetObjectItemCaseSensitive(request, "tools") : NULL;
+    if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) return true;
+    const cJSON *in = request ? cJSON_GetObjectItemCaseSensitive(request, "messages") : NULL;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(msgs[i].role, "tool")) return true;
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(in, i), "tool_calls");
+        if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) return true;
+    }
+    return false;
+}
+
+/* Renders a parsed template over the request; NULL + err (its message) on failure. */
+static char *render_jinja(const kw_chat_template *t, const kw_template *tpl, const kw_chat_msg *msgs, int n,
+                          const cJSON *request, bool null_content, kw_err *err) {
+    cJSON *ctx = jinja_context(t, msgs, n, request, null_content);
+    char *text = NULL;
+    int rc = ctx ? kw_template_render(tpl, ctx, &text, err) : kw_err_set(err, "out of memory");
+    cJSON_Delete(ctx);
+    if (rc != 0) return NULL;
+    char *copy = strdup(text);
+    kw_template_output_free(text);
+    if (!copy) kw_err_set(err, "out of memory rendering the chat template");
+    return copy;
+}
+
 char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, const cJSON *request, kw_err *err) {
     kw_sbuf b = {0};
     for (int i = 0; i < n; i++)
         if (!kw_chat_role_valid(msgs[i].role)) { kw_err_set(err, "unknown role '%s'", msgs[i].role); return NULL; }
+    bool tool_parts = has_tool_parts(msgs, n, request);
     if (t->jinja) {
-        cJSON *ctx = jinja_context(t, msgs, n, request);
-        char *text = NULL;
         kw_err e = {{0}};
-        int rc = ctx ? kw_template_render(t->jinja, ctx, &text, &e) : -1;
-        cJSON_Delete(ctx);
-        if (rc == 0) {
-            char *copy = strdup(text);
-            kw_template_output_free(text);
-            if (!copy) kw_err_set(err, "out of memory rendering the chat template");
-            return copy;
+        char *text = render_jinja(t, t->jinja, msgs, n, request, t->null_content, &e);
+        if (text || strstr(e.msg, "out of memory")) {
+            if (!text) kw_err_set(err, "%s", e.msg);
+            return text;
         }
-        /* the template refused (raise_exception) or failed: say so, render the family format */
-        fprintf(stderr, "chat template: %s; using the built-in %s format for this request\n",
-                e.msg[0] ? e.msg : "render failed", kw_tpl_family_name(t->family));
+        /* The template refused (raise_exception) or failed. A built-in format
+         * that keeps everything the request carries takes over (logged);
+         * otherwise the request fails naming the template's error. */
+        const char *msg = e.msg[0] ? e.msg : "render failed";
+        if (tool_parts && !(t->family == KW_TPL_CHATML && t->hermes)) {
+            kw_err_set(err, "chat template: %s (the built-in %s format cannot render tools and tool calls, "
+                       "so the request is not rendered without them)", msg, kw_tpl_family_name(t->family));
+            return NULL;
+        }
+        fprintf(stderr, "chat template: %s; using the built-in %s format for this request\n", msg,
+                tool_parts ? "Hermes/Qwen tool" : kw_tpl_family_name(t->family));
+    } else if (tool_parts && t->family != KW_TPL_CHATML) {
+        kw_err_set(err, "chat template: the built-in %s format cannot render tools and tool calls; serve a template "
+                   "that does (the model's own, or --chat-template FILE)", kw_tpl_family_name(t->family));
+        return NULL;
+    }
+    if (t->family == KW_TPL_CHATML && t->hermes) {
+        kw_err e = {{0}};
+        char *text = render_jinja(t, t->hermes, msgs, n, request, false, &e);
+        if (!text) kw_err_set(err, "%s", strstr(e.msg, "out of memory") ? e.msg : "chat template: the built-in Hermes format failed");
+        return text;
     }
     switch (t->family) {
     case KW_TPL_LLAMA3: render_llama3(&b, t, msgs, n); break;

@@ -20,6 +20,8 @@ typedef struct kw_chat_template {
     char bos[32];           /* BOS text the family writes at the start ("" = none) */
     struct kw_template *jinja;  /* the model's (or FILE's) own template, rendered as written */
     bool object_arguments;  /* it wants tool-call arguments as objects (kw_template_probe) */
+    bool null_content;      /* it renders content null (else null reaches it as "", kw_template_probe) */
+    struct kw_template *hermes; /* ChatML family: the built-in Hermes/Qwen tool format (chat_template.c) */
     char bos_token[64], eos_token[64];  /* the vocab's, for the Jinja context */
 } kw_chat_template;
 
@@ -32,7 +34,9 @@ int kw_tpl_family_from_name(const char *name);
 int kw_tpl_detect(const char *text);
 
 /* Chooses the template: override (a family name, or a file holding template
- * text) wins, then the model's text, then ChatML (note says why). Template
+ * text) wins, then the model's text, then ChatML (note says why). What it
+ * holds (parsed templates) is released by kw_chat_template_free; on an
+ * error nothing is held. Template
  * text is parsed as Jinja (src/template/) and rendered as written; the
  * family recognised in it is the fallback when it does not parse or a render
  * fails. */
@@ -51,7 +55,15 @@ bool kw_chat_role_valid(const char *role);
 /* Renders messages + the assistant generation prompt. request (may be NULL)
  * is the whole chat request: with a Jinja template its messages (text parts
  * joined, tool calls, tool results), tools and chat_template_kwargs go into
- * the template context. Returns malloc'd text or NULL (err). */
+ * the template context, with fields the OpenAI API lets be null in the form
+ * templates expect (a null member is left out; null content becomes "" for
+ * a template that cannot render null). A template that fails is never
+ * replaced by a format that loses part of the request: a request without
+ * tools, tool calls or tool results is rendered in the built-in family
+ * format (logged); one with them in the built-in Hermes/Qwen tool format for
+ * a ChatML model, and for other families it fails with "chat template: ..."
+ * naming the template's error (line and column). Returns malloc'd text or
+ * NULL (err). */
 struct cJSON;
 char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, const struct cJSON *request, kw_err *err);
 

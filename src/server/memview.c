@@ -37,6 +37,8 @@ static void add_counters_json(cJSON *o, const kw_memview_counters *c) {
     cJSON *rej = cJSON_AddObjectToObject(r, "rejected");
     for (int i = 0; rej && i < N_SHOWN; i++)
         cJSON_AddNumberToObject(rej, kw_reject_reason_name(shown[i]), (double)c->rejected[shown[i]]);
+    cJSON *api = c->n_api ? cJSON_AddObjectToObject(r, "by_api") : NULL;
+    for (int i = 0; api && i < c->n_api; i++) cJSON_AddNumberToObject(api, c->api_names[i], (double)c->api_requests[i]);
 }
 
 char *kw_memview_json(const kw_engine *e, struct kw_ledger *l, const kw_footprint *measured,
@@ -122,6 +124,11 @@ static void counter_metrics(tbuf *t, const kw_memview_counters *c) {
     for (int i = 0; i < N_SHOWN; i++)
         put(t, "kvwise_requests_rejected_total{reason=\"%s\"} %llu\n", kw_reject_reason_name(shown[i]),
             (unsigned long long)c->rejected[shown[i]]);
+    if (c->n_api)
+        put(t, "# HELP kvwise_requests_by_api_total Generation requests received, by client API.\n"
+               "# TYPE kvwise_requests_by_api_total counter\n");
+    for (int i = 0; i < c->n_api; i++)
+        put(t, "kvwise_requests_by_api_total{api=\"%s\"} %llu\n", c->api_names[i], (unsigned long long)c->api_requests[i]);
     counter(t, "kvwise_prompt_tokens_total", "Prompt tokens of finished requests.", c->prompt_tokens);
     counter(t, "kvwise_cached_tokens_total", "Prompt tokens served from the prompt cache.", c->cached_tokens);
     counter(t, "kvwise_completion_tokens_total", "Generated tokens.", c->completion_tokens);

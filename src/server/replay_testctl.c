@@ -12,9 +12,11 @@
 #include "kvwise/testctl.h"
 
 /* --test-replay-script FILE (tests only): a JSON array of rules
- * {"if_last_role": R, "if_tools": B, "if_contains": S, "text": T}; the
- * first rule whose conditions all hold (last message's role, the request
- * has tools, the last message's text contains S) gives the output T. The
+ * {"if_last_role": R, "if_tools": B, "if_tool_result": B, "if_contains": S,
+ * "text": T}; the first rule whose conditions all hold (last message's role,
+ * the request has tools, some message is a tool result, the last message's
+ * text contains S) gives the output T. Every API's request is seen in its
+ * canonical chat form (chat.c), so the rules read the same for all. The
  * file is read on every request (tests rewrite it freely). NULL: no rule. */
 static char *replay_script_text(const char *path, const cJSON *root, kw_http_error *e) {
     FILE *f = fopen(path, "rb");
@@ -40,16 +42,24 @@ static char *replay_script_text(const char *path, const cJSON *root, kw_http_err
     kw_sbuf_add(&last_text, "", 0);
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     bool has_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    bool has_result = false;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *mr = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (cJSON_IsString(mr) && !strcmp(mr->valuestring, "tool")) has_result = true;
+    }
     char *out = NULL;
     const cJSON *r;
     cJSON_ArrayForEach(r, rules) {
         const cJSON *want_role = cJSON_GetObjectItemCaseSensitive(r, "if_last_role");
         const cJSON *want_tools = cJSON_GetObjectItemCaseSensitive(r, "if_tools");
         const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(r, "if_contains");
+        const cJSON *want_result = cJSON_GetObjectItemCaseSensitive(r, "if_tool_result");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(r, "text");
         if (!cJSON_IsString(text)) continue;
         if (cJSON_IsString(want_role) && !(cJSON_IsString(role) && !strcmp(role->valuestring, want_role->valuestring))) continue;
         if (cJSON_IsBool(want_tools) && cJSON_IsTrue(want_tools) != has_tools) continue;
+        if (cJSON_IsBool(want_result) && cJSON_IsTrue(want_result) != has_result) continue;
         if (cJSON_IsString(want_text) && !strstr(last_text.p, want_text->valuestring)) continue;
         out = strdup(text->valuestring);
         break;

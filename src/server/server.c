@@ -1,7 +1,10 @@
-/* server.c - HTTP plumbing on libmicrohttpd: daemon lifecycle, routing,
- * Bearer auth (constant-time), CORS, body limit (413), suspend/resume of
- * connections waiting on the engine, SSE callback responses, health and
- * graceful shutdown. The OpenAI mapping itself is in openai.c. Owns
+/* server.c - HTTP plumbing on libmicrohttpd: daemon lifecycle, routing of
+ * every client API (OpenAI, Anthropic Messages, Responses, Ollama) to its
+ * parser, auth (Bearer or x-api-key, constant-time), CORS, body limit (413),
+ * suspend/resume of connections waiting on the engine, streamed callback
+ * responses, the routing keys of each request in the request log, health,
+ * per-API request counters and graceful shutdown. The API mappings are in
+ * openai.c, anthropic.c, responses.c and ollama.c over chat.c. Owns
  * kw_server_* (server.h). */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +36,7 @@ struct kw_server {
     char tpl_desc[128];
     int n_jobs;                   /* live jobs (atomic) */
     uint64_t n_requests, n_ok;    /* generation requests received / answered 200 (atomic) */
+    uint64_t n_api[KW_API_COUNT]; /* requests received per client API (atomic) */
     uint64_t n_rej_ctx, n_rej_never;  /* 400s decided at parse time (atomic) */
     int n_conns;                  /* open HTTP connections, at most o.max_connections (atomic) */
     uint64_t n_conns_refused;     /* connections closed at accept for being over it (atomic) */
@@ -43,7 +47,11 @@ struct kw_server {
 #endif
 };
 
-typedef enum { R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_CHAT, R_COMPLETIONS, R_MEMORY, R_METRICS } route;
+typedef enum {
+    R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_MEMORY, R_METRICS, R_OLLAMA_VERSION, R_OLLAMA_TAGS,
+    R_OLLAMA_SHOW,              /* POST, answered at once */
+    R_CHAT, R_COMPLETIONS, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_OLLAMA_CHAT, R_OLLAMA_GENERATE  /* generation */
+} route;
 
 typedef struct conn {
     route rt;
@@ -113,16 +121,29 @@ static enum MHD_Result send_body(kw_server *s, struct MHD_Connection *mc, unsign
     return rc;
 }
 
-static enum MHD_Result send_error(kw_server *s, struct MHD_Connection *mc, const kw_http_error *e) {
+/* The API whose shape a route's answers (and errors) take. */
+static const kw_api *route_api(route rt) {
+    switch (rt) {
+    case R_MESSAGES: case R_COUNT_TOKENS: return &kw_api_anthropic;
+    case R_RESPONSES: return &kw_api_responses;
+    case R_OLLAMA_CHAT: case R_OLLAMA_VERSION: case R_OLLAMA_TAGS: case R_OLLAMA_SHOW: return &kw_api_ollama_chat;
+    case R_OLLAMA_GENERATE: return &kw_api_ollama_generate;
+    case R_COMPLETIONS: return &kw_api_openai_completion;
+    default: return &kw_api_openai_chat;
+    }
+}
+
+static enum MHD_Result send_error_as(kw_server *s, struct MHD_Connection *mc, const kw_api *api, const kw_http_error *e) {
     struct MHD_Response *r;
-    char *body = kw_http_error_json(e);
+    char *body = api->error_json(e);
     const char *b = body ? body : "{}";
     r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
     free(body);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (e->status == 405) MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
-    if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");   /* seconds: a slot frees within a few steps */
+    if (e->status == 503 || e->status == 529)
+        MHD_add_response_header(r, "Retry-After", "1");   /* seconds: a slot frees within a few steps */
     if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     add_cors(s, mc, r);
     enum MHD_Result rc = MHD_queue_response(mc, (unsigned)e->status, r);
@@ -130,19 +151,25 @@ static enum MHD_Result send_error(kw_server *s, struct MHD_Connection *mc, const
     return rc;
 }
 
-static enum MHD_Result send_err(kw_server *s, struct MHD_Connection *mc, int status, const char *code,
-                                const char *msg) {
-    kw_http_error e = {0};
-    kw_http_error_set(&e, status, NULL, code, "%s", msg);
-    return send_error(s, mc, &e);
+static enum MHD_Result send_error(kw_server *s, struct MHD_Connection *mc, const kw_http_error *e) {
+    return send_error_as(s, mc, &kw_api_openai_chat, e);
 }
 
-/* Constant-time comparison of the Bearer token with the key. */
-static bool auth_ok(const kw_server *s, struct MHD_Connection *mc) {
-    if (!s->api_key) return true;
-    const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    const char *tok = h + 7;
+static enum MHD_Result send_err_as(kw_server *s, struct MHD_Connection *mc, const kw_api *api, int status,
+                                   const char *code, const char *msg) {
+    kw_http_error e = {0};
+    kw_http_error_set(&e, status, NULL, code, "%s", msg);
+    return send_error_as(s, mc, api, &e);
+}
+
+static enum MHD_Result send_err(kw_server *s, struct MHD_Connection *mc, int status, const char *code,
+                                const char *msg) {
+    return send_err_as(s, mc, &kw_api_openai_chat, status, code, msg);
+}
+
+/* Constant-time comparison of the key a client sends (Authorization:
+ * Bearer KEY, or x-api-key: KEY as Anthropic clients send it) with ours. */
+static bool key_matches(const kw_server *s, const char *tok) {
     size_t a = strlen(tok), b = strlen(s->api_key), n = a > b ? a : b;
     unsigned char diff = (unsigned char)(a != b);
     for (size_t i = 0; i < n; i++) {
@@ -150,6 +177,14 @@ static bool auth_ok(const kw_server *s, struct MHD_Connection *mc) {
         diff |= (unsigned char)(x ^ y);
     }
     return diff == 0;
+}
+
+static bool auth_ok(const kw_server *s, struct MHD_Connection *mc) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
+    if (h && !strncasecmp(h, "Bearer ", 7) && key_matches(s, h + 7)) return true;
+    const char *x = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key");
+    return x && key_matches(s, x);
 }
 
 static route route_of(const char *url, bool *post) {
@@ -160,6 +195,11 @@ static route route_of(const char *url, bool *post) {
         {"/v1/memory", R_MEMORY, false}, {"/metrics", R_METRICS, false},
         {"/v1/chat/completions", R_CHAT, true}, {"/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true}, {"/completions", R_COMPLETIONS, true},
+        {"/v1/messages", R_MESSAGES, true}, {"/v1/messages/count_tokens", R_COUNT_TOKENS, true},
+        {"/v1/responses", R_RESPONSES, true}, {"/responses", R_RESPONSES, true},
+        {"/api/chat", R_OLLAMA_CHAT, true}, {"/api/generate", R_OLLAMA_GENERATE, true},
+        {"/api/show", R_OLLAMA_SHOW, true}, {"/api/version", R_OLLAMA_VERSION, false},
+        {"/api/tags", R_OLLAMA_TAGS, false},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].path)) { *post = table[i].post; return table[i].r; }
@@ -171,7 +211,7 @@ static route route_of(const char *url, bool *post) {
 static void job_on_event(kw_sched_req *r, const kw_sched_event *ev) {
     kw_job *j = (kw_job *)((char *)r - offsetof(kw_job, req));
     pthread_mutex_lock(&j->mu);
-    kw_openai_on_event(j, ev);
+    kw_job_on_event(j, ev);
     bool wake = j->suspended && (ev->type == KW_EV_FINISH ||
                                  (j->stream && (ev->type == KW_EV_ADMITTED || j->out.len > j->out_off)));
     if (wake) j->suspended = false;
@@ -246,26 +286,79 @@ static void body_release(kw_server *s, conn *c) {
 
 /* ---- generation requests ------------------------------------------------ */
 
+/* The routing keys a client sends with a request (the session an agent's
+ * turns belong to: what a router would keep on one server for its prompt
+ * cache), for the request log: " session=HEADER:VALUE", " cache_key=KEY". */
+static void note_routing_keys(struct MHD_Connection *mc, kw_job *j) {
+    static const char *const hdrs[] = {"X-Claude-Code-Session-Id", "session_id", "session-id", "x-session-affinity"};
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++) {
+        const char *v = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, hdrs[i]);
+        if (!v || !*v) continue;
+        char clean[72];
+        size_t o = 0;
+        for (const char *p = v; *p && o + 1 < sizeof clean; p++)
+            clean[o++] = (unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f ? *p : '_';
+        clean[o] = 0;
+        snprintf(j->route_note, sizeof j->route_note, " session=%s:%s", hdrs[i], clean);
+        used = strlen(j->route_note);
+        break;
+    }
+    if (j->cache_key[0]) snprintf(j->route_note + used, sizeof j->route_note - used, " cache_key=%s", j->cache_key);
+}
+
+/* The route's parser: a job, or NULL + e; *now (a body to answer at once
+ * with 200: count_tokens, Ollama's load request) with a NULL job. */
+static kw_job *parse_route(kw_server *s, conn *c, char **now, kw_http_error *e) {
+    const char *body = c->body.p ? c->body.p : "";
+    size_t len = c->body.len;
+    const char *model = s->alias ? s->alias : s->engine->model_id;
+    switch (c->rt) {
+    case R_MESSAGES: return kw_anthropic_parse(s, s->engine, &s->tpl, false, body, len, model, e);
+    case R_COUNT_TOKENS: {
+        kw_job *j = kw_anthropic_parse(s, s->engine, &s->tpl, true, body, len, model, e);
+        if (j) { *now = kw_anthropic_count_json(j); kw_job_free(j); }
+        if (j && !*now) kw_http_error_set(e, 500, NULL, NULL, "out of memory");
+        return NULL;
+    }
+    case R_RESPONSES: return kw_responses_parse(s, s->engine, &s->tpl, body, len, model, e);
+    case R_OLLAMA_CHAT: case R_OLLAMA_GENERATE:
+        return kw_ollama_parse(s, s->engine, &s->tpl, c->rt == R_OLLAMA_CHAT, body, len, model, now, e);
+    default: return kw_openai_parse(s, s->engine, &s->tpl, c->rt == R_CHAT, body, len, model, e);
+    }
+}
+
 static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc, conn *c) {
     kw_http_error e = {0};
+    const kw_api *api = route_api(c->rt);
     pthread_rwlock_rdlock(&s->lk);
     if (s->stopping || !s->engine) {
         pthread_rwlock_unlock(&s->lk);
-        return send_err(s, mc, 503, s->stopping ? "shutting_down" : "model_loading",
-                        s->stopping ? "the server is shutting down" : "the model is still loading");
+        return send_err_as(s, mc, api, 503, s->stopping ? "shutting_down" : "model_loading",
+                           s->stopping ? "the server is shutting down" : "the model is still loading");
     }
     __atomic_add_fetch(&s->n_requests, 1, __ATOMIC_RELAXED);
-    kw_job *j = kw_openai_parse(s, s->engine, &s->tpl, c->rt == R_CHAT, c->body.p ? c->body.p : "",
-                                c->body.len, s->alias ? s->alias : s->engine->model_id, &e);
+    __atomic_add_fetch(&s->n_api[c->rt == R_COUNT_TOKENS ? KW_API_COUNT_TOKENS : api->index], 1, __ATOMIC_RELAXED);
+    char *now = NULL;
+    kw_job *j = parse_route(s, c, &now, &e);
     body_release(s, c);               /* parsed or refused: its bytes go back to the bodies' allowance now,
                                        * not when MHD reports the request done (the client may send its
                                        * next body first) */
     if (!j) {
         pthread_rwlock_unlock(&s->lk);
+        if (now) {
+            __atomic_add_fetch(&s->n_ok, 1, __ATOMIC_RELAXED);
+            return send_body(s, mc, 200, "application/json", now);
+        }
         if (e.code && !strcmp(e.code, "context_length_exceeded")) __atomic_add_fetch(&s->n_rej_ctx, 1, __ATOMIC_RELAXED);
         if (e.code && !strcmp(e.code, "request_exceeds_memory")) __atomic_add_fetch(&s->n_rej_never, 1, __ATOMIC_RELAXED);
-        return send_error(s, mc, &e);
+        if (e.stream_failure && api->stream_error) {
+            c->phase = 2;
+            return send_body(s, mc, 200, api->stream_type, api->stream_error(&e));
+        }
+        return send_error_as(s, mc, api, &e);
     }
+    note_routing_keys(mc, j);
     j->mc = mc;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->req.client_fd = ci ? ci->connect_fd : -1;
@@ -304,7 +397,7 @@ static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *
         pthread_mutex_unlock(&j->mu);
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, NULL);
         if (!r) return MHD_NO;
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Content-Type", j->api->stream_type);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
         add_cors(s, mc, r);
@@ -325,15 +418,24 @@ static enum MHD_Result continue_generation(kw_server *s, struct MHD_Connection *
     pthread_mutex_unlock(&j->mu);
     c->phase = 2;
     if (f == KW_FINISH_ERROR || f == KW_FINISH_CANCELLED || f == KW_FINISH_REJECTED) {
-        int status;
-        const char *code;
-        kw_openai_reason_status(f, j->reason, &status, &code);
-        return send_err(s, mc, status, code, msg);
+        kw_http_error e = {0};
+        j->api->reason_error(f, j->reason, msg, &e);
+        return send_error_as(s, mc, j->api, &e);
     }
-    return send_body(s, mc, 200, "application/json", kw_openai_final_json(j));
+    return send_body(s, mc, 200, "application/json", j->api->final_json(j));
 }
 
 /* ---- the access handler ------------------------------------------------- */
+
+/* The model file's path (GET /v1/config's "model"), "" when unknown or the
+ * stub engine serves. Call with s->lk held. */
+static void model_path(kw_server *s, char *buf, size_t cap) {
+    buf[0] = 0;
+    cJSON *cfg = s->config_json ? cJSON_Parse(s->config_json) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cfg, "model");
+    if (cJSON_IsString(m) && m->valuestring[0] != '(') snprintf(buf, cap, "%s", m->valuestring);
+    cJSON_Delete(cfg);
+}
 
 /* GET /v1/memory (JSON) and GET /metrics (Prometheus text): the budget, the
  * kernel's figures, the KV pool and prompt cache, request counters. */
@@ -349,6 +451,13 @@ static enum MHD_Result send_memory(kw_server *s, struct MHD_Connection *mc, rout
     c.completion_tokens = st->tokens_generated;
     c.queue_depth = st->waiting;
     c.active = st->active;
+    static const char *const api_names[KW_API_COUNT] = {"chat", "completion", "messages", "count_tokens", "responses",
+                                                        "ollama_chat", "ollama_generate"};
+    uint64_t api_requests[KW_API_COUNT];
+    for (int k = 0; k < KW_API_COUNT; k++) api_requests[k] = __atomic_load_n(&s->n_api[k], __ATOMIC_RELAXED);
+    c.api_names = api_names;
+    c.api_requests = api_requests;
+    c.n_api = KW_API_COUNT;
     kw_footprint f;
     bool have_f = kw_footprint_read(&f, NULL) == 0;
     pthread_rwlock_rdlock(&s->lk);
@@ -368,6 +477,8 @@ static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route
     if (ready && s->sched) st = kw_sched_get_stats(s->sched);
     char model[160];
     snprintf(model, sizeof model, "%s", s->alias ? s->alias : s->engine ? s->engine->model_id : "loading");
+    char path[1024] = "";
+    if (rt == R_OLLAMA_TAGS) model_path(s, path, sizeof path);
     pthread_rwlock_unlock(&s->lk);
     if (rt != R_CONFIG) free(cfg);
     switch (rt) {
@@ -391,12 +502,38 @@ static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route
         return send_body(s, mc, 200, "application/json", kw_openai_models_json(model, s->started));
     case R_CONFIG:
         return send_body(s, mc, 200, "application/json", cfg);
+    case R_OLLAMA_VERSION:
+        return send_body(s, mc, 200, "application/json", kw_ollama_version_json());
+    case R_OLLAMA_TAGS: {
+        if (!ready) return send_err_as(s, mc, &kw_api_ollama_chat, 503, "model_loading", "the model is still loading");
+        return send_body(s, mc, 200, "application/json", kw_ollama_tags_json(model, path[0] ? path : NULL, s->started));
+    }
     case R_MEMORY:
     case R_METRICS:
         return send_memory(s, mc, rt, &st);
     default:
         return send_err(s, mc, 404, "not_found", "not found");
     }
+}
+
+/* POST /api/show: the model's details for Ollama clients. */
+static enum MHD_Result handle_show(kw_server *s, struct MHD_Connection *mc, conn *c) {
+    kw_http_error e = {0};
+    pthread_rwlock_rdlock(&s->lk);
+    if (s->stopping || !s->engine) {
+        pthread_rwlock_unlock(&s->lk);
+        body_release(s, c);
+        return send_err_as(s, mc, &kw_api_ollama_chat, 503, "model_loading", "the model is still loading");
+    }
+    char path[1024];
+    model_path(s, path, sizeof path);
+    char *body = kw_ollama_show_json(s->alias ? s->alias : s->engine->model_id, path[0] ? path : NULL,
+                                     s->engine->chat_template, s->engine->n_ctx, c->body.p ? c->body.p : "",
+                                     c->body.len, &e);
+    pthread_rwlock_unlock(&s->lk);
+    body_release(s, c);
+    if (!body) return send_error_as(s, mc, &kw_api_ollama_chat, &e);
+    return send_body(s, mc, 200, "application/json", body);
 }
 
 static enum MHD_Result preflight(kw_server *s, struct MHD_Connection *mc) {
@@ -430,11 +567,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         bool want_post = false;
         c->rt = route_of(url, &want_post);
         bool is_post = !strcmp(method, "POST");
-        if (c->rt != R_HEALTH && !auth_ok(s, mc)) { c->phase = 2; return send_err(s, mc, 401, "invalid_api_key", "invalid or missing API key (Authorization: Bearer ...)"); }
+        if (c->rt != R_HEALTH && !auth_ok(s, mc)) {
+            c->phase = 2;
+            return send_err_as(s, mc, route_api(c->rt), 401, "invalid_api_key",
+                               "invalid or missing API key (Authorization: Bearer ... or x-api-key: ...)");
+        }
         if (c->rt == R_NONE) { c->phase = 2; return send_err(s, mc, 404, "not_found", "no such endpoint"); }
         if (is_post != want_post || (!is_post && strcmp(method, "GET") && strcmp(method, "HEAD"))) {
             c->phase = 2;
-            return send_err(s, mc, 405, "method_not_allowed", "method not allowed on this endpoint");
+            return send_err_as(s, mc, route_api(c->rt), 405, "method_not_allowed", "method not allowed on this endpoint");
         }
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
@@ -474,8 +615,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                           (unsigned long long)s->o.max_body_bytes);
         return send_error(s, mc, &e);
     }
-    if (c->rt == R_CHAT || c->rt == R_COMPLETIONS) return start_generation(s, mc, c);
+    if (c->rt >= R_CHAT) return start_generation(s, mc, c);
     c->phase = 2;
+    if (c->rt == R_OLLAMA_SHOW) return handle_show(s, mc, c);
     return handle_get(s, mc, c->rt);
 }
 
@@ -497,10 +639,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         }
         if (!cancel && (j->finish == KW_FINISH_STOP || j->finish == KW_FINISH_LENGTH))
             __atomic_add_fetch(&s->n_ok, 1, __ATOMIC_RELAXED);
-        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s%s %.0f ms\n",
-                c->rt == R_CHAT ? "chat" : "completion", j->stream ? "stream" : "json", j->prompt_tokens,
+        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s%s%s %.0f ms\n",
+                j->api->name, j->stream ? "stream" : "json", j->prompt_tokens,
                 j->cached_tokens, j->completion_tokens, cancel ? "cancelled" : kw_openai_finish_reason(j),
-                j->log_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
+                j->log_note, j->route_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
         job_unref(j);
     }
     body_release(s, c);

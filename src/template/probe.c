@@ -3,8 +3,9 @@
  * Owns kw_template_probe(): renders small probe conversations carrying
  * unique marker strings (system text, a tool name, tool-call arguments as an
  * object and as a JSON string, a tool result, reasoning_content) and reports
- * which markers reach the prompt; and whether enable_thinking=false changes
- * the generation prompt. Conversations follow the user/assistant alternation
+ * which markers reach the prompt; whether enable_thinking=false changes
+ * the generation prompt; and whether an assistant turn whose content is
+ * null (as the OpenAI API sends it beside tool_calls) renders at all. Conversations follow the user/assistant alternation
  * strict templates (Mistral, Gemma) demand, so a template that raises on a
  * part simply reports it unsupported. */
 #include "kvwise/template.h"
@@ -79,6 +80,18 @@ void kw_template_probe(const kw_template *t, kw_template_caps *caps) {
     caps->object_arguments = obj_ok;
     caps->tool_results = (oo && strstr(oo, "kw_probe_result")) || (os && strstr(os, "kw_probe_result"));
     free(oo); free(os); free(jo); free(js);
+
+    static const char *call_null =
+        "[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"kw_probe_tool\",\"arguments\":{\"kw_probe_arg\":\"x\"}}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"kw_probe_result\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c2\",\"type\":\"function\","
+        "\"function\":{\"name\":\"kw_probe_tool\",\"arguments\":{}}}]}]";
+    char *jn = with_tools(call_null, ",\"add_generation_prompt\":false");
+    char *on_null = jn ? render_json(t, jn) : NULL;
+    caps->null_content = on_null != NULL;
+    free(on_null);
+    free(jn);
 
     caps->reasoning_content = renders_marker(t,
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"ok\","

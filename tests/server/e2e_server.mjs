@@ -330,6 +330,16 @@ async function main() {
     const third = await request(P2, 'POST', '/v1/completions', { body, auth: false }); // queue full
     checkErrorShape(third, 503, 'queue full', 'queue_full');
     check(third.headers['retry-after'] !== undefined, 'queue full has Retry-After', third.headers);
+    // the same refusal in each API's own shape: Anthropic 529 overloaded_error (what its clients
+    // retry), Ollama {"error": ...}, Responses as OpenAI; each with Retry-After
+    const msg = await request(P2, 'POST', '/v1/messages', { body: { max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }, auth: false });
+    check(msg.status === 529 && msg.json?.type === 'error' && msg.json?.error?.type === 'overloaded_error' &&
+      msg.headers['retry-after'] !== undefined, 'queue full on /v1/messages: 529 overloaded_error + Retry-After', { status: msg.status, body: msg.text });
+    const oll = await request(P2, 'POST', '/api/chat', { body: { stream: false, messages: [{ role: 'user', content: 'x' }] }, auth: false });
+    check(oll.status === 503 && typeof oll.json?.error === 'string' && oll.headers['retry-after'] !== undefined,
+      'queue full on /api/chat: 503 {"error": ...} + Retry-After', { status: oll.status, body: oll.text });
+    const rsp = await request(P2, 'POST', '/v1/responses', { body: { input: 'x' }, auth: false });
+    checkErrorShape(rsp, 503, 'queue full on /v1/responses', 'queue_full');
     const sec = await second;
     checkErrorShape(sec, 503, 'queue timeout', 'queue_timeout');
     check(sec.headers['retry-after'] !== undefined, 'queue timeout has Retry-After', sec.headers);

@@ -88,6 +88,7 @@ int main(void) {
     kw_err err = {{0}};
     KW_CHECK(kw_chat_template_choose(&t, NULL, NULL, "", note, sizeof note, &err) == 0);
     KW_CHECK(t.family == KW_TPL_CHATML && strstr(note, "ChatML") != NULL);
+    kw_chat_template_free(&t);
     /* an override that is neither a name nor a file is an error */
     KW_CHECK(kw_chat_template_choose(&t, "/no/such/template", NULL, "", note, sizeof note, &err) < 0);
     KW_CHECK(strstr(err.msg, "/no/such/template") != NULL);
