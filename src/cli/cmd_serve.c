@@ -16,6 +16,7 @@
 #include "kvwise/kv.h"
 #include "kvwise/ledger.h"
 #include "kvwise/plan.h"
+#include "kvwise/progress.h"
 #include "kvwise/sched.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
@@ -349,7 +350,12 @@ static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, const kw_plan
                                .kv_type = p->o.kv_type, .mlock = o->mlock, .n_threads = serve_threads(o),
                                .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
                                .ledger = led, .cache_log_interval_s = 10};
-    return kw_engine_model_create(&mo, err);
+    kw_progress prog;
+    kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise serve: loading model", 0, KW_PROGRESS_ITEMS, "layers");
+    mo.progress = &prog;
+    kw_engine *e = kw_engine_model_create(&mo, err);
+    kw_progress_end(&prog, e != NULL);
+    return e;
 }
 
 /* The budget: --memory-limit or MemAvailable minus a reserve; the fixed
