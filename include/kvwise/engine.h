@@ -96,6 +96,10 @@ bool kw_engine_could_ever_fit(const kw_engine *e, int32_t n_positions);
 int32_t kw_engine_max_positions(const kw_engine *e);
 /* The prompt-cache caps in force. false (and 0, 0) when the engine keeps no KV. */
 bool kw_engine_cache_caps(const kw_engine *e, int32_t *max_seqs, uint64_t *max_bytes);
+/* Sets the prompt-cache caps (a running server's SIGHUP): a lower cap
+ * evicts at once, LRU first. Returns the sequences evicted now, or -1 when
+ * the engine keeps no KV. */
+int32_t kw_engine_set_cache_caps(kw_engine *e, int32_t max_seqs, uint64_t max_bytes);
 /* Would the prompt cache keep a finished sequence now? */
 bool kw_engine_caching(const kw_engine *e);
 /* Prompt tokens seq_begin would find cached right now (0..n-1); changes nothing. */

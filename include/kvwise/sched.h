@@ -140,6 +140,10 @@ void kw_sched_cancel(kw_sched *s, kw_sched_req *r);
 /* Cancels everything (FINISH cancelled is delivered to each) and joins. */
 void kw_sched_stop(kw_sched *s);
 kw_sched_stats kw_sched_get_stats(kw_sched *s);
+/* Changes the queue limits of a running scheduler (a server's SIGHUP): a
+ * smaller max_queue refuses new submissions until the queue is shorter (the
+ * waiting ones stay); a new queue_timeout_s applies to every waiting request. */
+void kw_sched_set_queue_limits(kw_sched *s, int32_t max_queue, double queue_timeout_s);
 
 /* ---- pieces exposed for unit tests -------------------------------------- */
 

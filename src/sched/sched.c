@@ -303,7 +303,7 @@ static bool waiting_cancelled(kw_sched *s, kw_sched_req *r, double now) {
 }
 
 static bool waiting_expired(kw_sched *s, kw_sched_req *r, double now) {
-    return now - r->t_submit > s->o.queue_timeout_s;
+    return s->o.queue_timeout_s > 0 && now - r->t_submit > s->o.queue_timeout_s;
 }
 
 /* Removes cancelled requests that never got a slot and finishes them. */
@@ -327,16 +327,16 @@ static void drop_cancelled_waiting(kw_sched *s) {
 
 /* Refuses requests that waited longer than queue_timeout_s. */
 static void expire_waiting(kw_sched *s) {
-    if (s->o.queue_timeout_s <= 0) return;
     pthread_mutex_lock(&s->mu);
-    kw_sched_req *gone = queue_unlink_if(s, waiting_expired, now_s());
+    double limit = s->o.queue_timeout_s;      /* under mu: a SIGHUP may change it */
+    kw_sched_req *gone = limit > 0 ? queue_unlink_if(s, waiting_expired, now_s()) : NULL;
     pthread_mutex_unlock(&s->mu);
     while (gone) {
         kw_sched_req *r = gone;
         gone = r->next;
         char msg[200];
         snprintf(msg, sizeof msg, "the server is busy: no memory or slot became free within %.0f s; retry later",
-                 s->o.queue_timeout_s);
+                 limit);
         reject_unadmitted(s, r, KW_REJECT_QUEUE_TIMEOUT, msg);
     }
 }
@@ -637,6 +637,14 @@ void kw_sched_stop(kw_sched *s) {
     pthread_mutex_unlock(&s->mu);
     if (s->started) pthread_join(s->th, NULL);
     sched_free(s);
+}
+
+void kw_sched_set_queue_limits(kw_sched *s, int32_t max_queue, double queue_timeout_s) {
+    pthread_mutex_lock(&s->mu);
+    s->o.max_queue = max_queue;
+    s->o.queue_timeout_s = queue_timeout_s;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 kw_sched_stats kw_sched_get_stats(kw_sched *s) {

@@ -42,6 +42,8 @@ struct kw_server {
     uint64_t n_conns_refused;     /* connections closed at accept for being over it (atomic) */
     uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
+    void (*on_reload)(void *ctx); /* SIGHUP: kw_server_on_reload (run by kw_server_wait) */
+    void *reload_ctx;
 #ifdef KW_TESTCTL
     bool replay;                  /* the replay sampler is plugged in (serve --test-replay) */
 #endif
@@ -695,13 +697,13 @@ static int resolve_host(const char *host, int port, struct sockaddr_storage *ss,
 }
 
 static void on_signal(int sig) {
-    (void)sig;
-    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], "x", 1); (void)w; }
+    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], sig == SIGHUP ? "h" : "x", 1); (void)w; }
 }
 
-/* SIGTERM/SIGINT only write a byte to a pipe that kw_server_wait reads.
- * Installed when the server starts, so a signal during model loading is
- * remembered (the server then shuts down cleanly once loading ends). */
+/* SIGTERM/SIGINT/SIGHUP only write a byte to a pipe that kw_server_wait
+ * reads ("x" stop, "h" reload). Installed when the server starts, so a
+ * signal during model loading is remembered (the server then shuts down
+ * cleanly, or reloads, once loading ends). */
 static int install_signals(void) {
     if (sig_pipe[0] < 0 && pipe(sig_pipe) < 0) return -1;
     struct sigaction sa = {0};
@@ -709,6 +711,7 @@ static int install_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     return 0;
 }
 
@@ -788,11 +791,24 @@ void kw_server_set_config(kw_server *s, const char *json) {
     pthread_rwlock_unlock(&s->lk);
 }
 
+void kw_server_on_reload(kw_server *s, void (*fn)(void *ctx), void *ctx) {
+    s->on_reload = fn;
+    s->reload_ctx = ctx;
+}
+
 void kw_server_wait(kw_server *s) {
-    (void)s;
     if (install_signals() < 0) return;
-    char ch;
-    while (read(sig_pipe[0], &ch, 1) < 0 && errno == EINTR) {}
+    for (;;) {
+        char ch;
+        ssize_t n = read(sig_pipe[0], &ch, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 1 && ch == 'h') {
+            if (s->on_reload) s->on_reload(s->reload_ctx);
+            else fprintf(stderr, "kvwise serve: SIGHUP: nothing to reload\n");
+            continue;
+        }
+        return;
+    }
 }
 
 void kw_server_stop(kw_server *s) {
