@@ -1,4 +1,5 @@
-/* kvwise/common.h - things every module shares: the error type.
+/* kvwise/common.h - things every module shares: the error type, byte
+ * sizes, UTF-8 well-formedness.
  *
  * Convention: functions that can fail return 0 on success and -1 on
  * failure (or NULL for constructors) and fill a caller-provided kw_err with
@@ -29,5 +30,13 @@ int kw_err_set(kw_err *err, const char *fmt, ...) KW_PRINTF(2, 3);
 int kw_parse_bytes(const char *s, uint64_t *out, kw_err *err);
 /* Formats bytes as "3.11 GiB" into buf; returns buf. */
 const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap);
+
+/* The length of the longest prefix of s[0..n) that is well-formed UTF-8
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF):
+ * n when all of it is. */
+size_t kw_utf8_valid_prefix(const char *s, size_t n);
+/* Replaces every byte of s (NUL-terminated) that is not part of well-formed
+ * UTF-8 by '?', in place. */
+void kw_utf8_sanitize(char *s);
 
 #endif

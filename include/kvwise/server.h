@@ -32,6 +32,18 @@ struct kw_ledger;
  * 64) + pollers and idle keep-alive pools of a few clients, at 8.5 MiB. */
 #define KW_SERVER_DEFAULT_MAX_CONNECTIONS 128
 #define KW_SERVER_DEFAULT_MAX_BODY (16ull << 20)
+/* Places lent at once to new connections while the oldest idle or
+ * incomplete ones, shut down to make room, are closing (the connections
+ * line counts them: kw_plan_connections_bytes). */
+#define KW_SERVER_SHED_MARGIN 8
+/* After a 413, up to this many times --max-body more body bytes are read
+ * and dropped before the connection closes, so a client still writing its
+ * body reads the answer. */
+#define KW_SERVER_DRAIN_FACTOR 4
+/* A new connection's request headers must be complete within this (s). */
+#define KW_SERVER_DEFAULT_HEADER_TIMEOUT 10
+/* A request body must be complete within this of its headers (s). */
+#define KW_SERVER_DEFAULT_BODY_TIMEOUT 60
 
 typedef struct kw_server_opts {
     const char *host;             /* default "127.0.0.1" */
@@ -40,6 +52,9 @@ typedef struct kw_server_opts {
     const char *allowed_origins;  /* comma-separated, "*" = any; NULL = no CORS headers */
     uint64_t max_body_bytes;      /* 413 above this; also what all buffered bodies share (503 above) */
     int timeout_s;                /* idle connection timeout */
+    int header_timeout_s;         /* a new connection's headers complete within this (0 = default) */
+    int body_timeout_s;           /* a body complete within this of its headers: else 408 (0 = default) */
+    const char *allowed_hosts;    /* without api_key: Host names allowed besides IPs, localhost, host */
     int max_client_connections;   /* open connections per client address; 0 = unlimited */
     int max_connections;          /* open connections in all; more are closed at once (0 = default) */
     int http_threads;
@@ -63,7 +78,9 @@ const char *kw_server_template_desc(const kw_server *s);
 /* What SIGHUP does: kw_server_wait calls fn(ctx) on its own thread (the
  * caller's) for every SIGHUP, then waits on. Without it SIGHUP only logs. */
 void kw_server_on_reload(kw_server *s, void (*fn)(void *ctx), void *ctx);
-/* Blocks until SIGTERM or SIGINT (installs the handlers, SIGHUP's too). */
+/* Blocks until SIGTERM or SIGINT (installs the handlers). SIGHUP runs the
+ * reload hook, SIGUSR1 prints the memory table to stderr, SIGUSR2 is logged
+ * and ignored: no signal but SIGTERM/SIGINT stops the server. */
 void kw_server_wait(kw_server *s);
 /* Stops accepting, cancels in-flight work through the scheduler (which it
  * stops and frees), waits for connections to drain, closes. */

@@ -53,12 +53,21 @@ static void usage(FILE *f) {
         "  --host ADDR              listen address (default 127.0.0.1; 0.0.0.0 exposes it to the network)\n"
         "  --port N                 TCP port (default 8080; 0 = any free port, printed at startup)\n"
         "  --api-key KEY            require 'Authorization: Bearer KEY' (refused otherwise; /health is open)\n"
-        "  --allowed-origins LIST   CORS: comma-separated origins allowed to call from a browser, or '*'\n"
+        "  --allowed-origins LIST   CORS: comma-separated origins allowed to call from a browser, or '*'.\n"
+        "                           A POST from a browser page of another origin is refused (403)\n"
+        "  --allowed-hosts LIST     without --api-key, the Host names requests may carry besides IP\n"
+        "                           addresses, localhost, *.localhost and --host: comma-separated names,\n"
+        "                           '.example.com' for a domain and its subdomains, '*' for any. Others\n"
+        "                           get 403 (a web page reaching this port through DNS rebinding)\n"
         "  --max-body BYTES         largest request body (default 16MiB; a larger one is refused). Bodies\n"
         "                           being read or parsed share this many bytes in all (one that does not\n"
         "                           fit beside the others is told to retry: Retry-After); counted in\n"
         "                           --memory-limit\n"
         "  --timeout S              idle connection timeout in seconds (default 600)\n"
+        "  --header-timeout S       a new connection must have sent its request headers within S seconds,\n"
+        "                           else it is closed (default 10)\n"
+        "  --body-timeout S         a request body must have arrived within S seconds of its headers, else\n"
+        "                           408 and the connection is closed (default 60)\n"
         "  --max-client-connections N  open connections one client address may hold; more are closed at\n"
         "                           once (default: unlimited on loopback, where every local tool shares\n"
         "                           127.0.0.1; 64 when listening elsewhere; 0 = unlimited)\n"
@@ -143,9 +152,13 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddStringToObject(c, "allowed_origins", o->origins ? o->origins : "");
     cJSON_AddNumberToObject(c, "max_body_bytes", (double)o->max_body);
     cJSON_AddNumberToObject(c, "timeout_s", o->timeout_s);
+    cJSON_AddNumberToObject(c, "header_timeout_s", o->header_timeout_s);
+    cJSON_AddNumberToObject(c, "body_timeout_s", o->body_timeout_s);
+    cJSON_AddStringToObject(c, "allowed_hosts", o->allowed_hosts ? o->allowed_hosts : "");
     cJSON_AddNumberToObject(c, "max_client_connections", o->max_client_conns);
     cJSON_AddNumberToObject(c, "max_connections", o->max_conns);
     cJSON_AddNumberToObject(c, "connection_bytes", (double)KW_SERVER_CONN_BYTES);
+    cJSON_AddNumberToObject(c, "connection_shed_margin", KW_SERVER_SHED_MARGIN);
     cJSON_AddNumberToObject(c, "http_threads", o->http_threads);
     cJSON_AddNumberToObject(c, "ctx_size", e->n_ctx);
     cJSON_AddNumberToObject(c, "decode_concurrency", o->decode_conc < e->n_slots ? o->decode_conc : e->n_slots);
@@ -488,6 +501,11 @@ static int parse_args(int argc, char **argv, serve_state *st) {
         fprintf(stderr, "kvwise serve: -m MODEL.gguf is required (see --help)\n");
         return -1;
     }
+    if (st->req.o.api_key && !st->req.o.api_key[0]) {     /* an empty key would mean no auth at all */
+        fprintf(stderr, "kvwise serve: --api-key is empty: give a key (32+ random characters) or leave the "
+                "setting out\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -510,9 +528,11 @@ int cmd_serve(int argc, char **argv) {
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
                          .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
+                         .header_timeout_s = o.header_timeout_s, .body_timeout_s = o.body_timeout_s,
+                         .allowed_hosts = o.allowed_hosts,
                          .max_client_connections = o.max_client_conns, .max_connections = o.max_conns,
                          .chat_template = o.chat_template, .model_alias = o.alias, .ledger = led};
-    if (!host_is_loopback(o.host) && (!o.api_key || !o.api_key[0]))
+    if (!host_is_loopback(o.host) && !o.api_key)
         fprintf(stderr, "kvwise serve: WARNING: listening on %s without --api-key: anyone who can reach this "
                 "address can use the model (see docs/SECURITY.md)\n", o.host);
     /* Listen first so /health answers "loading" while the model loads. */

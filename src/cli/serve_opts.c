@@ -29,7 +29,10 @@ static const opt table[] = {
     {{"api-key", NULL, "api_key_set", false}, K_STR, OFF(api_key), 0, 0},
     {{"allowed-origins", NULL, "allowed_origins", false}, K_STR, OFF(origins), 0, 0},
     {{"max-body", NULL, "max_body_bytes", false}, K_BYTES, OFF(max_body), 1, 0},
+    {{"allowed-hosts", NULL, "allowed_hosts", false}, K_STR, OFF(allowed_hosts), 0, 0},
     {{"timeout", NULL, "timeout_s", false}, K_INT, OFF(timeout_s), 1, 86400},
+    {{"header-timeout", NULL, "header_timeout_s", false}, K_INT, OFF(header_timeout_s), 1, 86400},
+    {{"body-timeout", NULL, "body_timeout_s", false}, K_INT, OFF(body_timeout_s), 1, 86400},
     {{"max-client-connections", NULL, "max_client_connections", false}, K_INT, OFF(max_client_conns), 0, 100000},
     {{"max-connections", NULL, "max_connections", false}, K_INT, OFF(max_conns), 1, 100000},
     {{"http-threads", NULL, "http_threads", false}, K_INT, OFF(http_threads), 1, 64},
@@ -66,6 +69,7 @@ static const void *cfield(const serve_opts *o, int i) { return (const char *)o +
 static void set_defaults(serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .decode_conc = 8, .prompt_conc = 1,
                       .prefill_step = 512, .kv_type = "auto", .kv_block_tokens = 32, .timeout_s = 600,
+                      .header_timeout_s = KW_SERVER_DEFAULT_HEADER_TIMEOUT, .body_timeout_s = KW_SERVER_DEFAULT_BODY_TIMEOUT,
                       .max_client_conns = -1, .max_conns = KW_SERVER_DEFAULT_MAX_CONNECTIONS,
                       .http_threads = 2, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
                       .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};

@@ -58,7 +58,8 @@ uint64_t kw_plan_measured_overhead(void) {
 uint64_t kw_plan_connections_bytes(int32_t n, uint64_t max_body) {
     if (n <= 0) n = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
     if (max_body == 0) max_body = KW_SERVER_DEFAULT_MAX_BODY;
-    return sat_add(sat_mul((uint64_t)n, KW_SERVER_CONN_BYTES), max_body);
+    /* + the places lent to new connections while shed ones close (server.h) */
+    return sat_add(sat_mul((uint64_t)n + KW_SERVER_SHED_MARGIN, KW_SERVER_CONN_BYTES), max_body);
 }
 
 uint64_t kw_plan_kv_bytes_per_token(const kw_plan_model *m, uint32_t kv_type) {

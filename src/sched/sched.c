@@ -268,14 +268,18 @@ static void queue_push_front(kw_sched *s, kw_sched_req *r) {
 
 /* Polls the client sockets of reqs[0..n) once, without waiting, and marks
  * the requests whose client hung up as cancelled (the one hang-up check,
- * for waiting requests and running sequences alike). */
+ * for waiting requests and running sequences alike). A hang-up is a socket
+ * error or both directions closed (POLLERR / POLLHUP: a reset, a failed
+ * keepalive probe), never the end of the client's data alone: a client may
+ * close its sending side once its request is out (shutdown(SHUT_WR), as
+ * `nc -N` and some proxies do) and still read the answer. */
 static void cancel_hung_up(kw_sched_req **reqs, int n) {
     struct pollfd pf[KW_HANGUP_POLL_MAX];
     if (n > KW_HANGUP_POLL_MAX) n = KW_HANGUP_POLL_MAX;
-    for (int i = 0; i < n; i++) { pf[i].fd = reqs[i]->client_fd; pf[i].events = POLLRDHUP; pf[i].revents = 0; }
+    for (int i = 0; i < n; i++) { pf[i].fd = reqs[i]->client_fd; pf[i].events = 0; pf[i].revents = 0; }
     if (n <= 0 || poll(pf, (nfds_t)n, 0) <= 0) return;
     for (int i = 0; i < n; i++)
-        if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+        if (pf[i].revents & (POLLHUP | POLLERR | POLLNVAL))
             __atomic_store_n(&reqs[i]->cancel, 1, __ATOMIC_RELEASE);
 }
 

@@ -39,6 +39,7 @@ int kw_http_error_set(kw_http_error *e, int status, const char *param, const cha
     /* Messages may quote request text (a role, a field): keep them one line. */
     for (char *p = e->message; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+    kw_utf8_sanitize(e->message);       /* and valid UTF-8, so the error body is valid JSON */
     return -1;
 }
 
@@ -145,8 +146,22 @@ char *kw_json_take(cJSON *o) {
 }
 
 cJSON *kw_json_body(const char *body, size_t len, kw_http_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    size_t ok = kw_utf8_valid_prefix(body, len);
+    if (ok < len) {
+        kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid UTF-8 (byte 0x%02x at offset %zu); "
+                          "JSON text must be UTF-8", (unsigned char)body[ok], ok);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!root) { kw_http_error_set(e, 400, NULL, "invalid_json", "request body is not valid JSON"); return NULL; }
+    size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : len;
+    while (at < len && (body[at] == ' ' || body[at] == '\t' || body[at] == '\n' || body[at] == '\r')) at++;
+    if (at < len) {
+        cJSON_Delete(root);
+        kw_http_error_set(e, 400, NULL, "invalid_json", "request body has bytes after its JSON value (at offset %zu)", at);
+        return NULL;
+    }
     if (cJSON_IsObject(root)) return root;
     cJSON_Delete(root);
     kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object");

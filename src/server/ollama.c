@@ -450,12 +450,8 @@ char *kw_ollama_tags_json(const char *model_id, const char *model_path, long cre
  * when the template renders tools, thinking when it uses <think>. */
 char *kw_ollama_show_json(const char *model_id, const char *model_path, const char *chat_template,
                           int32_t n_ctx, const char *body, size_t len, kw_http_error *e) {
-    cJSON *req = cJSON_ParseWithLength(body, len);
-    if (!cJSON_IsObject(req)) {
-        cJSON_Delete(req);
-        kw_http_error_set(e, 400, NULL, "invalid_json", "request body must be a JSON object");
-        return NULL;
-    }
+    cJSON *req = kw_json_body(body, len, e);
+    if (!req) return NULL;
     cJSON_Delete(req);
     model_facts f;
     read_facts(model_path, &f);

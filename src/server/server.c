@@ -1,33 +1,41 @@
 /* server.c - HTTP plumbing on libmicrohttpd: daemon lifecycle, routing of
  * every client API (OpenAI, Anthropic Messages, Responses, Ollama) to its
- * parser, auth (Bearer or x-api-key, constant-time), CORS, body limit (413),
- * suspend/resume of connections waiting on the engine, streamed callback
- * responses, the routing keys of each request in the request log, health,
- * per-API request counters and graceful shutdown. The API mappings are in
- * openai.c, anthropic.c, responses.c and ollama.c over chat.c. Owns
- * kw_server_* (server.h). */
+ * parser, auth (Bearer or x-api-key, constant-time), CORS, request bodies
+ * (the shared allowance, 413 answered at once and drained, 408), the
+ * connection limit over guard.c's connection table (Host / Origin / JSON
+ * checks and deadlines are there), signals, suspend/resume of connections
+ * waiting on the engine, streamed callback responses, the routing keys of
+ * each request in the request log, health, per-API request counters and
+ * graceful shutdown. The API mappings are in openai.c, anthropic.c,
+ * responses.c and ollama.c over chat.c. Owns kw_server_* (server.h). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <microhttpd.h>
+#include "guard.h"
 #include "history.h"
 #include "internal.h"
 #include "ui.h"
 #include "kvwise/footprint.h"
+#include "kvwise/ledger.h"
 #include "kvwise/memview.h"
 #include "kvwise/testctl.h"
 
 struct kw_server {
     kw_server_opts o;
     char host[256];
-    char *api_key, *origins, *config_json, *alias;
+    char *api_key, *origins, *config_json, *alias, *allowed_hosts;
     struct MHD_Daemon *d;
     int port;
     pthread_rwlock_t lk;          /* guards engine/sched/stopping against shutdown */
@@ -41,6 +49,7 @@ struct kw_server {
     uint64_t n_api[KW_API_COUNT]; /* requests received per client API (atomic) */
     uint64_t n_rej_ctx, n_rej_never;  /* 400s decided at parse time (atomic) */
     int n_conns;                  /* open HTTP connections, at most o.max_connections (atomic) */
+    kw_conntab tab;               /* every open connection: state, deadlines, shedding (guard.h) */
     uint64_t n_conns_refused;     /* connections closed at accept for being over it (atomic) */
     uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
@@ -63,8 +72,9 @@ typedef enum {
 typedef struct conn {
     route rt;
     kw_sbuf body;
-    bool too_large;
     bool no_room;                 /* the body did not fit the memory budget: 503 */
+    bool draining;                /* answered 413 already: the rest of the body is read and dropped */
+    uint64_t drained;             /* body bytes dropped so far */
     size_t body_reserved;         /* bytes of the ledger's connections line held for the body */
     int phase;                    /* 0 reading, 1 waiting for the engine, 2 answered */
     kw_job *j;
@@ -93,19 +103,7 @@ static void job_unref(kw_job *j) {
 }
 
 static bool origin_allowed(const kw_server *s, const char *origin) {
-    if (!s->origins || !origin) return false;
-    if (!strcmp(s->origins, "*")) return true;
-    size_t ol = strlen(origin);
-    for (const char *p = s->origins; *p;) {
-        const char *c = strchr(p, ',');
-        size_t n = c ? (size_t)(c - p) : strlen(p);
-        while (n && *p == ' ') { p++; n--; }
-        while (n && p[n - 1] == ' ') n--;
-        if (n == ol && !strncmp(p, origin, n)) return true;
-        if (!c) break;
-        p = c + 1;
-    }
-    return false;
+    return s->origins && origin && kw_guard_origin_listed(s->origins, origin);
 }
 
 static void add_cors(kw_server *s, struct MHD_Connection *mc, struct MHD_Response *r) {
@@ -156,10 +154,6 @@ static enum MHD_Result send_error_as(kw_server *s, struct MHD_Connection *mc, co
     enum MHD_Result rc = MHD_queue_response(mc, (unsigned)e->status, r);
     MHD_destroy_response(r);
     return rc;
-}
-
-static enum MHD_Result send_error(kw_server *s, struct MHD_Connection *mc, const kw_http_error *e) {
-    return send_error_as(s, mc, &kw_api_openai_chat, e);
 }
 
 static enum MHD_Result send_err_as(kw_server *s, struct MHD_Connection *mc, const kw_api *api, int status,
@@ -252,17 +246,20 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 /* ---- request bodies in the budget ----------------------------------------
  * A body is buffered whole on top of its connection's fixed bytes. All
  * bodies being read or parsed share one allowance of --max-body bytes (part
- * of the ledger's connections line, kw_plan_connections_bytes): a buffer
- * takes its capacity from it before it grows (exactly Content-Length when
- * given, else sbuf's doubling) and gives it back once the body is parsed
- * into a job, or when the request ends. A
- * body that does not fit beside the others now gets 503 + Retry-After. */
+ * of the ledger's connections line, kw_plan_connections_bytes). A buffer
+ * takes from it only as the bytes arrive: it doubles as it fills, never past
+ * the declared Content-Length or --max-body, and takes each new capacity
+ * from the allowance before it grows (so a Content-Length that is never
+ * sent holds nothing). It gives it all back once the body is parsed into a
+ * job, or when the request ends. A body that does not fit beside the others
+ * now gets 503 + Retry-After; one over --max-body gets 413. */
 
 static uint64_t content_length(struct MHD_Connection *mc) {
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
     return cl ? strtoull(cl, NULL, 10) : 0;
 }
 
+/* Takes data capacity `cap` (the buffer minus its NUL) from the allowance. */
 static bool body_take(kw_server *s, conn *c, size_t cap) {
     if (cap <= c->body_reserved) return true;
     uint64_t more = cap - c->body_reserved;
@@ -274,17 +271,26 @@ static bool body_take(kw_server *s, conn *c, size_t cap) {
     return true;
 }
 
-/* Room for `extra` more body bytes; the first time, the whole declared length. */
-static bool body_reserve(kw_server *s, conn *c, size_t extra, uint64_t content_length) {
-    if (!c->body.p && content_length > extra && content_length <= s->o.max_body_bytes) {
-        if (!body_take(s, c, (size_t)content_length + 1)) return false;
-        c->body.p = malloc((size_t)content_length + 1);
-        if (!c->body.p) return false;                   /* out of memory: 503, retry */
-        c->body.cap = (size_t)content_length + 1;
-        c->body.p[0] = 0;
-        return true;
+/* Appends n body bytes (the caller checked that the body stays within
+ * --max-body). -1: no room in the allowance now (503). */
+static int body_append(kw_server *s, conn *c, const char *data, size_t n, uint64_t declared) {
+    size_t need = c->body.len + n;
+    if (need + 1 > c->body.cap) {
+        uint64_t lim = declared && declared < s->o.max_body_bytes ? declared : s->o.max_body_bytes;
+        size_t cap = c->body.cap ? c->body.cap - 1 : 4096;
+        while (cap < need) cap *= 2;
+        if (cap > lim) cap = (size_t)lim;
+        if (cap < need) cap = need;
+        if (!body_take(s, c, cap)) return -1;
+        char *p = realloc(c->body.p, cap + 1);
+        if (!p) return -1;                          /* out of memory: retry later */
+        c->body.p = p;
+        c->body.cap = cap + 1;
     }
-    return body_take(s, c, kw_sbuf_cap_after(&c->body, extra));
+    memcpy(c->body.p + c->body.len, data, n);
+    c->body.len = need;
+    c->body.p[need] = 0;
+    return 0;
 }
 
 static void body_release(kw_server *s, conn *c) {
@@ -606,6 +612,114 @@ static enum MHD_Result preflight(kw_server *s, struct MHD_Connection *mc) {
     return rc;
 }
 
+/* The connection's slot in the table (guard.h), or NULL. */
+static kw_conn_slot *conn_slot(kw_server *s, struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci && ci->socket_context != (void *)s ? (kw_conn_slot *)ci->socket_context : NULL;
+}
+
+/* A body over --max-body: 413, answered at once and followed by a bounded
+ * drain. libmicrohttpd can only answer once it has read a request, so the
+ * 413 is written to the socket here, ahead of it (nothing else has been
+ * written on this connection yet), with Connection: close; then the rest of
+ * the body is read and dropped, up to KW_SERVER_DRAIN_FACTOR x --max-body
+ * bytes or the body deadline, so a client still writing its body (most
+ * write it all before they read) does not meet a reset, and the connection
+ * is closed. A client that asked for "Expect: 100-continue" has not sent
+ * its body: it gets the 413 through libmicrohttpd and sends nothing. */
+static enum MHD_Result send_413(kw_server *s, struct MHD_Connection *mc, conn *c, const char *declared) {
+    kw_http_error e = {0};
+    c->phase = 2;
+    if (declared)
+        kw_http_error_set(&e, 413, NULL, "request_too_large", "request body of %s bytes exceeds the limit of %llu bytes "
+                          "(--max-body)", declared, (unsigned long long)s->o.max_body_bytes);
+    else
+        kw_http_error_set(&e, 413, NULL, "request_too_large", "request body exceeds the limit of %llu bytes (--max-body)",
+                          (unsigned long long)s->o.max_body_bytes);
+    const char *expect = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Expect");
+    if (expect && !strcasecmp(expect, "100-continue")) return send_error_as(s, mc, route_api(c->rt), &e);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char *body = route_api(c->rt)->error_json(&e);
+    const char *origin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
+    kw_sbuf r = {0};
+    kw_sbuf_printf(&r, "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                   "Connection: close\r\n", body ? strlen(body) : 2);
+    if (origin_allowed(s, origin))
+        kw_sbuf_printf(&r, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", !strcmp(s->origins, "*") ? "*" : origin);
+    kw_sbuf_printf(&r, "\r\n%s", body ? body : "{}");
+    free(body);
+    ssize_t w = ci && !r.oom ? send(ci->connect_fd, r.p, r.len, MSG_NOSIGNAL) : -1;
+    bool sent = w == (ssize_t)r.len;
+    kw_sbuf_free(&r);
+    uint64_t cl = content_length(mc);
+    if (!sent) return send_error_as(s, mc, route_api(c->rt), &e);  /* could not write ahead: the plain way */
+    if (declared && cl > s->o.max_body_bytes * KW_SERVER_DRAIN_FACTOR) return MHD_NO;   /* too much to drain: close */
+    c->draining = true;
+    return MHD_YES;
+}
+
+/* The rest of a body after its 413: dropped; the connection closes at its
+ * end, at the drain bound or at the body deadline. */
+static enum MHD_Result drain(kw_server *s, struct MHD_Connection *mc, conn *c, size_t n) {
+    c->drained += n;
+    if (!n || c->drained > s->o.max_body_bytes * KW_SERVER_DRAIN_FACTOR) return MHD_NO;
+    return kw_conntab_body_late(&s->tab, conn_slot(s, mc)) ? MHD_NO : MHD_YES;
+}
+
+/* What a request must pass before anything is read (guard.h): the Host it
+ * names when no key is set (DNS rebinding), and for a POST a JSON body and
+ * no foreign browser Origin (any_host: /health, which says nothing a page
+ * could use, answers any Host). true + *rc when it is refused. */
+static bool refuse_early(kw_server *s, struct MHD_Connection *mc, conn *c, bool is_post, bool any_host,
+                         enum MHD_Result *rc) {
+    const char *host = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Host");
+    const kw_api *api = route_api(c->rt);
+    if (!s->api_key && !any_host && !kw_guard_host_ok(host, s->host, s->allowed_hosts)) {
+        c->phase = 2;
+        *rc = send_err_as(s, mc, api, 403, "host_not_allowed", "this server answers only requests naming it by an IP "
+                          "address, localhost or its --host (or --allowed-hosts) when it has no --api-key");
+        return true;
+    }
+    if (!is_post) return false;
+    const char *origin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
+    if (!kw_guard_origin_ok(origin, host, s->origins)) {
+        c->phase = 2;
+        *rc = send_err_as(s, mc, api, 403, "origin_not_allowed", "a POST from a web page of another origin is refused "
+                          "(list it in --allowed-origins)");
+        return true;
+    }
+    if (!kw_guard_is_json(MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Type"))) {
+        c->phase = 2;
+        *rc = send_err_as(s, mc, api, 415, "unsupported_media_type",
+                          "the request body must be JSON, sent with 'Content-Type: application/json'");
+        return true;
+    }
+    return false;
+}
+
+/* Body bytes: kept within --max-body and the bodies' allowance, and within
+ * the body deadline; a body over the limit is answered 413 at once. */
+static enum MHD_Result on_upload(kw_server *s, struct MHD_Connection *mc, conn *c, const char *upload, size_t *upload_size) {
+    size_t n = *upload_size;
+    *upload_size = 0;
+    if (c->no_room) return MHD_YES;                 /* drained and dropped: 503 at the end */
+    if (c->body.len + n > s->o.max_body_bytes) {
+        body_release(s, c);
+        return send_413(s, mc, c, NULL);
+    }
+    if (kw_conntab_body_late(&s->tab, conn_slot(s, mc))) {
+        body_release(s, c);
+        c->phase = 2;
+        return send_err_as(s, mc, route_api(c->rt), 408, "request_timeout", "the request body did not arrive within "
+                           "--body-timeout");
+    }
+    if (body_append(s, c, upload, n, content_length(mc)) < 0) {
+        c->no_room = true;
+        body_release(s, c);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -616,10 +730,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (!c) return MHD_NO;
         c->t0 = now_s();
         *con_cls = c;
-        if (!strcmp(method, "OPTIONS")) { c->phase = 2; return preflight(s, mc); }
-        bool want_post = false;
+        bool want_post = false, is_post = !strcmp(method, "POST");
         c->rt = route_of(url, &want_post);
-        bool is_post = !strcmp(method, "POST");
+        kw_conntab_set(&s->tab, conn_slot(s, mc), is_post ? KW_CONN_BODY : KW_CONN_BUSY);
+        enum MHD_Result rc;
+        if (refuse_early(s, mc, c, is_post && want_post, c->rt == R_HEALTH, &rc)) return rc;
+        if (!strcmp(method, "OPTIONS")) { c->phase = 2; return preflight(s, mc); }
         if (c->rt != R_HEALTH && c->rt != R_UI && !auth_ok(s, mc)) {
             c->phase = 2;
             return send_err_as(s, mc, route_api(c->rt), 401, "invalid_api_key",
@@ -631,42 +747,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             return send_err_as(s, mc, route_api(c->rt), 405, "method_not_allowed", "method not allowed on this endpoint");
         }
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
-            c->phase = 2;
-            kw_http_error e = {0};
-            kw_http_error_set(&e, 413, NULL, "request_too_large", "request body of %s bytes exceeds the limit of %llu bytes",
-                              cl, (unsigned long long)s->o.max_body_bytes);
-            return send_error(s, mc, &e);
-        }
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) return send_413(s, mc, c, cl);
         return MHD_YES;
     }
+    if (c->draining) { size_t n = *upload_size; *upload_size = 0; return drain(s, mc, c, n); }
     if (c->phase == 2) { *upload_size = 0; return MHD_YES; }
-    if (*upload_size) {                              /* body bytes */
-        if (c->too_large || c->no_room) {
-            /* drained and dropped */
-        } else if (c->body.len + *upload_size > s->o.max_body_bytes) {
-            c->too_large = true;
-            body_release(s, c);
-        } else if (!body_reserve(s, c, *upload_size, content_length(mc))) {
-            c->no_room = true;
-            body_release(s, c);
-        } else if (kw_sbuf_add(&c->body, upload, *upload_size) < 0) {
-            c->too_large = true;
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    if (*upload_size) return on_upload(s, mc, c, upload, upload_size);
+    kw_conntab_set(&s->tab, conn_slot(s, mc), KW_CONN_BUSY);
     if (c->phase == 1) return continue_generation(s, mc, c);
     if (c->no_room) {
         c->phase = 2;
         return send_err(s, mc, 503, "out_of_memory", "no room in --memory-limit for this request body now; retry later");
-    }
-    if (c->too_large) {
-        c->phase = 2;
-        kw_http_error e = {0};
-        kw_http_error_set(&e, 413, NULL, "request_too_large", "request body exceeds the limit of %llu bytes",
-                          (unsigned long long)s->o.max_body_bytes);
-        return send_error(s, mc, &e);
     }
     if (c->rt >= R_CHAT) return start_generation(s, mc, c);
     c->phase = 2;
@@ -676,9 +767,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)mc;
     kw_server *s = cls;
     conn *c = *con_cls;
+    kw_conntab_set(&s->tab, conn_slot(s, mc), KW_CONN_IDLE);    /* keep-alive until its next request */
     if (!c) return;
     if (c->j) {
         kw_job *j = c->j;
@@ -707,26 +798,50 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 /* ---- connection limit ---------------------------------------------------
  * --max-connections is a memory line (ledger "connections"), so it is exact
  * across MHD's worker threads: a connection takes a place when accepted
- * (accept policy: one atomic add, undone and the socket closed when over the
- * limit) and gives it back when MHD reports it closed. MHD's own limit is set
- * above ours so a full server closes new connections at once instead of
- * leaving them in the kernel's accept queue. (If MHD failed to set up an
- * accepted connection, out of memory, its place would stay taken.) */
+ * (accept policy: one atomic add) and gives it back when MHD reports it
+ * closed. When the table is full, the oldest connection that holds no
+ * request (idle keep-alive, or headers still coming) is shut down to make
+ * room (guard.h: at most KW_SERVER_SHED_MARGIN such places are lent at once,
+ * and the connections line counts them); only when every connection carries
+ * a request is the new one closed at accept. MHD's own limit is set above
+ * ours so a full server closes new connections at once instead of leaving
+ * them in the kernel's accept queue. (If MHD failed to set up an accepted
+ * connection, out of memory, its place would stay taken.) */
 
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
     (void)addr; (void)addrlen;
     kw_server *s = cls;
-    if (__atomic_add_fetch(&s->n_conns, 1, __ATOMIC_ACQ_REL) <= s->o.max_connections) return MHD_YES;
+    int n = __atomic_add_fetch(&s->n_conns, 1, __ATOMIC_ACQ_REL);
+    if (n <= s->o.max_connections || kw_conntab_make_room(&s->tab, n - 1, s->o.max_connections)) return MHD_YES;
     __atomic_sub_fetch(&s->n_conns, 1, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(&s->n_conns_refused, 1, __ATOMIC_RELAXED);
     return MHD_NO;
 }
 
+/* TCP keepalive on a client socket: a peer that vanished (its socket closed
+ * and gone, its machine down) makes the socket fail within a minute or so,
+ * which cancels its request (the scheduler polls for POLLERR / POLLHUP); a
+ * peer that only half-closed keeps answering the probes. */
+static void set_keepalive(int fd) {
+    int on = 1, idle = 15, intvl = 5, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+/* socket_ctx: the connection's slot in the table; s when it holds a place
+ * but has no slot (cannot happen: the table is as large as MHD's limit). */
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx, enum MHD_ConnectionNotificationCode code) {
-    (void)mc;
     kw_server *s = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) *socket_ctx = s;          /* holds a place */
-    else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_ctx == s) {
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int fd = ci ? ci->connect_fd : -1;
+        kw_conn_slot *slot = fd >= 0 ? kw_conntab_add(&s->tab, fd) : NULL;
+        if (fd >= 0) set_keepalive(fd);
+        *socket_ctx = slot ? (void *)slot : (void *)s;                  /* holds a place */
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_ctx) {
+        if (*socket_ctx != s) kw_conntab_remove(&s->tab, *socket_ctx);  /* before MHD closes the fd */
         *socket_ctx = NULL;
         __atomic_sub_fetch(&s->n_conns, 1, __ATOMIC_ACQ_REL);
     }
@@ -748,22 +863,31 @@ static int resolve_host(const char *host, int port, struct sockaddr_storage *ss,
     return 0;
 }
 
+/* The byte a signal writes to the pipe: 'x' stop, 'h' reload, 'm' print the
+ * memory table, 'i' ignored (logged). */
 static void on_signal(int sig) {
-    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], sig == SIGHUP ? "h" : "x", 1); (void)w; }
+    const char *b = sig == SIGHUP ? "h" : sig == SIGUSR1 ? "m" : sig == SIGUSR2 ? "i" : "x";
+    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], b, 1); (void)w; }
 }
 
-/* SIGTERM/SIGINT/SIGHUP only write a byte to a pipe that kw_server_wait
- * reads ("x" stop, "h" reload). Installed when the server starts, so a
- * signal during model loading is remembered (the server then shuts down
- * cleanly, or reloads, once loading ends). */
+/* SIGTERM/SIGINT/SIGHUP/SIGUSR1/SIGUSR2 only write a byte to a pipe that
+ * kw_server_wait reads (on_signal). None of the signals a user sends by
+ * accident kills the server: SIGHUP (a closed ssh session) runs the reload
+ * hook, SIGUSR1 prints the memory table, SIGUSR2 is logged and ignored;
+ * only SIGTERM and SIGINT stop it, cleanly. Installed when the server
+ * starts, so a signal during model loading is remembered (acted on once
+ * loading ends). */
 static int install_signals(void) {
     if (sig_pipe[0] < 0 && pipe(sig_pipe) < 0) return -1;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     return 0;
 }
 
@@ -778,12 +902,22 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     s->origins = dup_or_null(o->allowed_origins);
     s->config_json = dup_or_null(o->config_json);
     s->alias = dup_or_null(o->model_alias);
+    s->allowed_hosts = dup_or_null(o->allowed_hosts);
     if (!s->o.max_body_bytes) s->o.max_body_bytes = KW_SERVER_DEFAULT_MAX_BODY;
     if (s->o.http_threads < 1) s->o.http_threads = 2;
     if (s->o.max_connections < 1) s->o.max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
     /* MHD splits the limit over its worker threads: each needs at least one */
     if (s->o.max_connections < s->o.http_threads) s->o.http_threads = s->o.max_connections;
+    if (s->o.header_timeout_s < 1) s->o.header_timeout_s = KW_SERVER_DEFAULT_HEADER_TIMEOUT;
+    if (s->o.body_timeout_s < 1) s->o.body_timeout_s = KW_SERVER_DEFAULT_BODY_TIMEOUT;
     s->started = (long)time(NULL);
+    int mhd_limit = s->o.max_connections + KW_SERVER_SHED_MARGIN + s->o.http_threads;
+    if (kw_conntab_init(&s->tab, mhd_limit, s->o.header_timeout_s, s->o.body_timeout_s) < 0) {
+        kw_err_set(err, "server: out of memory");
+        free(s->api_key); free(s->origins); free(s->config_json); free(s->alias); free(s->allowed_hosts);
+        free(s);
+        return NULL;
+    }
     pthread_rwlock_init(&s->lk, NULL);
     if (o->ledger) s->hist = kw_history_start(o->ledger, KW_HISTORY_INTERVAL_S, KW_HISTORY_CAPACITY);
     signal(SIGPIPE, SIG_IGN);
@@ -796,7 +930,7 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->timeout_s > 0 ? o->timeout_s : 600),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->o.max_connections + s->o.http_threads),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)mhd_limit,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(o->max_client_connections > 0 ? o->max_client_connections : 0),
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)KW_SERVER_CONN_POOL_BYTES,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -860,6 +994,16 @@ void kw_server_wait(kw_server *s) {
             else fprintf(stderr, "kvwise serve: SIGHUP: nothing to reload\n");
             continue;
         }
+        if (n == 1 && ch == 'm') {          /* SIGUSR1: where the memory is, now */
+            kw_footprint f;
+            fprintf(stderr, "kvwise serve: SIGUSR1: the memory budget now\n");
+            if (s->o.ledger) kw_ledger_print(s->o.ledger, kw_footprint_read(&f, NULL) == 0 ? &f : NULL, stderr);
+            continue;
+        }
+        if (n == 1 && ch == 'i') {
+            fprintf(stderr, "kvwise serve: SIGUSR2 ignored (SIGTERM or SIGINT stops the server)\n");
+            continue;
+        }
         return;
     }
 }
@@ -884,6 +1028,7 @@ void kw_server_stop(kw_server *s) {
         nanosleep(&ts, NULL);                            /* let streams send their last bytes */
     }
     if (s->d) MHD_stop_daemon(s->d);
+    kw_conntab_free(&s->tab);
     kw_history_stop(s->hist);
     pthread_rwlock_destroy(&s->lk);
     kw_chat_template_free(&s->tpl);
@@ -891,5 +1036,6 @@ void kw_server_stop(kw_server *s) {
     free(s->origins);
     free(s->config_json);
     free(s->alias);
+    free(s->allowed_hosts);
     free(s);
 }

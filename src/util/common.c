@@ -73,3 +73,44 @@ const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.2f %s", v, units[u]);
     return buf;
 }
+
+/* Bytes of the well-formed UTF-8 sequence at s (n bytes left), 0 if none. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!len || len > n) return 0;
+    for (size_t i = 1; i < len; i++) if ((s[i] & 0xc0) != 0x80) return 0;
+    if (c == 0xe0 && s[1] < 0xa0) return 0;              /* overlong */
+    if (c == 0xed && s[1] > 0x9f) return 0;              /* surrogates */
+    if (c == 0xf0 && s[1] < 0x90) return 0;              /* overlong */
+    if (c == 0xf4 && s[1] > 0x8f) return 0;              /* above U+10FFFF */
+    return len;
+}
+
+size_t kw_utf8_valid_prefix(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        while (i + 8 <= n) {                              /* ASCII runs, 8 bytes at a time */
+            uint64_t w;
+            memcpy(&w, u + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        size_t k = utf8_seq(u + i, n - i);
+        if (!k) return i;
+        i += k;
+    }
+    return n;
+}
+
+void kw_utf8_sanitize(char *s) {
+    size_t n = strlen(s), i = 0;
+    while (i < n) {
+        size_t k = utf8_seq((unsigned char *)s + i, n - i);
+        if (k) { i += k; continue; }
+        s[i++] = '?';
+    }
+}

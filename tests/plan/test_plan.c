@@ -213,7 +213,7 @@ static void test_budget_and_cache(void) {
     /* the server's batch: 1 decoding sequence + one 512-token prefill chunk */
     KW_CHECK_EQ_INT(p.workspace_bytes, kw_plan_workspace_bytes(&m, 1 + 512, 8192, 2));
     /* HTTP connections: 128 (default) x 68 KiB + the 16 MiB body allowance */
-    KW_CHECK_EQ_INT(p.connections, 128ULL * 68 * 1024 + 16 * MiB);
+    KW_CHECK_EQ_INT(p.connections, (128ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 16 * MiB);
     KW_CHECK_EQ_INT(p.fixed, p.weights + p.workspace_bytes + p.tokenizer + p.overhead + p.connections);
     KW_CHECK_EQ_INT(p.live_kv, 147456ULL * 8192);
     KW_CHECK_EQ_INT(p.needed, p.fixed + p.live_kv);
@@ -277,13 +277,13 @@ static bool has_warning(const kw_plan *p, const char *s) {
     return false;
 }
 
-/* The connections line: --max-connections x KW_SERVER_CONN_BYTES + --max-body,
+/* The connections line: (--max-connections + the shed margin) x KW_SERVER_CONN_BYTES + --max-body,
  * in the plan, its ledger and its serve line; more connections can stop a
  * plan from fitting, exactly at the boundary. */
 static void test_connections_line(void) {
     KW_CHECK_EQ_INT(KW_SERVER_CONN_BYTES, 68 * 1024);
-    KW_CHECK_EQ_INT(kw_plan_connections_bytes(0, 0), 128ULL * 68 * 1024 + 16 * MiB);
-    KW_CHECK_EQ_INT(kw_plan_connections_bytes(10, 1 * MiB), 10ULL * 68 * 1024 + 1 * MiB);
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(0, 0), (128ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 16 * MiB);
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(10, 1 * MiB), (10ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 1 * MiB);
     KW_CHECK_EQ_INT(kw_plan_connections_bytes(100000, UINT64_MAX), UINT64_MAX);     /* saturates */
     kw_plan_model m;
     KW_CHECK(load(QWEN3_8B, 16400000000ULL, &m) == 0);
@@ -293,7 +293,7 @@ static void test_connections_line(void) {
     kw_plan p;
     kw_err err;
     KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
-    KW_CHECK_EQ_INT(p.connections, 1000ULL * 68 * 1024 + 4 * MiB);
+    KW_CHECK_EQ_INT(p.connections, (1000ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 4 * MiB);
     kw_ledger *l = kw_ledger_create(p.memory_limit);
     KW_CHECK(kw_plan_fill_ledger(&p, l, &err) == 0);
     KW_CHECK_EQ_INT(kw_ledger_line(l, KW_LEDGER_CONNECTIONS), p.connections);
