@@ -42,7 +42,8 @@ static void usage(FILE *f) {
     fprintf(f,
         "usage: kvwise serve -m MODEL.gguf [options]\n\n"
         "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
-        "/health, /v1/config) with continuous batching and chunked prefill.\n\n"
+        "/health, /v1/config, /v1/memory) with continuous batching and chunked prefill. GET / is a\n"
+        "live memory page for a browser (docs/SERVER.md).\n\n"
         "configuration (docs/SERVICE.md):\n"
         "  --config FILE            read settings from FILE: one per line, named as these flags without the\n"
         "                           dashes, same units (`prompt-cache-bytes = 4GiB`, `mlock`; '#' comments).\n"
