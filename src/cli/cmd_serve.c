@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
@@ -20,6 +21,7 @@
 #include "kvwise/sched.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
+#include "serve_notify.h"
 #include "serve_opts.h"
 #ifdef KW_TESTCTL
 #include "engine_stub.h"
@@ -40,7 +42,8 @@ static void usage(FILE *f) {
     fprintf(f,
         "usage: kvwise serve -m MODEL.gguf [options]\n\n"
         "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
-        "/health, /v1/config) with continuous batching and chunked prefill.\n\n"
+        "/health, /v1/config, /v1/memory) with continuous batching and chunked prefill. GET / is a\n"
+        "live memory page for a browser (docs/SERVER.md).\n\n"
         "configuration (docs/SERVICE.md):\n"
         "  --config FILE            read settings from FILE: one per line, named as these flags without the\n"
         "                           dashes, same units (`prompt-cache-bytes = 4GiB`, `mlock`; '#' comments).\n"
@@ -140,10 +143,14 @@ static void usage(FILE *f) {
 #endif
 }
 
+static time_t serve_started;        /* when this process started serving (GET /v1/config) */
+
 /* Every effective setting, as served by GET /v1/config and printed at startup. */
 static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *tpl_desc) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "version", KW_VERSION);
+    cJSON_AddNumberToObject(c, "pid", (double)getpid());              /* which process answers: a restart changes it */
+    cJSON_AddNumberToObject(c, "started_unix", (double)serve_started);
     cJSON_AddStringToObject(c, "model", serve_uses_stub(o) ? "(stub engine)" : o->model);
     cJSON_AddStringToObject(c, "model_id", o->alias ? o->alias : e->model_id);
     cJSON_AddStringToObject(c, "host", o->host);
@@ -407,6 +414,7 @@ static void note(serve_state *st, const char *text) {
  * thread (kw_server_wait), one at a time. */
 static void serve_reload(void *ctx) {
     serve_state *st = ctx;
+    serve_notify("RELOADING=1");
     st->reloads++;
     st->last_reload[0] = 0;
     const char *path = st->req.o.config_path;
@@ -414,6 +422,7 @@ static void serve_reload(void *ctx) {
         note(st, "no --config FILE: nothing to re-read");
         fprintf(stderr, "kvwise serve: SIGHUP: %s\n", st->last_reload);
         publish_config(st);
+        serve_notify("READY=1");
         return;
     }
     kw_conf nc;
@@ -427,6 +436,7 @@ static void serve_reload(void *ctx) {
         note(st, line);
         fprintf(stderr, "kvwise serve: SIGHUP: re-reading %s %s\n", path, st->last_reload);
         publish_config(st);
+        serve_notify("READY=1\nSTATUS=reload failed, every setting kept");
         return;
     }
     cJSON_Delete(st->restart_needed);
@@ -484,6 +494,7 @@ static void serve_reload(void *ctx) {
     if (!changed) note(st, "no setting changed");
     fprintf(stderr, "kvwise serve: SIGHUP: re-read %s: %s\n", path, st->last_reload);
     publish_config(st);
+    serve_notify("READY=1\nSTATUS=reloaded");
 }
 
 /* --help anywhere, the config file, then every setting (serve_opts.h). */
@@ -516,6 +527,7 @@ int cmd_serve(int argc, char **argv) {
     if (parse_args(argc, argv, &st) < 0) return 2;
     serve_opts o = st.req.o;
     st.o = &o;
+    serve_started = time(NULL);
     signal(SIGBUS, on_sigbus);
     if (o.max_client_conns < 0) o.max_client_conns = host_is_loopback(o.host) ? 0 : 64;
     if (o.http_threads > o.max_conns) o.http_threads = o.max_conns;    /* MHD gives each thread a share */
@@ -579,7 +591,11 @@ int cmd_serve(int argc, char **argv) {
     serve_test_ready(&o.test);  /* --test-fail-alloc rules (without @start) count from here */
 #endif
     fprintf(stderr, "kvwise serve: ready on http://%s:%d\n", o.host, o.port);
+    char ready[300];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving on http://%s:%d", o.host, o.port);
+    if (serve_notify(ready) < 0) fprintf(stderr, "kvwise serve: WARNING: cannot notify $NOTIFY_SOCKET\n");
     kw_server_wait(srv);
+    serve_notify("STOPPING=1");
     fprintf(stderr, "kvwise serve: shutting down (finishing in-flight requests)\n");
     kw_server_stop(srv);
     e->destroy(e);

@@ -25,7 +25,6 @@
 #include "kvwise/prefix_cache.h"
 #include "kvwise/memory.h"
 #include <string.h>
-#include <time.h>
 
 typedef struct pc_node {
     struct pc_node *parent;
@@ -59,11 +58,6 @@ struct kw_prefix_cache {
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void stamp_node(kw_prefix_cache *c, pc_node *n, uint64_t stamp) {
     n->stamp = stamp;
@@ -259,7 +253,7 @@ int32_t kw_prefix_cache_match(kw_prefix_cache *c, const int32_t *tokens, int32_t
     int32_t limit = max_match < n ? max_match : n;
     if (limit <= 0 || c->n_nodes == 0) return 0;
     uint64_t stamp = ++c->clock;
-    c->now_s = mono_s();
+    c->now_s = kw_mono_s();
     pc_node *node = &c->root, *last = NULL;
     int32_t matched = 0;
     while (matched < limit && node->n_kids > 0) {
@@ -309,7 +303,7 @@ void kw_prefix_cache_insert(kw_prefix_cache *c, const int32_t *tokens, int32_t n
     if ((uint64_t)n_blocks > cap_blocks) n_blocks = (int32_t)cap_blocks;
     if (n > n_blocks * c->bt) n = n_blocks * c->bt;
     c->clock++;
-    c->now_s = mono_s();
+    c->now_s = kw_mono_s();
     pc_node *node = &c->root;
     for (int32_t b = 0; b < n_blocks; b++) {
         const int32_t *q = tokens + (size_t)b * c->bt;
@@ -397,7 +391,7 @@ static kw_prefix_cache_entry leaf_entry(const kw_prefix_cache *c, const pc_node 
 
 int32_t kw_prefix_cache_entries(const kw_prefix_cache *c, kw_prefix_cache_entry *out, int32_t max) {
     if (!c || max <= 0) return 0;
-    double now = mono_s();
+    double now = kw_mono_s();
     int32_t n = 0;
     for (const pc_node *l = c->leaves; l; l = l->leaf_next) {
         kw_prefix_cache_entry e = leaf_entry(c, l, now);

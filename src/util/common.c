@@ -1,4 +1,4 @@
-/* common.c - the error type and byte-size parsing/formatting (common.h). */
+/* common.c - the error type, byte-size parsing/formatting and the monotonic clock (common.h). */
 #include "kvwise/common.h"
 #include <ctype.h>
 #include <errno.h>
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 /* Messages often quote what a file or a client sent (a tokenizer name, a
  * key, a flag's value), and those bytes may hold newlines or other control
@@ -113,4 +114,10 @@ void kw_utf8_sanitize(char *s) {
         if (k) { i += k; continue; }
         s[i++] = '?';
     }
+}
+
+double kw_mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -6,17 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <time.h>
 #include <unistd.h>
 
 #define BAR_INTERVAL_S 0.1
 #define LINE_INTERVAL_S 1.0
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static kw_progress_mode resolve_mode(FILE *out, kw_progress_mode m) {
     if (m != KW_PROGRESS_AUTO) return m;
@@ -32,7 +26,7 @@ void kw_progress_begin(kw_progress *p, FILE *out, kw_progress_mode mode, const c
     p->total = total;
     snprintf(p->label, sizeof p->label, "%s", label ? label : "");
     snprintf(p->unit_name, sizeof p->unit_name, "%s", unit_name ? unit_name : "");
-    p->t0 = p->t_drawn = mono_s();
+    p->t0 = p->t_drawn = kw_mono_s();
     p->active = p->mode != KW_PROGRESS_OFF;
 }
 
@@ -117,7 +111,7 @@ static void draw_line(kw_progress *p, double now) {
 /* Draws when the interval has passed; one thread at a time (others skip). */
 static void maybe_draw(kw_progress *p) {
     if (!p->active) return;
-    double now = mono_s(), every = p->mode == KW_PROGRESS_BAR ? BAR_INTERVAL_S : LINE_INTERVAL_S;
+    double now = kw_mono_s(), every = p->mode == KW_PROGRESS_BAR ? BAR_INTERVAL_S : LINE_INTERVAL_S;
     if (now - p->t_drawn < every) return;
     if (__atomic_exchange_n(&p->drawing, 1, __ATOMIC_ACQUIRE)) return;
     if (now - p->t_drawn >= every) {
@@ -160,13 +154,13 @@ void kw_progress_print(kw_progress *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vfprintf(out, fmt, ap);
     va_end(ap);
-    if (bar) draw_bar(p, mono_s());
+    if (bar) draw_bar(p, kw_mono_s());
     fflush(out);
 }
 
 void kw_progress_end(kw_progress *p, bool ok) {
     if (!p || !p->active) return;
-    double now = mono_s(), el = now - p->t0;
+    double now = kw_mono_s(), el = now - p->t0;
     uint64_t done = __atomic_load_n(&p->done, __ATOMIC_RELAXED);
     char d[32], r[48], t[32];
     fmt_amount(p, done, d, sizeof d);
