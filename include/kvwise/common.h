@@ -28,6 +28,8 @@ int kw_err_set(kw_err *err, const char *fmt, ...) KW_PRINTF(2, 3);
  * suffixes (KiB/MiB/GiB/TiB, and bare K/M/G/T) are powers of 1024; decimal
  * ones (KB/MB/GB/TB) are powers of 1000. Returns 0 or -1 (with err). */
 int kw_parse_bytes(const char *s, uint64_t *out, kw_err *err);
+/* Monotonic seconds (CLOCK_MONOTONIC): for intervals, rates and ages. */
+double kw_mono_s(void);
 /* Formats bytes as "3.11 GiB" into buf; returns buf. */
 const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap);
 

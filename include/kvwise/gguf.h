@@ -114,5 +114,9 @@ int kw_gguf_writer_add_tensor_fill(kw_gguf_writer *w, const char *name, uint32_t
                                    const int64_t *ne, kw_gguf_fill_fn fill, void *ctx, kw_err *err);
 /* Writes PATH.tmp and renames it to PATH (no half-written file at PATH). */
 int kw_gguf_writer_write(kw_gguf_writer *w, const char *path, kw_err *err);
+/* The same, reporting the tensor data written to p (progress.h; its total is
+ * set to the data bytes; p may be NULL). */
+struct kw_progress;
+int kw_gguf_writer_write_progress(kw_gguf_writer *w, const char *path, struct kw_progress *p, kw_err *err);
 
 #endif

@@ -5,6 +5,7 @@
 #include "kvwise/arch.h"
 #include "kvwise/kv.h"
 #include "kvwise/tokenizer.h"
+#include "kvwise/progress.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -101,7 +102,13 @@ kw_model *kw_run_load(const kw_run_opts *o, double *ms) {
     if (!o->model) { fprintf(stderr, "kvwise %s: -m MODEL is required (see --help)\n", o->cmd); return NULL; }
     double t0 = kw_run_now_ms();
     kw_err err = {{0}};
-    kw_model *m = kw_model_load(o->model, NULL, &err);
+    kw_progress prog;
+    char label[64];
+    snprintf(label, sizeof label, "kvwise %s: loading model", o->cmd);
+    kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, label, 0, KW_PROGRESS_ITEMS, "layers");
+    kw_model_opts mo = {.progress = &prog};
+    kw_model *m = kw_model_load(o->model, &mo, &err);
+    kw_progress_end(&prog, m != NULL);
     if (!m) fprintf(stderr, "kvwise %s: %s\n", o->cmd, err.msg);
     if (ms) *ms = kw_run_now_ms() - t0;
     return m;

@@ -11,6 +11,7 @@
  * and reported by kw_gguf_writer_write(). */
 #include "kvwise/gguf.h"
 #include "kvwise/memory.h"
+#include "kvwise/progress.h"
 #include "kvwise/tensor.h"
 #include <errno.h>
 #include <stdio.h>
@@ -307,7 +308,7 @@ static int write_zeros(FILE *f, uint64_t n, const char *path, kw_err *err) {
     return 0;
 }
 
-static int write_filled(FILE *f, wtensor *t, const char *path, kw_err *err) {
+static int write_filled(FILE *f, wtensor *t, const char *path, kw_progress *p, kw_err *err) {
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
     size_t row_bytes = (size_t)(t->nbytes / (uint64_t)rows);
     int64_t per = row_bytes >= FILL_CHUNK_BYTES ? 1 : (int64_t)(FILL_CHUNK_BYTES / row_bytes);
@@ -322,12 +323,13 @@ static int write_filled(FILE *f, wtensor *t, const char *path, kw_err *err) {
             rc = kw_err_set(err, "tensor %s: %s", t->name, ferr.msg[0] ? ferr.msg : "fill failed");
         else
             rc = write_all(f, buf, (size_t)n * row_bytes, path, err);
+        kw_progress_add(p, (uint64_t)n * row_bytes);
     }
     kw_mem_free(buf);
     return rc;
 }
 
-static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_err *err) {
+static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_progress *p, kw_err *err) {
     uint32_t align = writer_alignment(w);
     bytes h = {0};
     b_put(&h, "GGUF", 4);
@@ -359,7 +361,11 @@ static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_err *err)
     for (size_t i = 0; i < w->n_t && rc == 0; i++) {
         wtensor *t = &w->t[i];
         rc = write_zeros(f, t->offset - pos, path, err);
-        if (!rc) rc = t->fill ? write_filled(f, t, path, err) : write_all(f, t->data, (size_t)t->nbytes, path, err);
+        if (!rc && t->fill) rc = write_filled(f, t, path, p, err);
+        else if (!rc) {
+            rc = write_all(f, t->data, (size_t)t->nbytes, path, err);
+            kw_progress_add(p, t->nbytes);
+        }
         pos = t->offset + t->nbytes;
     }
     if (!rc && w->n_t) rc = write_zeros(f, align_up(pos, align) - pos, path, err);
@@ -367,6 +373,10 @@ static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_err *err)
 }
 
 int kw_gguf_writer_write(kw_gguf_writer *w, const char *path, kw_err *err) {
+    return kw_gguf_writer_write_progress(w, path, NULL, err);
+}
+
+int kw_gguf_writer_write_progress(kw_gguf_writer *w, const char *path, kw_progress *p, kw_err *err) {
     if (!w || !path) return kw_err_set(err, "gguf writer: bad arguments");
     if (w->oom) return kw_err_set(err, "%s: a metadata value could not be stored (out of memory or bad type)", path);
     size_t n = strlen(path);
@@ -378,7 +388,12 @@ int kw_gguf_writer_write(kw_gguf_writer *w, const char *path, kw_err *err) {
     if (!f) { kw_err_set(err, "%s: %s", tmp, strerror(errno)); free(tmp); return -1; }
     char *iobuf = malloc(1u << 20);   /* large sequential writes */
     if (iobuf) setvbuf(f, iobuf, _IOFBF, 1u << 20);
-    int rc = write_file(w, f, path, err);
+    if (p) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < w->n_t; i++) total += w->t[i].nbytes;
+        kw_progress_set_total(p, total);
+    }
+    int rc = write_file(w, f, path, p, err);
     if (fclose(f) != 0 && rc == 0) rc = kw_err_set(err, "%s: write failed: %s", path, strerror(errno));
     free(iobuf);
     if (rc == 0 && rename(tmp, path) != 0) rc = kw_err_set(err, "%s: rename failed: %s", path, strerror(errno));
