@@ -5,13 +5,16 @@
 # (the seeds are copied to fuzz/corpus-run/<name>/, which is ignored by git,
 # so new inputs found never dirty the tree). A crash stops the script with
 # the reproducer in build-fuzz/artifacts/. TARGET limits the run (e.g. gguf).
+# A target whose source says "fuzz-smoke-seconds: N" (a small parser that
+# needs less) runs at most N seconds in a --smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=60
+smoke=0
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --smoke) secs=${2:?--smoke needs SECONDS}; shift 2 ;;
+    --smoke) secs=${2:?--smoke needs SECONDS}; smoke=1; shift 2 ;;
     -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -36,11 +39,14 @@ for t in "${targets[@]}"; do
   [ -d "fuzz/corpus/$t" ] && cp -n fuzz/corpus/$t/* "$run/" 2>/dev/null || true
   dict=()
   [ -f "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
-  echo "fuzz.sh: fuzz_$t for ${secs}s"
+  tsecs=$secs
+  cap=$(grep -oE 'fuzz-smoke-seconds: [0-9]+' "fuzz/fuzz_$t.c" | grep -oE '[0-9]+' || true)
+  [ "$smoke" = 1 ] && [ -n "$cap" ] && [ "$cap" -lt "$secs" ] && tsecs=$cap
+  echo "fuzz.sh: fuzz_$t for ${tsecs}s"
   log=build-fuzz/artifacts/$t.log
   rc=0
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "build-fuzz/fuzz_$t" "$run" "${dict[@]}" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 \
+    "build-fuzz/fuzz_$t" "$run" "${dict[@]}" -max_total_time="$tsecs" -max_len=65536 -rss_limit_mb=2048 \
     -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/"$t"- >"$log" 2>&1 || rc=$?
   if [ $rc -ne 0 ]; then
     tail -n 60 "$log" >&2

@@ -5,10 +5,12 @@
 #           regexes), libmicrohttpd-dev (HTTP server), libcjson-dev (JSON),
 #           libxxhash-dev (prefix-cache block hashes)
 #   tests:  clang + libclang-rt-14-dev (libFuzzer, sanitizers), nodejs/npm
-#           (OpenAI SDK and reference tokenizer/template tests), curl
+#           (OpenAI SDK and reference tokenizer/template tests), curl, tmux
+#           (progress bars in a real terminal), chromium (the memory page,
+#           headless), systemd (systemd-analyze verify of the unit file)
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config libpcre2-dev libmicrohttpd-dev
-      libcjson-dev libxxhash-dev clang libclang-rt-14-dev nodejs npm curl ripgrep)
+      libcjson-dev libxxhash-dev clang libclang-rt-14-dev nodejs npm curl ripgrep tmux chromium systemd)
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

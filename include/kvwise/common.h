@@ -1,4 +1,5 @@
-/* kvwise/common.h - things every module shares: the error type.
+/* kvwise/common.h - things every module shares: the error type, byte sizes
+ * and the UTF-8 sequence rules (RFC 3629).
  *
  * Convention: functions that can fail return 0 on success and -1 on
  * failure (or NULL for constructors) and fill a caller-provided kw_err with
@@ -27,7 +28,31 @@ int kw_err_set(kw_err *err, const char *fmt, ...) KW_PRINTF(2, 3);
  * suffixes (KiB/MiB/GiB/TiB, and bare K/M/G/T) are powers of 1024; decimal
  * ones (KB/MB/GB/TB) are powers of 1000. Returns 0 or -1 (with err). */
 int kw_parse_bytes(const char *s, uint64_t *out, kw_err *err);
+/* Monotonic seconds (CLOCK_MONOTONIC): for intervals, rates and ages. */
+double kw_mono_s(void);
 /* Formats bytes as "3.11 GiB" into buf; returns buf. */
 const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap);
+
+/* UTF-8 (RFC 3629): the length of the sequence lead byte c starts (1-4), 0 if
+ * c cannot start one (a continuation byte, C0, C1, F5-FF). */
+static inline int kw_utf8_seq_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+/* Is c acceptable as byte k (1-based, k >= 1) of a sequence led by lead? The
+ * second byte's range depends on the lead: no overlongs, no surrogates,
+ * nothing above U+10FFFF. */
+static inline bool kw_utf8_cont_ok(unsigned char lead, int k, unsigned char c) {
+    if ((c & 0xC0) != 0x80) return false;
+    if (k != 1) return true;
+    if (lead == 0xE0) return c >= 0xA0;
+    if (lead == 0xED) return c <= 0x9F;
+    if (lead == 0xF0) return c >= 0x90;
+    if (lead == 0xF4) return c <= 0x8F;
+    return true;
+}
 
 #endif

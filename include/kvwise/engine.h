@@ -82,6 +82,7 @@ typedef struct kw_engine_model_opts {
     uint64_t cache_max_bytes;   /* as given (kw_plan_serve_sizing decides serve's default) */
     struct kw_ledger *ledger;   /* the memory budget: KV reservations count against it (or NULL) */
     double cache_log_interval_s;/* "Prompt cache: ..." log line at most this often (0 = never) */
+    struct kw_progress *progress; /* NULL, or where loading (repacking) reports its progress (progress.h) */
 } kw_engine_model_opts;
 
 /* The real model engine. NULL + err on failure. */
@@ -95,6 +96,10 @@ bool kw_engine_could_ever_fit(const kw_engine *e, int32_t n_positions);
 int32_t kw_engine_max_positions(const kw_engine *e);
 /* The prompt-cache caps in force. false (and 0, 0) when the engine keeps no KV. */
 bool kw_engine_cache_caps(const kw_engine *e, int32_t *max_seqs, uint64_t *max_bytes);
+/* Sets the prompt-cache caps (a running server's SIGHUP): a lower cap
+ * evicts at once, LRU first. Returns the sequences evicted now, or -1 when
+ * the engine keeps no KV. */
+int32_t kw_engine_set_cache_caps(kw_engine *e, int32_t max_seqs, uint64_t max_bytes);
 /* Would the prompt cache keep a finished sequence now? */
 bool kw_engine_caching(const kw_engine *e);
 /* Prompt tokens seq_begin would find cached right now (0..n-1); changes nothing. */

@@ -75,6 +75,9 @@ bool kw_gguf_get_float(const kw_gguf *g, const char *key, double *out);
 bool kw_gguf_get_bool(const kw_gguf *g, const char *key, bool *out);
 const char *kw_gguf_get_str(const kw_gguf *g, const char *key);  /* NULL if absent / not a string */
 const char *kw_gguf_vtype_name(kw_gguf_vtype t);
+/* Bytes of one value of a fixed-size type (1, 2, 4 or 8); 0 for STRING, ARRAY
+ * and numbers that name no type. */
+int kw_gguf_vtype_size(uint32_t t);
 
 /* ---- writer ----
  * Usage: w = kw_gguf_writer_create(); add kvs and tensors (data is copied or
@@ -111,5 +114,9 @@ int kw_gguf_writer_add_tensor_fill(kw_gguf_writer *w, const char *name, uint32_t
                                    const int64_t *ne, kw_gguf_fill_fn fill, void *ctx, kw_err *err);
 /* Writes PATH.tmp and renames it to PATH (no half-written file at PATH). */
 int kw_gguf_writer_write(kw_gguf_writer *w, const char *path, kw_err *err);
+/* The same, reporting the tensor data written to p (progress.h; its total is
+ * set to the data bytes; p may be NULL). */
+struct kw_progress;
+int kw_gguf_writer_write_progress(kw_gguf_writer *w, const char *path, struct kw_progress *p, kw_err *err);
 
 #endif

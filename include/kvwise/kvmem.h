@@ -79,7 +79,8 @@ kw_kvmem_stats kw_kvmem_get_stats(kw_kvmem *m);
 
 /* "Prompt cache: 2 seq, 3.11 GiB, latest 42477 tokens, hit rate 87%" */
 const char *kw_kvmem_cache_line(kw_kvmem *m, char *buf, size_t cap);
-/* Adds "prompt_cache" and "kv_pool" objects to obj (for /v1/memory). */
+/* Adds "prompt_cache" (with "entries": the 64 most recently used cached
+ * sequences) and "kv_pool" objects to obj (for /v1/memory). */
 void kw_kvmem_add_json(kw_kvmem *m, struct cJSON *obj);
 /* Appends Prometheus text (kvwise_prompt_cache_*, kvwise_kv_*) to a
  * malloc'd buffer *buf of length *len (grown as needed). Returns 0 or -1. */

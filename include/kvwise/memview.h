@@ -43,6 +43,14 @@ typedef struct kw_memview_counters {
     int n_api;
 } kw_memview_counters;
 
+/* GET /v1/requests: {"running": [...], "queued": [...]} from the
+ * scheduler's list (sched.h) at monotonic time now: per request its id,
+ * API, state ("prefill", "decode", "queued"), prompt tokens, cached and
+ * prefilled so far ("prefill": {"done", "total"}), generated tokens and
+ * the most it may generate, age, queue wait, TTFT and decode tok/s once
+ * known (null before). */
+char *kw_memview_requests_json(const kw_sched_req_info *r, int n, double now);
+
 /* malloc'd NUL-terminated bodies (free()); NULL when out of memory. */
 char *kw_memview_json(const kw_engine *e, struct kw_ledger *l, const kw_footprint *measured,
                       const kw_memview_counters *c);

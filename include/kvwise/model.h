@@ -50,6 +50,7 @@ int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err);
 typedef struct kw_model_opts {
     bool mlock;                 /* lock weight pages in RAM */
     bool no_repack;             /* keep weights as stored (no load-time repacking) */
+    struct kw_progress *progress; /* NULL, or where the repacking reports layers done (progress.h) */
 } kw_model_opts;
 
 typedef struct kw_model kw_model;

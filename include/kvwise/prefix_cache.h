@@ -37,6 +37,16 @@ typedef struct kw_prefix_cache_stats {
     uint64_t meta_bytes;       /* tree bookkeeping (nodes, token copies), accounted as KW_MEM_OTHER */
 } kw_prefix_cache_stats;
 
+/* One cached sequence (a leaf and its path), for /v1/memory. */
+typedef struct kw_prefix_cache_entry {
+    int32_t tokens;            /* tokens the path covers */
+    int32_t blocks;            /* blocks on the path (shared ones included) */
+    int32_t exclusive_blocks;  /* blocks below the last branching point: only this entry holds them */
+    uint64_t hits;             /* lookups whose match ended on this path (a match of a shared
+                                  system prompt counts for every entry built on it) */
+    double idle_s;             /* seconds since the entry was last matched or inserted */
+} kw_prefix_cache_entry;
+
 /* max_seqs = 0 or max_bytes = 0 disables the cache (insert keeps nothing). */
 kw_prefix_cache *kw_prefix_cache_create(kw_kv_pool *pool, int32_t max_seqs, uint64_t max_bytes);
 void kw_prefix_cache_destroy(kw_prefix_cache *c);   /* drops every reference */
@@ -62,6 +72,9 @@ void kw_prefix_cache_set_caps(kw_prefix_cache *c, int32_t max_seqs, uint64_t max
 /* Do the caps allow keeping anything (max_seqs > 0 and max_bytes >= one block)? */
 bool kw_prefix_cache_enabled(const kw_prefix_cache *c);
 kw_prefix_cache_stats kw_prefix_cache_get_stats(const kw_prefix_cache *c);
+/* The cached sequences, most recently used first: fills at most max and
+ * returns how many (n_seqs of the stats says how many there are). */
+int32_t kw_prefix_cache_entries(const kw_prefix_cache *c, kw_prefix_cache_entry *out, int32_t max);
 
 /* If the last block of t is shared (refs > 1), replace it with a private
  * copy. Returns -1 if the pool has no free block. */

@@ -102,6 +102,7 @@ struct kw_sched_req {
     int32_t top_logprobs;       /* 0..KW_SCHED_MAX_TOP_LOGPROBS */
     bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     int client_fd;              /* polled for hang-up each step (-1 = none) */
+    const char *tag;            /* a static label shown in kw_sched_list (the client API), or NULL */
     kw_sched_cb on_event;
     void *user;
     /* set by the scheduler */
@@ -140,6 +141,27 @@ void kw_sched_cancel(kw_sched *s, kw_sched_req *r);
 /* Cancels everything (FINISH cancelled is delivered to each) and joins. */
 void kw_sched_stop(kw_sched *s);
 kw_sched_stats kw_sched_get_stats(kw_sched *s);
+/* A request as kw_sched_list shows it (GET /v1/requests, the memory page). */
+typedef enum { KW_REQ_QUEUED = 0, KW_REQ_PREFILL, KW_REQ_DECODE } kw_req_state;
+typedef struct kw_sched_req_info {
+    uint64_t id;
+    const char *tag;            /* the request's tag (static) or NULL */
+    kw_req_state state;
+    int32_t n_prompt;           /* prompt tokens */
+    int32_t cached;             /* of them, taken from the prompt cache */
+    int32_t prompt_done;        /* of them, in the KV now (cached + prefilled) */
+    int32_t n_gen, max_gen;     /* generated so far, and the most it may generate */
+    double t_submit, t_admit;   /* monotonic seconds (CLOCK_MONOTONIC); t_admit 0 while queued */
+    double t_first, t_last;     /* first and latest generated token (0: none yet) */
+} kw_sched_req_info;
+/* Running requests (as of the last step) then waiting ones (queue order):
+ * fills at most max, returns how many. */
+int kw_sched_list(kw_sched *s, kw_sched_req_info *out, int max);
+
+/* Changes the queue limits of a running scheduler (a server's SIGHUP): a
+ * smaller max_queue refuses new submissions until the queue is shorter (the
+ * waiting ones stay); a new queue_timeout_s applies to every waiting request. */
+void kw_sched_set_queue_limits(kw_sched *s, int32_t max_queue, double queue_timeout_s);
 
 /* ---- pieces exposed for unit tests -------------------------------------- */
 

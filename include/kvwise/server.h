@@ -60,7 +60,10 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
 void kw_server_set_config(kw_server *s, const char *json);
 /* The chat template family in use ("chatml", ...) and where it came from. */
 const char *kw_server_template_desc(const kw_server *s);
-/* Blocks until SIGTERM or SIGINT (installs the handlers). */
+/* What SIGHUP does: kw_server_wait calls fn(ctx) on its own thread (the
+ * caller's) for every SIGHUP, then waits on. Without it SIGHUP only logs. */
+void kw_server_on_reload(kw_server *s, void (*fn)(void *ctx), void *ctx);
+/* Blocks until SIGTERM or SIGINT (installs the handlers, SIGHUP's too). */
 void kw_server_wait(kw_server *s);
 /* Stops accepting, cancels in-flight work through the scheduler (which it
  * stops and frees), waits for connections to drain, closes. */

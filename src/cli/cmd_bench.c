@@ -29,6 +29,7 @@
 #include "kvwise/kv.h"
 #include "kvwise/memory.h"
 #include "kvwise/model.h"
+#include "kvwise/progress.h"
 #include "kvwise/tensor.h"
 
 typedef struct bench_opts {
@@ -371,8 +372,11 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o;
     if (parse_args(argc, argv, &o) != 0) return 2;
     kw_err err = {{0}};
-    kw_model_opts mo = {.no_repack = o.no_repack};
+    kw_progress prog;
+    kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise bench: loading model", 0, KW_PROGRESS_ITEMS, "layers");
+    kw_model_opts mo = {.no_repack = o.no_repack, .progress = &prog};
     kw_model *m = kw_model_load(o.model, &mo, &err);
+    kw_progress_end(&prog, m != NULL);
     if (!m) { fprintf(stderr, "kvwise bench: %s\n", err.msg); return 2; }
     const kw_hparams *hp = kw_model_hparams(m);
     o.kv_type = kw_model_kv_layout(m, o.kv_type, 32).type;   /* auto -> what this model and CPU get */
@@ -418,6 +422,7 @@ int cmd_bench(int argc, char **argv) {
         rc = prefill_depth(s, o.d, hp->n_vocab, &rng, &err);
         if (rc == 0 && !o.json) fprintf(stderr, "depth: %d tokens prefilled in %.1f s\n", o.d, now_sec() - t0);
     }
+    kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise bench", (uint64_t)o.r, KW_PROGRESS_ITEMS, "reps");
     for (int i = 0; i < o.r && rc == 0; i++) {
         bwbuf[i] = kw_measure_read_bandwidth(pool, 0.15);
         bw[i] = kw_model_read_bandwidth(m, pool, 0.3);
@@ -429,12 +434,20 @@ int cmd_bench(int argc, char **argv) {
             ratio[i] = tg[i] > 0 ? bt[i] / tg[i] : 0;
         }
         if (!o.json && rc == 0) {
-            fprintf(stderr, "rep %d/%d: pp %.1f tok/s, tg %.1f tok/s", i + 1, o.r, pp[i], tg[i]);
-            if (o.d > 0 && o.n > 0) fprintf(stderr, " (at d0 %.1f: %.0f%%)", tg0[i], 100 * dratio[i]);
-            if (o.batch) fprintf(stderr, ", batch %d: %.1f tok/s (%.2fx tg)", o.batch, bt[i], ratio[i]);
-            fprintf(stderr, ", bandwidth %.1f GB/s (256 MiB buffer %.1f)\n", bw[i] / 1e9, bwbuf[i] / 1e9);
+            char line[320];
+            int u = snprintf(line, sizeof line, "rep %d/%d: pp %.1f tok/s, tg %.1f tok/s", i + 1, o.r, pp[i], tg[i]);
+            if (o.d > 0 && o.n > 0 && u < (int)sizeof line)
+                u += snprintf(line + u, sizeof line - (size_t)u, " (at d0 %.1f: %.0f%%)", tg0[i], 100 * dratio[i]);
+            if (o.batch && u < (int)sizeof line)
+                u += snprintf(line + u, sizeof line - (size_t)u, ", batch %d: %.1f tok/s (%.2fx tg)", o.batch, bt[i], ratio[i]);
+            if (u < (int)sizeof line)
+                snprintf(line + u, sizeof line - (size_t)u, ", bandwidth %.1f GB/s (256 MiB buffer %.1f)", bw[i] / 1e9, bwbuf[i] / 1e9);
+            kw_progress_print(&prog, "%s\n", line);
         }
+        if (rc == 0) kw_progress_note(&prog, "tg %.1f tok/s", tg[i]);
+        kw_progress_add(&prog, 1);
     }
+    kw_progress_end(&prog, rc == 0);
     if (rc != 0) {
         fprintf(stderr, "kvwise bench: %s\n", err.msg);
     } else {

@@ -8,6 +8,7 @@
 #include <time.h>
 #include "cli.h"
 #include "kvwise/arch.h"
+#include "kvwise/progress.h"
 #include "kvwise/tensor.h"
 #include "mkmodel/mkmodel.h"
 
@@ -51,7 +52,9 @@ static void usage(FILE *f) {
         "                   tokenizer_config.json; byte-level BPE) instead of the trained one:\n"
         "                   its tokens, merges, specials and chat template; vocab = its size\n"
         "  -o, --output FILE   where to write (required)\n"
-        "  -q, --quiet      no summary line\n");
+        "  -q, --quiet      no progress and no summary line\n\n"
+        "Progress (tensor bytes written, rate, ETA) goes to stderr: a bar on a terminal,\n"
+        "plain lines at most once per second otherwise.\n");
 }
 
 static int parse_int(const char *opt, const char *v, int32_t *out) {
@@ -116,9 +119,15 @@ int cmd_mkmodel(int argc, char **argv) {
     if (name) snprintf(s.name, sizeof s.name, "%s", name);
     if (hf_dir && vocab) { fprintf(stderr, "kvwise mkmodel: --vocab cannot be combined with --hf-tokenizer (the vocab is the tokenizer's)\n"); return 2; }
     s.hf_tokenizer = hf_dir;
+    kw_progress prog;
+    kw_progress_begin(&prog, stderr, quiet ? KW_PROGRESS_OFF : KW_PROGRESS_AUTO, "kvwise mkmodel: writing tensors", 0,
+                      KW_PROGRESS_BYTES, NULL);
+    s.progress = &prog;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (kw_mk_write(&s, (uint32_t)wtype, seed, out, &err)) {
+    int rc = kw_mk_write(&s, (uint32_t)wtype, seed, out, &err);
+    kw_progress_end(&prog, rc == 0);
+    if (rc) {
         fprintf(stderr, "kvwise mkmodel: %s\n", err.msg);
         return 2;
     }

@@ -12,13 +12,16 @@
 #include <string.h>
 #include "cli.h"
 #include "run_common.h"
+#include "kvwise/progress.h"
 #include "kvwise/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvwise perplexity -m MODEL -f TEXT [--ctx N] [-t THREADS] [--chunks N]\n\n"
-            "Prints the perplexity of the model over the text file: per chunk on stderr,\n"
-            "the final figure on stdout (\"perplexity: X +/- E over N tokens\").\n\n"
+            "Prints the perplexity of the model over the text file: progress (tokens scored,\n"
+            "rate, ETA, perplexity so far) on stderr, a bar on a terminal, plain lines at most\n"
+            "once per second otherwise; the final figure on stdout (\"perplexity: X +/- E over\n"
+            "N tokens\").\n\n"
             "  -f, --file FILE     the text\n"
             "      --chunks N      score at most N chunks (default: all)\n"
             "%s"
@@ -37,12 +40,13 @@ static double nll(const float *logits, int32_t n_vocab, int32_t target) {
 }
 
 static int run(const kw_run_opts *o, kw_model *m, long max_chunks) {
-    size_t len = 0, n = 0;
-    char *text = kw_run_prompt_text(o, &len);
-    int32_t *ids = text ? kw_run_tokenize(o, m, text, len, &n) : NULL;
+    kw_run_prompt pr;
+    int read = kw_run_prompt_read(o, m, &pr);
+    const int32_t *ids = pr.ids;
+    size_t n = pr.n;
     int rc = 2;
     kw_session *s = NULL;
-    if (!ids) goto out;
+    if (read) goto out;
     int32_t ctx = o->ctx ? o->ctx : 512, n_vocab = kw_model_hparams(m)->n_vocab;
     size_t n_chunks = n / (size_t)ctx;
     if (max_chunks > 0 && n_chunks > (size_t)max_chunks) n_chunks = (size_t)max_chunks;
@@ -62,12 +66,15 @@ static int run(const kw_run_opts *o, kw_model *m, long max_chunks) {
     kw_err err = {{0}};
     int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
     if (!chunk) goto out;
-    double t0 = kw_run_now_ms();
+    kw_progress prog;
+    kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise perplexity", (uint64_t)n_chunks * (uint64_t)ctx,
+                      KW_PROGRESS_ITEMS, "tokens");
     for (size_t c = 0; c < n_chunks; c++) {
         memcpy(chunk, ids + c * (size_t)ctx, (size_t)ctx * sizeof *chunk);
         if (add_bos) chunk[0] = kw_token_bos(tok);
         kw_session_rewind(s, 0);
         if (kw_session_eval(s, chunk, ctx, true, &err)) {
+            kw_progress_end(&prog, false);
             fprintf(stderr, "kvwise perplexity: %s\n", err.msg);
             free(chunk);
             goto out;
@@ -78,9 +85,10 @@ static int run(const kw_run_opts *o, kw_model *m, long max_chunks) {
             sum2 += v * v;
             count++;
         }
-        fprintf(stderr, "[%zu/%zu] %.4f (%.1f tok/s)\n", c + 1, n_chunks, exp(sum / (double)count),
-                (double)(c + 1) * ctx / ((kw_run_now_ms() - t0) / 1e3 + 1e-9));
+        kw_progress_note(&prog, "ppl %.4f", exp(sum / (double)count));
+        kw_progress_add(&prog, (uint64_t)ctx);
     }
+    kw_progress_end(&prog, true);
     free(chunk);
     double mean = sum / (double)count, var = sum2 / (double)count - mean * mean;
     double ppl = exp(mean), err_ppl = ppl * sqrt((var > 0 ? var : 0) / (double)(count > 1 ? count - 1 : 1));
@@ -88,8 +96,7 @@ static int run(const kw_run_opts *o, kw_model *m, long max_chunks) {
     rc = 0;
 out:
     kw_session_free(s);
-    free(ids);
-    free(text);
+    kw_run_prompt_free(&pr);
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "cli.h"
+#include "kvwise/progress.h"
 #include "kvwise/tensor.h"
 #include "mkmodel/mkmodel.h"
 
@@ -15,7 +16,9 @@ static void usage(FILE *f) {
         "and writes OUT with IN's metadata (general.file_type updated). 1-D tensors (norms,\n"
         "biases) keep their type. TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k\n"
         "(a K-quant falls back to q5_0/q5_1/q8_0 for rows that are not a multiple of 256).\n"
-        "Quantizing an already quantized model compounds the rounding error.\n");
+        "Quantizing an already quantized model compounds the rounding error.\n"
+        "Progress (tensor bytes written, rate, ETA) goes to stderr: a bar on a terminal,\n"
+        "plain lines at most once per second otherwise.\n");
 }
 
 int cmd_quantize(int argc, char **argv) {
@@ -34,7 +37,11 @@ int cmd_quantize(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     kw_err err = {{0}};
-    if (kw_mk_quantize_file(pos[0], pos[1], (uint32_t)type, &err)) {
+    kw_progress prog;
+    kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise quantize: writing tensors", 0, KW_PROGRESS_BYTES, NULL);
+    int rc = kw_mk_quantize_file(pos[0], pos[1], (uint32_t)type, &prog, &err);
+    kw_progress_end(&prog, rc == 0);
+    if (rc) {
         fprintf(stderr, "kvwise quantize: %s\n", err.msg);
         return 2;
     }

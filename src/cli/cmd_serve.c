@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cli.h"
@@ -16,31 +17,16 @@
 #include "kvwise/kv.h"
 #include "kvwise/ledger.h"
 #include "kvwise/plan.h"
+#include "kvwise/progress.h"
 #include "kvwise/sched.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
+#include "serve_notify.h"
+#include "serve_opts.h"
 #ifdef KW_TESTCTL
 #include "engine_stub.h"
-#include "serve_testctl.h"
 #endif
 
-typedef struct serve_opts {
-    const char *model, *host, *api_key, *origins, *chat_template, *alias, *kv_type;
-    int port, ctx_size, decode_conc, prompt_conc, prefill_step, kv_blocks, kv_block_tokens;
-    int timeout_s, http_threads, max_queue, threads;
-    int max_client_conns;       /* -1 = default: unlimited on loopback, 64 elsewhere */
-    int max_conns;              /* open HTTP connections in all (a ledger line) */
-    uint64_t max_body;
-    bool mlock, quiet_progress;
-    /* memory (docs/MEMORY.md) */
-    uint64_t memory_limit;      /* 0 = default: MemAvailable at start minus a reserve */
-    uint64_t cache_bytes;       /* UINT64_MAX = default: the plan's (kw_plan_serve_sizing) */
-    int cache_size;
-    double queue_timeout;
-#ifdef KW_TESTCTL
-    serve_test_opts test;       /* the test hooks' flags (serve_testctl.h) */
-#endif
-} serve_opts;
 
 /* Does this server run the test stub instead of a model (test builds only)? */
 static bool serve_uses_stub(const serve_opts *o) {
@@ -56,7 +42,16 @@ static void usage(FILE *f) {
     fprintf(f,
         "usage: kvwise serve -m MODEL.gguf [options]\n\n"
         "An OpenAI-compatible server (POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
-        "/health, /v1/config) with continuous batching and chunked prefill.\n\n"
+        "/health, /v1/config, /v1/memory) with continuous batching and chunked prefill. GET / is a\n"
+        "live memory page for a browser (docs/SERVER.md).\n\n"
+        "configuration (docs/SERVICE.md):\n"
+        "  --config FILE            read settings from FILE: one per line, named as these flags without the\n"
+        "                           dashes, same units (`prompt-cache-bytes = 4GiB`, `mlock`; '#' comments).\n"
+        "                           A flag given here wins over the file, the file over the default;\n"
+        "                           GET /v1/config says the source of every value. SIGHUP re-reads FILE:\n"
+        "                           --prompt-cache-size, --prompt-cache-bytes (a lower cap evicts at once),\n"
+        "                           --max-queue and --queue-timeout apply live; any other change is logged\n"
+        "                           as needing a restart and shown in /v1/config (restart_needed)\n"
         "network:\n"
         "  --host ADDR              listen address (default 127.0.0.1; 0.0.0.0 exposes it to the network)\n"
         "  --port N                 TCP port (default 8080; 0 = any free port, printed at startup)\n"
@@ -139,95 +134,14 @@ static void usage(FILE *f) {
 #endif
 }
 
-static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < lo || x > hi) {
-        fprintf(stderr, "kvwise serve: %s needs an integer in [%d, %d]\n", flag, lo, hi);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-static int parse_args(int argc, char **argv, serve_opts *o) {
-    *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .decode_conc = 8, .prompt_conc = 1,
-                      .prefill_step = 512, .kv_type = "auto", .kv_block_tokens = 32, .timeout_s = 600, .max_client_conns = -1,
-                      .max_conns = KW_SERVER_DEFAULT_MAX_CONNECTIONS,
-                      .http_threads = 2, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
-                      .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-#define TAKES_VALUE() do { if (!v) { fprintf(stderr, "kvwise serve: %s needs a value\n", a); return -1; } i++; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { TAKES_VALUE(); o->model = v; }
-        else if (!strcmp(a, "--host")) { TAKES_VALUE(); o->host = v; }
-        else if (!strcmp(a, "--port")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 65535, &o->port); }
-        else if (!strcmp(a, "--api-key")) { TAKES_VALUE(); o->api_key = v; }
-        else if (!strcmp(a, "--allowed-origins")) { TAKES_VALUE(); o->origins = v; }
-        else if (!strcmp(a, "--chat-template")) { TAKES_VALUE(); o->chat_template = v; }
-        else if (!strcmp(a, "--alias")) { TAKES_VALUE(); o->alias = v; }
-        else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 24, &o->ctx_size); }
-        else if (!strcmp(a, "--decode-concurrency")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 1024, &o->decode_conc); }
-        else if (!strcmp(a, "--prompt-concurrency")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 64, &o->prompt_conc); }
-        else if (!strcmp(a, "--prefill-step-size")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 1 << 16, &o->prefill_step); }
-        else if (!strcmp(a, "--max-queue")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 20, &o->max_queue); }
-        else if (!strcmp(a, "--kv-type")) {
-            TAKES_VALUE(); o->kv_type = v;
-            if (kw_kv_type_from_name(v) < 0 || !strcmp(v, "f32")) {
-                fprintf(stderr, "kvwise serve: --kv-type must be auto, i16, i8, f16 or q8_0\n");
-                return -1;
-            }
-        }
-        else if (!strcmp(a, "--kv-blocks")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 24, &o->kv_blocks); }
-        else if (!strcmp(a, "--kv-block-size")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 4096, &o->kv_block_tokens); }
-        else if (!strcmp(a, "--timeout")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 86400, &o->timeout_s); }
-        else if (!strcmp(a, "--max-client-connections")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 100000, &o->max_client_conns); }
-        else if (!strcmp(a, "--max-connections")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 100000, &o->max_conns); }
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1024, &o->threads); }
-        else if (!strcmp(a, "--http-threads")) { TAKES_VALUE(); rc = parse_int(a, v, 1, 64, &o->http_threads); }
-        else if (!strcmp(a, "--max-body")) {
-            TAKES_VALUE();
-            kw_err err = {{0}};
-            if (kw_parse_bytes(v, &o->max_body, &err) < 0 || o->max_body == 0) { fprintf(stderr, "kvwise serve: --max-body: %s\n", err.msg[0] ? err.msg : "must be > 0"); return -1; }
-        }
-        else if (!strcmp(a, "--mlock")) o->mlock = true;
-        else if (!strcmp(a, "--memory-limit") || !strcmp(a, "--prompt-cache-bytes")) {
-            TAKES_VALUE();
-            kw_err err = {{0}};
-            uint64_t b = 0;
-            if (kw_parse_bytes(v, &b, &err) < 0) { fprintf(stderr, "kvwise serve: %s: %s\n", a, err.msg); return -1; }
-            if (!strcmp(a, "--memory-limit")) {
-                if (b == 0) { fprintf(stderr, "kvwise serve: --memory-limit must be > 0\n"); return -1; }
-                o->memory_limit = b;
-            } else {
-                o->cache_bytes = b;
-            }
-        }
-        else if (!strcmp(a, "--prompt-cache-size")) { TAKES_VALUE(); rc = parse_int(a, v, 0, 1 << 20, &o->cache_size); }
-        else if (!strcmp(a, "--queue-timeout")) {
-            TAKES_VALUE();
-            char *end;
-            double t = strtod(v, &end);
-            if (*end || !(t >= 0 && t <= 86400)) { fprintf(stderr, "kvwise serve: --queue-timeout needs seconds in [0, 86400]\n"); return -1; }
-            o->queue_timeout = t;
-        }
-#ifdef KW_TESTCTL
-        else if ((rc = serve_test_parse(argc, argv, &i, &o->test)) != 0) { if (rc > 0) rc = 0; }
-#endif
-        else { fprintf(stderr, "kvwise serve: unknown option '%s' (see --help)\n", a); return -1; }
-        if (rc < 0) return -1;
-#undef TAKES_VALUE
-    }
-    if (!o->model && !serve_uses_stub(o)) { fprintf(stderr, "kvwise serve: -m MODEL.gguf is required (see --help)\n"); return -1; }
-    return 0;
-}
+static time_t serve_started;        /* when this process started serving (GET /v1/config) */
 
 /* Every effective setting, as served by GET /v1/config and printed at startup. */
 static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *tpl_desc) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "version", KW_VERSION);
+    cJSON_AddNumberToObject(c, "pid", (double)getpid());              /* which process answers: a restart changes it */
+    cJSON_AddNumberToObject(c, "started_unix", (double)serve_started);
     cJSON_AddStringToObject(c, "model", serve_uses_stub(o) ? "(stub engine)" : o->model);
     cJSON_AddStringToObject(c, "model_id", o->alias ? o->alias : e->model_id);
     cJSON_AddStringToObject(c, "host", o->host);
@@ -271,15 +185,21 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     return c;
 }
 
+/* The startup report: every value, and where it came from when it is a setting. */
 static void print_report(const cJSON *c) {
     fprintf(stderr, "kvwise serve: effective settings\n");
-    const cJSON *it;
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(c, "sources"), *it;
     cJSON_ArrayForEach(it, c) {
-        if (cJSON_IsString(it)) fprintf(stderr, "  %-20s %s\n", it->string, it->valuestring);
-        else if (cJSON_IsBool(it)) fprintf(stderr, "  %-20s %s\n", it->string, cJSON_IsTrue(it) ? "true" : "false");
+        char v[160];
+        if (cJSON_IsString(it)) snprintf(v, sizeof v, "%s", it->valuestring);
+        else if (cJSON_IsBool(it)) snprintf(v, sizeof v, "%s", cJSON_IsTrue(it) ? "true" : "false");
         else if (cJSON_IsNumber(it) && it->valuedouble == (double)(int64_t)it->valuedouble)
-            fprintf(stderr, "  %-20s %lld\n", it->string, (long long)it->valuedouble);
-        else if (cJSON_IsNumber(it)) fprintf(stderr, "  %-20s %g\n", it->string, it->valuedouble);
+            snprintf(v, sizeof v, "%lld", (long long)it->valuedouble);
+        else if (cJSON_IsNumber(it)) snprintf(v, sizeof v, "%g", it->valuedouble);
+        else continue;
+        const cJSON *from = cJSON_GetObjectItemCaseSensitive(src, it->string);
+        if (cJSON_IsString(from)) fprintf(stderr, "  %-22s %s  (%s)\n", it->string, v, from->valuestring);
+        else fprintf(stderr, "  %-22s %s\n", it->string, v);
     }
 }
 
@@ -349,7 +269,12 @@ static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, const kw_plan
                                .kv_type = p->o.kv_type, .mlock = o->mlock, .n_threads = serve_threads(o),
                                .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
                                .ledger = led, .cache_log_interval_s = 10};
-    return kw_engine_model_create(&mo, err);
+    kw_progress prog;
+    kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise serve: loading model", 0, KW_PROGRESS_ITEMS, "layers");
+    mo.progress = &prog;
+    kw_engine *e = kw_engine_model_create(&mo, err);
+    kw_progress_end(&prog, e != NULL);
+    return e;
 }
 
 /* The budget: --memory-limit or MemAvailable minus a reserve; the fixed
@@ -400,9 +325,191 @@ static void on_sigbus(int sig) {
     raise(sig);
 }
 
+/* ---- the running server's settings and SIGHUP --------------------------- */
+
+typedef struct serve_state {
+    int argc;
+    char **argv;
+    serve_settings req;         /* as parsed (defaults, file, flags), with the live changes of reloads */
+    serve_opts *o;              /* what runs (defaults resolved: memory limit, client connections) */
+    kw_conf conf;               /* the file read at start: string settings point into it */
+    kw_ledger *led;
+    kw_engine *e;
+    kw_sched *sched;
+    kw_server *srv;
+    int reloads;
+    char last_reload[768];      /* one line: what the last SIGHUP did */
+    cJSON *restart_needed;      /* {name: {"running": text, "file": text}} */
+} serve_state;
+
+/* /v1/config's provenance: where every value came from, which settings a
+ * SIGHUP applies, what the last one did and what waits for a restart. */
+static void add_provenance(cJSON *c, const serve_state *st) {
+    cJSON *src = cJSON_AddObjectToObject(c, "sources");
+    for (int i = 0; src && i < serve_opt_count(); i++)
+        cJSON_AddStringToObject(src, serve_opt_at(i)->key, serve_src_name(st->req.src[i]));
+    cJSON *live = cJSON_AddArrayToObject(c, "live_settings");
+    for (int i = 0; live && i < serve_opt_count(); i++)
+        if (serve_opt_at(i)->live) cJSON_AddItemToArray(live, cJSON_CreateString(serve_opt_at(i)->key));
+    if (st->req.o.config_path) cJSON_AddStringToObject(c, "config_file", st->req.o.config_path);
+    else cJSON_AddNullToObject(c, "config_file");
+    cJSON *r = cJSON_AddObjectToObject(c, "reload");
+    if (r) {
+        cJSON_AddNumberToObject(r, "count", st->reloads);
+        cJSON_AddStringToObject(r, "last", st->last_reload);
+    }
+    cJSON_AddItemToObject(c, "restart_needed", st->restart_needed ? cJSON_Duplicate(st->restart_needed, 1)
+                                                                  : cJSON_CreateObject());
+}
+
+static cJSON *state_config(const serve_state *st) {
+    cJSON *c = config_json(st->o, st->e, kw_server_template_desc(st->srv));
+    add_provenance(c, st);
+    return c;
+}
+
+static void publish_config(const serve_state *st) {
+    cJSON *c = state_config(st);
+    char *s = cJSON_PrintUnformatted(c);
+    cJSON_Delete(c);
+    kw_server_set_config(st->srv, s);
+    free(s);
+}
+
+/* The prompt-cache caps for the running server with new cache settings:
+ * the plan's default byte cap follows --prompt-cache-size, as at start. */
+static int reload_cache_caps(serve_state *st, const serve_opts *n, int32_t *seqs, uint64_t *bytes, kw_err *err) {
+    serve_opts t = *st->o;
+    t.cache_size = n->cache_size;
+    t.cache_bytes = n->cache_bytes;
+    kw_plan p;
+    kw_plan_serve sz;
+    if (plan_memory(&t, st->led, &p, &sz, err) < 0) return -1;
+    *seqs = sz.cache_max_seqs;
+    *bytes = sz.cache_max_bytes;
+    return 0;
+}
+
+/* Appends "; " + text to the reload line. */
+static void note(serve_state *st, const char *text) {
+    size_t u = strlen(st->last_reload);
+    snprintf(st->last_reload + u, sizeof st->last_reload - u, "%s%s", u ? "; " : "", text);
+}
+
+/* SIGHUP: read --config FILE again, apply what can change live, report
+ * what needs a restart; /v1/config shows the result. Runs on the main
+ * thread (kw_server_wait), one at a time. */
+static void serve_reload(void *ctx) {
+    serve_state *st = ctx;
+    serve_notify("RELOADING=1");
+    st->reloads++;
+    st->last_reload[0] = 0;
+    const char *path = st->req.o.config_path;
+    if (!path) {
+        note(st, "no --config FILE: nothing to re-read");
+        fprintf(stderr, "kvwise serve: SIGHUP: %s\n", st->last_reload);
+        publish_config(st);
+        serve_notify("READY=1");
+        return;
+    }
+    kw_conf nc;
+    kw_err err = {{0}};
+    serve_settings ns;
+    if (kw_conf_load(path, &nc, &err) < 0 || serve_settings_parse(st->argc, st->argv, &nc, &ns) < 0) {
+        if (!err.msg[0]) snprintf(err.msg, sizeof err.msg, "%s: a setting is not valid (logged above)", path);
+        if (nc.e) kw_conf_free(&nc);
+        char line[600];
+        snprintf(line, sizeof line, "failed, every setting kept: %s", err.msg);
+        note(st, line);
+        fprintf(stderr, "kvwise serve: SIGHUP: re-reading %s %s\n", path, st->last_reload);
+        publish_config(st);
+        serve_notify("READY=1\nSTATUS=reload failed, every setting kept");
+        return;
+    }
+    cJSON_Delete(st->restart_needed);
+    st->restart_needed = cJSON_CreateObject();
+    bool cache = false, queue = false;
+    int changed = 0;
+    for (int i = 0; i < serve_opt_count(); i++) {
+        const serve_opt_desc *d = serve_opt_at(i);
+        const kw_conf_entry *fe = kw_conf_get(&nc, d->name);
+        if (fe && ns.src[i] == SERVE_SRC_FLAG)
+            fprintf(stderr, "kvwise serve: SIGHUP: %s is set in %s:%d, but the command line's --%s wins\n",
+                    d->name, path, fe->line, d->name);
+        if (!serve_opt_differs(&st->req.o, &ns.o, i)) {
+            if (d->live) st->req.src[i] = ns.src[i];
+            continue;
+        }
+        char was[96], now[96], line[400];
+        serve_opt_value(&st->req.o, i, was, sizeof was);
+        serve_opt_value(&ns.o, i, now, sizeof now);
+        changed++;
+        if (d->live) {
+            snprintf(line, sizeof line, "%s %s -> %s (applied)", d->name, was, now);
+            serve_opt_copy(&st->req.o, &ns.o, i);
+            serve_opt_copy(st->o, &ns.o, i);
+            st->req.src[i] = ns.src[i];
+            cache |= !strcmp(d->name, "prompt-cache-size") || !strcmp(d->name, "prompt-cache-bytes");
+            queue |= !strcmp(d->name, "max-queue") || !strcmp(d->name, "queue-timeout");
+        } else {
+            snprintf(line, sizeof line, "%s %s -> %s needs a restart (running with %s)", d->name, was, now, was);
+            cJSON *pend = cJSON_AddObjectToObject(st->restart_needed, d->name);
+            if (pend) {
+                cJSON_AddStringToObject(pend, "running", was);
+                cJSON_AddStringToObject(pend, "wanted", now);
+                cJSON_AddStringToObject(pend, "source", serve_src_name(ns.src[i]));
+            }
+        }
+        note(st, line);
+    }
+    kw_conf_free(&nc);      /* nothing kept points into it: no string setting is live */
+    if (queue && st->sched) kw_sched_set_queue_limits(st->sched, st->o->max_queue, st->o->queue_timeout);
+    if (cache) {
+        int32_t seqs;
+        uint64_t bytes;
+        if (reload_cache_caps(st, st->o, &seqs, &bytes, &err) < 0) {
+            note(st, err.msg);
+        } else {
+            int32_t ev = kw_engine_set_cache_caps(st->e, seqs, bytes);
+            char line[200], b[32];
+            if (ev < 0) snprintf(line, sizeof line, "this engine keeps no prompt cache");
+            else snprintf(line, sizeof line, "prompt cache now %d sequences / %s: %d evicted now", seqs,
+                          kw_format_bytes(bytes, b, sizeof b), ev);
+            note(st, line);
+        }
+    }
+    if (!changed) note(st, "no setting changed");
+    fprintf(stderr, "kvwise serve: SIGHUP: re-read %s: %s\n", path, st->last_reload);
+    publish_config(st);
+    serve_notify("READY=1\nSTATUS=reloaded");
+}
+
+/* --help anywhere, the config file, then every setting (serve_opts.h). */
+static int parse_args(int argc, char **argv, serve_state *st) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); exit(0); }
+    const char *path = serve_config_path(argc, argv);
+    kw_err err = {{0}};
+    if (path && *path && kw_conf_load(path, &st->conf, &err) < 0) {
+        fprintf(stderr, "kvwise serve: --config: %s\n", err.msg);
+        return -1;
+    }
+    if (serve_settings_parse(argc, argv, path ? &st->conf : NULL, &st->req) < 0) return -1;
+    if (!st->req.o.model && !serve_uses_stub(&st->req.o)) {
+        fprintf(stderr, "kvwise serve: -m MODEL.gguf is required (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
-    serve_opts o;
-    if (parse_args(argc, argv, &o) < 0) return 2;
+    static serve_state st;
+    st.argc = argc;
+    st.argv = argv;
+    if (parse_args(argc, argv, &st) < 0) return 2;
+    serve_opts o = st.req.o;
+    st.o = &o;
+    serve_started = time(NULL);
     signal(SIGBUS, on_sigbus);
     if (o.max_client_conns < 0) o.max_client_conns = host_is_loopback(o.host) ? 0 : 64;
     if (o.http_threads > o.max_conns) o.http_threads = o.max_conns;    /* MHD gives each thread a share */
@@ -447,25 +554,34 @@ int cmd_serve(int argc, char **argv) {
         kw_ledger_destroy(led);
         return 2;
     }
-    cJSON *cfg = config_json(&o, e, kw_server_template_desc(srv));
-    char *cfg_s = cJSON_PrintUnformatted(cfg);
+    st.led = led;
+    st.e = e;
+    st.sched = sched;
+    st.srv = srv;
+    cJSON *cfg = state_config(&st);
     print_report(cfg);
     cJSON_Delete(cfg);
     if (note[0]) fprintf(stderr, "kvwise serve: note: %s\n", note);
     kw_footprint fp;
     kw_ledger_print(led, kw_footprint_read(&fp, NULL) == 0 ? &fp : NULL, stderr);
-    /* The config endpoint is answered from the server's copy. */
-    kw_server_set_config(srv, cfg_s);
-    free(cfg_s);
+    /* The config endpoint is answered from the server's copy; SIGHUP refreshes it. */
+    publish_config(&st);
+    kw_server_on_reload(srv, serve_reload, &st);
 #ifdef KW_TESTCTL
     serve_test_ready(&o.test);  /* --test-fail-alloc rules (without @start) count from here */
 #endif
     fprintf(stderr, "kvwise serve: ready on http://%s:%d\n", o.host, o.port);
+    char ready[300];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving on http://%s:%d", o.host, o.port);
+    if (serve_notify(ready) < 0) fprintf(stderr, "kvwise serve: WARNING: cannot notify $NOTIFY_SOCKET\n");
     kw_server_wait(srv);
+    serve_notify("STOPPING=1");
     fprintf(stderr, "kvwise serve: shutting down (finishing in-flight requests)\n");
     kw_server_stop(srv);
     e->destroy(e);
     kw_ledger_destroy(led);
+    cJSON_Delete(st.restart_needed);
+    kw_conf_free(&st.conf);
     fprintf(stderr, "kvwise serve: stopped\n");
     return 0;
 }

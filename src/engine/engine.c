@@ -24,6 +24,14 @@ bool kw_engine_cache_caps(const kw_engine *e, int32_t *max_seqs, uint64_t *max_b
     return true;
 }
 
+int32_t kw_engine_set_cache_caps(kw_engine *e, int32_t max_seqs, uint64_t max_bytes) {
+    if (!e->kvmem) return -1;
+    int32_t before = kw_kvmem_get_stats(e->kvmem).cache.n_seqs;
+    kw_kvmem_set_cache_caps(e->kvmem, max_seqs, max_bytes);
+    int32_t after = kw_kvmem_get_stats(e->kvmem).cache.n_seqs;
+    return before > after ? before - after : 0;
+}
+
 bool kw_engine_caching(const kw_engine *e) { return e->kvmem && kw_kvmem_caching(e->kvmem); }
 
 int32_t kw_engine_cached_prefix(const kw_engine *e, const int32_t *prompt, int32_t n) {

@@ -135,7 +135,7 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     if (!e || !me) { free(e); free(me); kw_err_set(err, "engine: out of memory"); return NULL; }
     e->impl = me;
     e->destroy = me_destroy;
-    kw_model_opts mo = {.mlock = o->mlock};
+    kw_model_opts mo = {.mlock = o->mlock, .progress = o->progress};
     me->m = kw_model_load(o->model_path, &mo, err);
     if (!me->m) { me_destroy(e); return NULL; }
     const kw_hparams *hp = kw_model_hparams(me->m);

@@ -11,6 +11,7 @@
  * and reported by kw_gguf_writer_write(). */
 #include "kvwise/gguf.h"
 #include "kvwise/memory.h"
+#include "kvwise/progress.h"
 #include "kvwise/tensor.h"
 #include <errno.h>
 #include <stdio.h>
@@ -70,16 +71,6 @@ static void b_str(bytes *b, const char *s) {
     b_put(b, s, n);
 }
 
-static int elem_size(uint32_t t) {
-    switch (t) {
-    case KW_GGUF_UINT8: case KW_GGUF_INT8: case KW_GGUF_BOOL: return 1;
-    case KW_GGUF_UINT16: case KW_GGUF_INT16: return 2;
-    case KW_GGUF_UINT32: case KW_GGUF_INT32: case KW_GGUF_FLOAT32: return 4;
-    case KW_GGUF_UINT64: case KW_GGUF_INT64: case KW_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* ---- writer object ---- */
 
 kw_gguf_writer *kw_gguf_writer_create(void) {
@@ -133,7 +124,7 @@ static void kv_done(kw_gguf_writer *w, wkv *kv) {
 }
 
 void kw_gguf_writer_set_scalar(kw_gguf_writer *w, const char *key, kw_gguf_vtype type, const void *value) {
-    int n = elem_size(type);
+    int n = kw_gguf_vtype_size(type);
     if (!n || !value) { if (w) w->oom = 1; return; }   /* misuse: reported at write */
     wkv *kv = kv_slot(w, key, type);
     if (!kv) return;
@@ -158,7 +149,7 @@ void kw_gguf_writer_set_str(kw_gguf_writer *w, const char *key, const char *v) {
 }
 
 void kw_gguf_writer_set_arr(kw_gguf_writer *w, const char *key, kw_gguf_vtype elem, const void *data, uint64_t n) {
-    int es = elem_size(elem);
+    int es = kw_gguf_vtype_size(elem);
     if (!es || (n && !data)) { if (w) w->oom = 1; return; }
     wkv *kv = kv_slot(w, key, KW_GGUF_ARRAY);
     if (!kv) return;
@@ -198,10 +189,10 @@ void kw_gguf_writer_copy_kvs(kw_gguf_writer *w, const kw_gguf *src) {
             if (s->arr_type == KW_GGUF_STRING)
                 for (uint64_t j = 0; j < s->arr_n; j++) b_kwstr(&kv->val, &s->arr_str[j]);
             else
-                b_put(&kv->val, s->arr_data, (size_t)s->arr_n * (size_t)elem_size(s->arr_type));
+                b_put(&kv->val, s->arr_data, (size_t)s->arr_n * (size_t)kw_gguf_vtype_size(s->arr_type));
         } else {
             uint8_t raw[8];
-            int n = elem_size(s->type);
+            int n = kw_gguf_vtype_size(s->type);
             if (s->type == KW_GGUF_FLOAT32) { float f = (float)s->v.f; memcpy(raw, &f, 4); }
             else if (s->type == KW_GGUF_FLOAT64) memcpy(raw, &s->v.f, 8);
             else if (s->type == KW_GGUF_BOOL) raw[0] = s->v.b;
@@ -317,7 +308,7 @@ static int write_zeros(FILE *f, uint64_t n, const char *path, kw_err *err) {
     return 0;
 }
 
-static int write_filled(FILE *f, wtensor *t, const char *path, kw_err *err) {
+static int write_filled(FILE *f, wtensor *t, const char *path, kw_progress *p, kw_err *err) {
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
     size_t row_bytes = (size_t)(t->nbytes / (uint64_t)rows);
     int64_t per = row_bytes >= FILL_CHUNK_BYTES ? 1 : (int64_t)(FILL_CHUNK_BYTES / row_bytes);
@@ -332,12 +323,13 @@ static int write_filled(FILE *f, wtensor *t, const char *path, kw_err *err) {
             rc = kw_err_set(err, "tensor %s: %s", t->name, ferr.msg[0] ? ferr.msg : "fill failed");
         else
             rc = write_all(f, buf, (size_t)n * row_bytes, path, err);
+        kw_progress_add(p, (uint64_t)n * row_bytes);
     }
     kw_mem_free(buf);
     return rc;
 }
 
-static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_err *err) {
+static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_progress *p, kw_err *err) {
     uint32_t align = writer_alignment(w);
     bytes h = {0};
     b_put(&h, "GGUF", 4);
@@ -369,7 +361,11 @@ static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_err *err)
     for (size_t i = 0; i < w->n_t && rc == 0; i++) {
         wtensor *t = &w->t[i];
         rc = write_zeros(f, t->offset - pos, path, err);
-        if (!rc) rc = t->fill ? write_filled(f, t, path, err) : write_all(f, t->data, (size_t)t->nbytes, path, err);
+        if (!rc && t->fill) rc = write_filled(f, t, path, p, err);
+        else if (!rc) {
+            rc = write_all(f, t->data, (size_t)t->nbytes, path, err);
+            kw_progress_add(p, t->nbytes);
+        }
         pos = t->offset + t->nbytes;
     }
     if (!rc && w->n_t) rc = write_zeros(f, align_up(pos, align) - pos, path, err);
@@ -377,6 +373,10 @@ static int write_file(kw_gguf_writer *w, FILE *f, const char *path, kw_err *err)
 }
 
 int kw_gguf_writer_write(kw_gguf_writer *w, const char *path, kw_err *err) {
+    return kw_gguf_writer_write_progress(w, path, NULL, err);
+}
+
+int kw_gguf_writer_write_progress(kw_gguf_writer *w, const char *path, kw_progress *p, kw_err *err) {
     if (!w || !path) return kw_err_set(err, "gguf writer: bad arguments");
     if (w->oom) return kw_err_set(err, "%s: a metadata value could not be stored (out of memory or bad type)", path);
     size_t n = strlen(path);
@@ -388,7 +388,12 @@ int kw_gguf_writer_write(kw_gguf_writer *w, const char *path, kw_err *err) {
     if (!f) { kw_err_set(err, "%s: %s", tmp, strerror(errno)); free(tmp); return -1; }
     char *iobuf = malloc(1u << 20);   /* large sequential writes */
     if (iobuf) setvbuf(f, iobuf, _IOFBF, 1u << 20);
-    int rc = write_file(w, f, path, err);
+    if (p) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < w->n_t; i++) total += w->t[i].nbytes;
+        kw_progress_set_total(p, total);
+    }
+    int rc = write_file(w, f, path, p, err);
     if (fclose(f) != 0 && rc == 0) rc = kw_err_set(err, "%s: write failed: %s", path, strerror(errno));
     free(iobuf);
     if (rc == 0 && rename(tmp, path) != 0) rc = kw_err_set(err, "%s: rename failed: %s", path, strerror(errno));

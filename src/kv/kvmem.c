@@ -318,8 +318,30 @@ const char *kw_kvmem_cache_line(kw_kvmem *m, char *buf, size_t cap) {
     return buf;
 }
 
+/* The cached sequences shown in /v1/memory: the most recently used ones. */
+#define KVMEM_JSON_ENTRIES 64
+
+static void add_entries_json(cJSON *c, const kw_prefix_cache_entry *e, int32_t n, uint64_t block_bytes) {
+    cJSON *a = cJSON_AddArrayToObject(c, "entries");
+    for (int32_t i = 0; a && i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o) return;
+        cJSON_AddNumberToObject(o, "tokens", e[i].tokens);
+        cJSON_AddNumberToObject(o, "blocks", e[i].blocks);
+        cJSON_AddNumberToObject(o, "bytes", (double)((uint64_t)e[i].blocks * block_bytes));
+        cJSON_AddNumberToObject(o, "exclusive_bytes", (double)((uint64_t)e[i].exclusive_blocks * block_bytes));
+        cJSON_AddNumberToObject(o, "hits", (double)e[i].hits);
+        cJSON_AddNumberToObject(o, "idle_s", e[i].idle_s);
+        cJSON_AddItemToArray(a, o);
+    }
+}
+
 void kw_kvmem_add_json(kw_kvmem *m, struct cJSON *obj) {
-    kw_kvmem_stats s = kw_kvmem_get_stats(m);
+    kw_prefix_cache_entry ent[KVMEM_JSON_ENTRIES];
+    pthread_mutex_lock(&m->mu);
+    kw_kvmem_stats s = stats_locked(m);
+    int32_t n_ent = kw_prefix_cache_entries(m->cache, ent, KVMEM_JSON_ENTRIES);
+    pthread_mutex_unlock(&m->mu);
     cJSON *c = cJSON_AddObjectToObject(obj, "prompt_cache");
     if (c) {
         cJSON_AddNumberToObject(c, "sequences", s.cache.n_seqs);
@@ -338,6 +360,7 @@ void kw_kvmem_add_json(kw_kvmem *m, struct cJSON *obj) {
         cJSON_AddNumberToObject(c, "tokens_matched", (double)s.cache.tokens_matched);
         cJSON_AddNumberToObject(c, "evicted_sequences", (double)s.cache.evicted_seqs);
         cJSON_AddNumberToObject(c, "evicted_blocks", (double)s.cache.evicted_blocks);
+        add_entries_json(c, ent, n_ent, s.block_bytes);
     }
     cJSON *k = cJSON_AddObjectToObject(obj, "kv_pool");
     if (k) {

@@ -33,6 +33,8 @@ typedef struct pc_node {
     struct pc_node *leaf_prev, *leaf_next;  /* in the leaf list while a leaf */
     uint64_t hash;                          /* XXH3 of tokens[0..n_tok) */
     uint64_t stamp;                         /* LRU clock at last use */
+    double used_s;                          /* monotonic seconds at last use (what /v1/memory shows) */
+    uint64_t hits;                          /* lookups whose match ended in this node */
     int32_t block;                          /* pool block id (-1 for the root) */
     int32_t n_tok;                          /* 1..block_tokens */
     int32_t tokens[];                       /* block_tokens slots */
@@ -49,11 +51,18 @@ struct kw_prefix_cache {
     int32_t n_nodes;                        /* = blocks referenced */
     int64_t n_tokens;
     uint64_t clock;
+    double now_s;                           /* monotonic seconds of the operation in progress */
     uint64_t meta_bytes;                    /* node bookkeeping (accounted) */
     kw_prefix_cache_stats st;
 };
 
 /* ---- small helpers ---------------------------------------------------- */
+
+
+static void stamp_node(kw_prefix_cache *c, pc_node *n, uint64_t stamp) {
+    n->stamp = stamp;
+    n->used_s = c->now_s;
+}
 
 static uint64_t hash_tokens(const int32_t *t, int32_t n) {
     return XXH3_64bits(t, (size_t)n * sizeof(int32_t));
@@ -124,7 +133,7 @@ static pc_node *add_child(kw_prefix_cache *c, pc_node *parent, const int32_t *to
     n->n_tok = n_tok;
     memcpy(n->tokens, tok, (size_t)n_tok * sizeof(int32_t));
     n->hash = hash_tokens(tok, n_tok);
-    n->stamp = c->clock;
+    stamp_node(c, n, c->clock);
     kw_kv_ref(c->pool, block);
     if (parent != &c->root && is_leaf(parent)) leaf_unlink(c, parent);
     parent->kids[parent->n_kids++] = n;
@@ -244,7 +253,8 @@ int32_t kw_prefix_cache_match(kw_prefix_cache *c, const int32_t *tokens, int32_t
     int32_t limit = max_match < n ? max_match : n;
     if (limit <= 0 || c->n_nodes == 0) return 0;
     uint64_t stamp = ++c->clock;
-    pc_node *node = &c->root;
+    c->now_s = kw_mono_s();
+    pc_node *node = &c->root, *last = NULL;
     int32_t matched = 0;
     while (matched < limit && node->n_kids > 0) {
         int32_t r = limit - matched < c->bt ? limit - matched : c->bt, got = 0;
@@ -252,13 +262,15 @@ int32_t kw_prefix_cache_match(kw_prefix_cache *c, const int32_t *tokens, int32_t
         if (!k || got == 0) break;
         if (kw_block_table_push(out, k->block) != 0) break;
         kw_kv_ref(c->pool, k->block);
-        k->stamp = stamp;
+        stamp_node(c, k, stamp);
+        last = k;
         matched += got;
         if (got < c->bt) break;   /* ended inside this block */
         node = k;
     }
-    for (pc_node *p = node; p != &c->root; p = p->parent) p->stamp = stamp;
+    for (pc_node *p = node; p != &c->root; p = p->parent) stamp_node(c, p, stamp);
     if (matched > 0) {
+        last->hits++;
         c->st.hits++;
         c->st.tokens_matched += (uint64_t)matched;
     }
@@ -291,6 +303,7 @@ void kw_prefix_cache_insert(kw_prefix_cache *c, const int32_t *tokens, int32_t n
     if ((uint64_t)n_blocks > cap_blocks) n_blocks = (int32_t)cap_blocks;
     if (n > n_blocks * c->bt) n = n_blocks * c->bt;
     c->clock++;
+    c->now_s = kw_mono_s();
     pc_node *node = &c->root;
     for (int32_t b = 0; b < n_blocks; b++) {
         const int32_t *q = tokens + (size_t)b * c->bt;
@@ -312,7 +325,7 @@ void kw_prefix_cache_insert(kw_prefix_cache *c, const int32_t *tokens, int32_t n
         }
         if (!next) next = add_child(c, node, q, r, id);
         if (!next) break;
-        next->stamp = c->clock;
+        stamp_node(c, next, c->clock);
         if (next->n_tok < c->bt) break;
         node = next;
     }
@@ -358,6 +371,39 @@ kw_prefix_cache_stats kw_prefix_cache_get_stats(const kw_prefix_cache *c) {
     s.exclusive_bytes = exclusive_blocks(c, &c->root) * (uint64_t)c->pool->block_bytes;
     s.meta_bytes = c->meta_bytes;
     return s;
+}
+
+/* One leaf's entry: its path's tokens and blocks, the blocks only it holds
+ * (below the last branching point), the hits of its path. */
+static kw_prefix_cache_entry leaf_entry(const kw_prefix_cache *c, const pc_node *leaf, double now) {
+    kw_prefix_cache_entry e = {0};
+    bool shared = false;
+    for (const pc_node *p = leaf; p != &c->root; p = p->parent) {
+        if (p != leaf && p->n_kids > 1) shared = true;
+        e.tokens += p->n_tok;
+        e.blocks++;
+        e.exclusive_blocks += !shared;
+        e.hits += p->hits;
+    }
+    e.idle_s = now > leaf->used_s ? now - leaf->used_s : 0;
+    return e;
+}
+
+int32_t kw_prefix_cache_entries(const kw_prefix_cache *c, kw_prefix_cache_entry *out, int32_t max) {
+    if (!c || max <= 0) return 0;
+    double now = kw_mono_s();
+    int32_t n = 0;
+    for (const pc_node *l = c->leaves; l; l = l->leaf_next) {
+        kw_prefix_cache_entry e = leaf_entry(c, l, now);
+        int32_t at = n;                    /* most recently used first: insertion into the top max */
+        while (at > 0 && out[at - 1].idle_s > e.idle_s) at--;
+        if (at >= max) continue;
+        int32_t keep = n < max ? n : max - 1;
+        memmove(out + at + 1, out + at, sizeof *out * (size_t)(keep - at));
+        out[at] = e;
+        if (n < max) n++;
+    }
+    return n;
 }
 
 int kw_block_table_cow_last(kw_block_table *t, kw_kv_pool *p) {

@@ -332,7 +332,7 @@ int kw_mk_write(const kw_mk_shape *shape, uint32_t wtype, uint64_t seed, const c
         int64_t ne[2] = {t->ne[0], t->ne[1]};
         rc = kw_gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, ne, fill_random, t, err);
     }
-    if (!rc) rc = kw_gguf_writer_write(w, path, err);
+    if (!rc) rc = kw_gguf_writer_write_progress(w, path, s.progress, err);
     for (int k = 0; k < MK_MAX_THREADS; k++) kw_mem_free(run.rows[k]);
     kw_pool_destroy(run.pool);
     kw_gguf_writer_destroy(w);

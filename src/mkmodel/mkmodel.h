@@ -24,6 +24,7 @@ typedef struct kw_mk_shape {
     const char *hf_tokenizer; /* NULL, or a directory with a Hugging Face tokenizer.json
                                  (+ tokenizer_config.json): its vocab, specials and chat
                                  template replace the trained ones; n_vocab becomes its size */
+    struct kw_progress *progress; /* NULL, or where the writer reports the tensor bytes written (progress.h) */
 } kw_mk_shape;
 
 /* Fills *out with a preset ("tiny", "llama3.2-1b", "qwen2.5-0.5b",
@@ -61,7 +62,9 @@ uint32_t kw_mk_matrix_type(uint32_t want, int64_t ncols);
 
 /* Re-encodes every 2-D weight matrix of IN to `wtype` (1-D tensors and
  * anything whose name does not end in ".weight" keep their type) and
- * writes OUT with IN's metadata (general.file_type updated). */
-int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_err *err);
+ * writes OUT with IN's metadata (general.file_type updated). progress (NULL:
+ * none) gets the tensor bytes written (progress.h). */
+struct kw_progress;
+int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, struct kw_progress *progress, kw_err *err);
 
 #endif

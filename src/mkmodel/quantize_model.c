@@ -10,6 +10,7 @@
 #include "mkmodel.h"
 #include "kvwise/gguf.h"
 #include "kvwise/memory.h"
+#include "kvwise/progress.h"
 #include "kvwise/tensor.h"
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,7 @@ static int file_type_for(uint32_t t) {
     return -1;
 }
 
-int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_err *err) {
+int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_progress *progress, kw_err *err) {
     if (file_type_for(wtype) < 0)
         return kw_err_set(err, "type %s is not a target type (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k)",
                           kw_type_name(wtype));
@@ -134,7 +135,7 @@ int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_err 
             rc = kw_gguf_writer_add_tensor_fill(w, t->name.s, q[i].dst_type, t->n_dims, t->ne,
                                                 q[i].dst_type == t->type ? fill_copy : fill_convert, &q[i], err);
     }
-    if (!rc) rc = kw_gguf_writer_write(w, out, err);
+    if (!rc) rc = kw_gguf_writer_write_progress(w, out, progress, err);
     kw_gguf_writer_destroy(w);
     for (int k = 0; k < RQ_MAX_THREADS; k++) kw_mem_free(run.rows[k]);
     kw_pool_destroy(run.pool);

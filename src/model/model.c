@@ -10,6 +10,7 @@
  * forward.c. */
 #include "model_internal.h"
 #include "kvwise/memory.h"
+#include "kvwise/progress.h"
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,15 +347,18 @@ static int layer_matrices(const kw_model *m, int il, kw_matrix *ws[KW_LAYER_MAX_
     return n;
 }
 
-static int pack_weights(kw_model *m, bool release, kw_err *err) {
+static int pack_weights(kw_model *m, bool release, kw_progress *prog, kw_err *err) {
+    kw_progress_set_total(prog, (uint64_t)m->hp.n_layer + 1);
     for (int il = 0; il < m->hp.n_layer; il++) {
         kw_matrix *ws[KW_LAYER_MAX_MATRICES];
         int n = layer_matrices(m, il, ws);
         if (kw_matrices_pack(ws, n, &m->layers[il].pack_block, err) < 0) return -1;
         if (release)
             for (int i = 0; i < n; i++) release_packed_source(m, ws[i]);
+        kw_progress_add(prog, 1);
     }
     if (kw_matrix_pack(&m->output, err) < 0) return -1;
+    kw_progress_add(prog, 1);
     if (release && !m->hp.tied_output) release_packed_source(m, &m->output);
     return 0;
 }
@@ -381,7 +385,7 @@ kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err
     kw_err tok_err = {{0}};
     m->tok = kw_tokenizer_load(m->gguf, &tok_err);
     if (!m->tok) snprintf(m->tok_error, sizeof m->tok_error, "%s", tok_err.msg);
-    if (!(opts && opts->no_repack) && pack_weights(m, !(opts && opts->mlock), err)) {
+    if (!(opts && opts->no_repack) && pack_weights(m, !(opts && opts->mlock), opts ? opts->progress : NULL, err)) {
         kw_model_free(m);
         return NULL;
     }

@@ -46,6 +46,7 @@ typedef struct seq {
     int32_t chunk;                             /* prefill tokens in this step */
     bool scripted_end;                         /* a plugged-in test sampler gave its last token */
     kw_reject_reason fail;                     /* an ERROR end caused by memory: KW_REJECT_NOMEM */
+    double t_admit, t_first, t_last;           /* monotonic: admitted, first and latest token */
 } seq;
 
 struct kw_sched {
@@ -67,6 +68,8 @@ struct kw_sched {
     char *piece;
     kw_sched_stats st;          /* engine thread's own counters */
     kw_sched_stats pub;         /* a copy published under mu after every step */
+    kw_sched_req_info *pub_run; /* the running requests, published with pub (kw_sched_list) */
+    int32_t n_pub_run;
 };
 
 const char *kw_finish_name(kw_finish f) {
@@ -190,6 +193,8 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
     kw_engine *e = s->e;
     q->n_gen++;
     s->st.tokens_generated++;
+    q->t_last = now_s();
+    if (q->n_gen == 1) q->t_first = q->t_last;
     if (seq_push_tok(q, id) < 0) { seq_finish(s, slot, KW_FINISH_ERROR, "out of memory"); return; }
     q->last_tok = id;
     if (!q->r->ignore_eos && e->is_eog(e, id)) { q->n_lp = 0; seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
@@ -303,7 +308,7 @@ static bool waiting_cancelled(kw_sched *s, kw_sched_req *r, double now) {
 }
 
 static bool waiting_expired(kw_sched *s, kw_sched_req *r, double now) {
-    return now - r->t_submit > s->o.queue_timeout_s;
+    return s->o.queue_timeout_s > 0 && now - r->t_submit > s->o.queue_timeout_s;
 }
 
 /* Removes cancelled requests that never got a slot and finishes them. */
@@ -327,16 +332,16 @@ static void drop_cancelled_waiting(kw_sched *s) {
 
 /* Refuses requests that waited longer than queue_timeout_s. */
 static void expire_waiting(kw_sched *s) {
-    if (s->o.queue_timeout_s <= 0) return;
     pthread_mutex_lock(&s->mu);
-    kw_sched_req *gone = queue_unlink_if(s, waiting_expired, now_s());
+    double limit = s->o.queue_timeout_s;      /* under mu: a SIGHUP may change it */
+    kw_sched_req *gone = limit > 0 ? queue_unlink_if(s, waiting_expired, now_s()) : NULL;
     pthread_mutex_unlock(&s->mu);
     while (gone) {
         kw_sched_req *r = gone;
         gone = r->next;
         char msg[200];
         snprintf(msg, sizeof msg, "the server is busy: no memory or slot became free within %.0f s; retry later",
-                 s->o.queue_timeout_s);
+                 limit);
         reject_unadmitted(s, r, KW_REJECT_QUEUE_TIMEOUT, msg);
     }
 }
@@ -410,6 +415,7 @@ static void admit_waiting(kw_sched *s) {
         q->order = s->next_order++;
         q->rng = r->sp.has_seed ? r->sp.seed : (uint64_t)now_s() * 1000003u ^ r->id * 0x9E3779B97F4A7C15ull;
         q->row = -1;
+        q->t_admit = now_s();
         kw_textout_init(&q->tx, (const char *const *)r->stop, r->n_stop);
         for (int32_t i = 0; i < r->n_prompt; i++) seq_push_tok(q, r->prompt[i]);
         if (q->n_toks != r->n_prompt) { seq_finish(s, slot, KW_FINISH_ERROR, "out of memory"); continue; }
@@ -514,6 +520,23 @@ static void cancel_flagged(kw_sched *s) {
     }
 }
 
+/* Copies what kw_sched_list shows of the running sequences (under mu). */
+static void publish_running(kw_sched *s) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        const seq *q = &s->seqs[i];
+        if (!seq_running(q)) continue;
+        kw_sched_req_info *o = &s->pub_run[n++];
+        *o = (kw_sched_req_info){.id = q->r->id, .tag = q->r->tag,
+                                 .state = q->st == SEQ_PREFILL ? KW_REQ_PREFILL : KW_REQ_DECODE,
+                                 .n_prompt = q->n_prompt, .cached = q->cached,
+                                 .prompt_done = q->n_past < q->n_prompt ? q->n_past : q->n_prompt,
+                                 .n_gen = q->n_gen, .max_gen = q->max_gen, .t_submit = q->r->t_submit,
+                                 .t_admit = q->t_admit, .t_first = q->t_first, .t_last = q->t_last};
+    }
+    s->n_pub_run = n;
+}
+
 static void *engine_main(void *arg) {
     kw_sched *s = arg;
     for (;;) {
@@ -532,6 +555,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->pub = s->st;
         s->pub.active = n_active(s);     /* committing slots too: they hold KV until their step */
+        publish_running(s);
         pthread_mutex_unlock(&s->mu);
         if (!did && n_active(s) == 0 && s->q_head) {
             /* queued requests that cannot be admitted and nothing running: avoid spinning */
@@ -556,6 +580,7 @@ static void sched_free(kw_sched *s) {
     free(s->b_tok); free(s->b_pos); free(s->b_slot); free(s->b_want);
     kw_mem_free(s->logits);
     free(s->piece);
+    free(s->pub_run);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -581,8 +606,9 @@ kw_sched *kw_sched_start(kw_engine *e, const kw_sched_opts *o, kw_err *err) {
     s->b_slot = malloc(sizeof(int32_t) * mb);
     s->b_want = malloc(sizeof(bool) * mb);
     s->piece = malloc(272);
+    s->pub_run = calloc((size_t)s->n_slots, sizeof *s->pub_run);
     s->logits = kw_mem_alloc(KW_MEM_WORKSPACE, sizeof(float) * (size_t)rows * (size_t)e->n_vocab);
-    if (!s->seqs || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_want || !s->piece || !s->logits) {
+    if (!s->seqs || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_want || !s->piece || !s->logits || !s->pub_run) {
         sched_free(s);
         kw_err_set(err, "scheduler: out of memory for %d logits rows", rows);
         return NULL;
@@ -637,6 +663,25 @@ void kw_sched_stop(kw_sched *s) {
     pthread_mutex_unlock(&s->mu);
     if (s->started) pthread_join(s->th, NULL);
     sched_free(s);
+}
+
+int kw_sched_list(kw_sched *s, kw_sched_req_info *out, int max) {
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (int32_t i = 0; i < s->n_pub_run && n < max; i++) out[n++] = s->pub_run[i];
+    for (const kw_sched_req *r = s->q_head; r && n < max; r = r->next)
+        out[n++] = (kw_sched_req_info){.id = r->id, .tag = r->tag, .state = KW_REQ_QUEUED, .n_prompt = r->n_prompt,
+                                       .t_submit = r->t_submit};
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void kw_sched_set_queue_limits(kw_sched *s, int32_t max_queue, double queue_timeout_s) {
+    pthread_mutex_lock(&s->mu);
+    s->o.max_queue = max_queue;
+    s->o.queue_timeout_s = queue_timeout_s;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 kw_sched_stats kw_sched_get_stats(kw_sched *s) {

@@ -60,6 +60,46 @@ char *kw_memview_json(const kw_engine *e, struct kw_ledger *l, const kw_footprin
     return s;
 }
 
+static cJSON *request_json(const kw_sched_req_info *r, double now) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    static const char *const states[] = {"queued", "prefill", "decode"};
+    cJSON_AddNumberToObject(o, "id", (double)r->id);
+    cJSON_AddStringToObject(o, "api", r->tag ? r->tag : "");
+    cJSON_AddStringToObject(o, "state", states[r->state]);
+    cJSON_AddNumberToObject(o, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(o, "age_s", now - r->t_submit);
+    if (r->state == KW_REQ_QUEUED) return o;
+    cJSON_AddNumberToObject(o, "cached_tokens", r->cached);
+    cJSON *p = cJSON_AddObjectToObject(o, "prefill");
+    if (p) {
+        cJSON_AddNumberToObject(p, "done", r->prompt_done);
+        cJSON_AddNumberToObject(p, "total", r->n_prompt);
+    }
+    cJSON_AddNumberToObject(o, "generated", r->n_gen);
+    cJSON_AddNumberToObject(o, "max_tokens", r->max_gen);
+    cJSON_AddNumberToObject(o, "queued_s", r->t_admit - r->t_submit);
+    if (r->t_first > 0) cJSON_AddNumberToObject(o, "ttft_ms", (r->t_first - r->t_submit) * 1e3);
+    else cJSON_AddNullToObject(o, "ttft_ms");
+    if (r->n_gen > 1 && r->t_last > r->t_first)
+        cJSON_AddNumberToObject(o, "tok_s", (double)(r->n_gen - 1) / (r->t_last - r->t_first));
+    else cJSON_AddNullToObject(o, "tok_s");
+    return o;
+}
+
+char *kw_memview_requests_json(const kw_sched_req_info *r, int n, double now) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *run = cJSON_AddArrayToObject(o, "running"), *q = cJSON_AddArrayToObject(o, "queued");
+    if (!run || !q) { cJSON_Delete(o); return NULL; }
+    for (int i = 0; i < n; i++) {
+        cJSON *it = request_json(&r[i], now);
+        if (it) cJSON_AddItemToArray(r[i].state == KW_REQ_QUEUED ? q : run, it);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
 typedef struct { char *buf; size_t len; int oom; } tbuf;
 
 static void put(tbuf *t, const char *fmt, ...) KW_PRINTF(2, 3);

@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <microhttpd.h>
+#include "history.h"
 #include "internal.h"
+#include "ui.h"
 #include "kvwise/footprint.h"
 #include "kvwise/memview.h"
 #include "kvwise/testctl.h"
@@ -42,13 +44,18 @@ struct kw_server {
     uint64_t n_conns_refused;     /* connections closed at accept for being over it (atomic) */
     uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
+    kw_history *hist;             /* the budget over time (GET /v1/memory/history), or NULL */
+    void (*on_reload)(void *ctx); /* SIGHUP: kw_server_on_reload (run by kw_server_wait) */
+    void *reload_ctx;
 #ifdef KW_TESTCTL
     bool replay;                  /* the replay sampler is plugged in (serve --test-replay) */
 #endif
 };
 
 typedef enum {
-    R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_MEMORY, R_METRICS, R_OLLAMA_VERSION, R_OLLAMA_TAGS,
+    R_NONE = 0, R_HEALTH, R_MODELS, R_CONFIG, R_MEMORY, R_METRICS, R_HISTORY, R_REQUESTS,
+    R_UI,                       /* the memory page's static files: no data, no key needed */
+    R_OLLAMA_VERSION, R_OLLAMA_TAGS,
     R_OLLAMA_SHOW,              /* POST, answered at once */
     R_CHAT, R_COMPLETIONS, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_OLLAMA_CHAT, R_OLLAMA_GENERATE  /* generation */
 } route;
@@ -193,6 +200,7 @@ static route route_of(const char *url, bool *post) {
         {"/v1/models", R_MODELS, false}, {"/models", R_MODELS, false},
         {"/v1/config", R_CONFIG, false},
         {"/v1/memory", R_MEMORY, false}, {"/metrics", R_METRICS, false},
+        {"/v1/memory/history", R_HISTORY, false}, {"/v1/requests", R_REQUESTS, false},
         {"/v1/chat/completions", R_CHAT, true}, {"/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true}, {"/completions", R_COMPLETIONS, true},
         {"/v1/messages", R_MESSAGES, true}, {"/v1/messages/count_tokens", R_COUNT_TOKENS, true},
@@ -203,6 +211,7 @@ static route route_of(const char *url, bool *post) {
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].path)) { *post = table[i].post; return table[i].r; }
+    if (kw_ui_find(url)) { *post = false; return R_UI; }
     return R_NONE;
 }
 
@@ -360,6 +369,7 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
     }
     note_routing_keys(mc, j);
     j->mc = mc;
+    j->req.tag = j->api->name;        /* shown by GET /v1/requests */
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->req.client_fd = ci ? ci->connect_fd : -1;
     j->req.on_event = job_on_event;
@@ -469,6 +479,40 @@ static enum MHD_Result send_memory(kw_server *s, struct MHD_Connection *mc, rout
     return send_body(s, mc, 200, rt == R_MEMORY ? "application/json" : "text/plain; version=0.0.4", body);
 }
 
+/* GET /v1/requests: the scheduler's running and waiting requests. */
+static enum MHD_Result send_requests(kw_server *s, struct MHD_Connection *mc) {
+    enum { MAX_SHOWN = 256 };
+    kw_sched_req_info *r = malloc(sizeof *r * MAX_SHOWN);
+    if (!r) return send_err(s, mc, 500, "internal_error", "out of memory");
+    pthread_rwlock_rdlock(&s->lk);
+    int n = s->sched && !s->stopping ? kw_sched_list(s->sched, r, MAX_SHOWN) : 0;
+    pthread_rwlock_unlock(&s->lk);
+    char *b = kw_memview_requests_json(r, n, now_s());
+    free(r);
+    if (!b) return send_err(s, mc, 500, "internal_error", "out of memory");
+    return send_body(s, mc, 200, "application/json", b);
+}
+
+/* The memory page's files. The page holds no data (it reads the API with
+ * the key the user types), so it needs no key; the headers keep it to its
+ * own files (no inline script, no other origin, no framing). */
+static enum MHD_Result send_ui(kw_server *s, struct MHD_Connection *mc, const char *url) {
+    const kw_ui_asset *a = kw_ui_find(url);
+    if (!a) return send_err(s, mc, 404, "not_found", "not found");
+    struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", kw_ui_type(a));
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                            "img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    enum MHD_Result rc = MHD_queue_response(mc, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route rt) {
     pthread_rwlock_rdlock(&s->lk);
     bool ready = s->engine && !s->stopping;
@@ -511,6 +555,15 @@ static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route
     case R_MEMORY:
     case R_METRICS:
         return send_memory(s, mc, rt, &st);
+    case R_HISTORY: {
+        const char *since = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "since");
+        if (!s->hist) return send_err(s, mc, 503, "no_history", "no memory budget to sample");
+        char *b = kw_history_json(s->hist, since ? strtod(since, NULL) : 0);
+        if (!b) return send_err(s, mc, 500, "internal_error", "out of memory");
+        return send_body(s, mc, 200, "application/json", b);
+    }
+    case R_REQUESTS:
+        return send_requests(s, mc);
     default:
         return send_err(s, mc, 404, "not_found", "not found");
     }
@@ -567,7 +620,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         bool want_post = false;
         c->rt = route_of(url, &want_post);
         bool is_post = !strcmp(method, "POST");
-        if (c->rt != R_HEALTH && !auth_ok(s, mc)) {
+        if (c->rt != R_HEALTH && c->rt != R_UI && !auth_ok(s, mc)) {
             c->phase = 2;
             return send_err_as(s, mc, route_api(c->rt), 401, "invalid_api_key",
                                "invalid or missing API key (Authorization: Bearer ... or x-api-key: ...)");
@@ -618,6 +671,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (c->rt >= R_CHAT) return start_generation(s, mc, c);
     c->phase = 2;
     if (c->rt == R_OLLAMA_SHOW) return handle_show(s, mc, c);
+    if (c->rt == R_UI) return send_ui(s, mc, url);
     return handle_get(s, mc, c->rt);
 }
 
@@ -695,13 +749,13 @@ static int resolve_host(const char *host, int port, struct sockaddr_storage *ss,
 }
 
 static void on_signal(int sig) {
-    (void)sig;
-    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], "x", 1); (void)w; }
+    if (sig_pipe[1] >= 0) { ssize_t w = write(sig_pipe[1], sig == SIGHUP ? "h" : "x", 1); (void)w; }
 }
 
-/* SIGTERM/SIGINT only write a byte to a pipe that kw_server_wait reads.
- * Installed when the server starts, so a signal during model loading is
- * remembered (the server then shuts down cleanly once loading ends). */
+/* SIGTERM/SIGINT/SIGHUP only write a byte to a pipe that kw_server_wait
+ * reads ("x" stop, "h" reload). Installed when the server starts, so a
+ * signal during model loading is remembered (the server then shuts down
+ * cleanly, or reloads, once loading ends). */
 static int install_signals(void) {
     if (sig_pipe[0] < 0 && pipe(sig_pipe) < 0) return -1;
     struct sigaction sa = {0};
@@ -709,6 +763,7 @@ static int install_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     return 0;
 }
 
@@ -730,6 +785,7 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     if (s->o.max_connections < s->o.http_threads) s->o.http_threads = s->o.max_connections;
     s->started = (long)time(NULL);
     pthread_rwlock_init(&s->lk, NULL);
+    if (o->ledger) s->hist = kw_history_start(o->ledger, KW_HISTORY_INTERVAL_S, KW_HISTORY_CAPACITY);
     signal(SIGPIPE, SIG_IGN);
     install_signals();
     struct sockaddr_storage ss;
@@ -788,11 +844,24 @@ void kw_server_set_config(kw_server *s, const char *json) {
     pthread_rwlock_unlock(&s->lk);
 }
 
+void kw_server_on_reload(kw_server *s, void (*fn)(void *ctx), void *ctx) {
+    s->on_reload = fn;
+    s->reload_ctx = ctx;
+}
+
 void kw_server_wait(kw_server *s) {
-    (void)s;
     if (install_signals() < 0) return;
-    char ch;
-    while (read(sig_pipe[0], &ch, 1) < 0 && errno == EINTR) {}
+    for (;;) {
+        char ch;
+        ssize_t n = read(sig_pipe[0], &ch, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 1 && ch == 'h') {
+            if (s->on_reload) s->on_reload(s->reload_ctx);
+            else fprintf(stderr, "kvwise serve: SIGHUP: nothing to reload\n");
+            continue;
+        }
+        return;
+    }
 }
 
 void kw_server_stop(kw_server *s) {
@@ -815,6 +884,7 @@ void kw_server_stop(kw_server *s) {
         nanosleep(&ts, NULL);                            /* let streams send their last bytes */
     }
     if (s->d) MHD_stop_daemon(s->d);
+    kw_history_stop(s->hist);
     pthread_rwlock_destroy(&s->lk);
     kw_chat_template_free(&s->tpl);
     free(s->api_key);

@@ -1,4 +1,4 @@
-/* common.c - the error type and byte-size parsing/formatting (common.h). */
+/* common.c - the error type, byte-size parsing/formatting and the monotonic clock (common.h). */
 #include "kvwise/common.h"
 #include <ctype.h>
 #include <errno.h>
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 /* Messages often quote what a file or a client sent (a tokenizer name, a
  * key, a flag's value), and those bytes may hold newlines or other control
@@ -72,4 +73,10 @@ const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap) {
     if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
     else snprintf(buf, cap, "%.2f %s", v, units[u]);
     return buf;
+}
+
+double kw_mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

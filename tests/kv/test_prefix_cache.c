@@ -131,6 +131,17 @@ static void test_shared_and_divergent(void) {
     KW_CHECK_EQ_INT(st.hits, 5);
     kw_block_table_free(&out);
 
+    /* The entries /v1/memory shows: a (used last) first; block 0 is shared;
+     * a's path holds the hits that ended in it (three on its leaf, b's first
+     * lookup inside its block 1), b's the one on its leaf. */
+    kw_prefix_cache_entry ent[4];
+    KW_CHECK_EQ_INT(kw_prefix_cache_entries(c, ent, 4), 2);
+    KW_CHECK(ent[0].tokens == 10 && ent[0].blocks == 3 && ent[0].exclusive_blocks == 2 && ent[0].hits == 4);
+    KW_CHECK(ent[1].tokens == 12 && ent[1].blocks == 3 && ent[1].exclusive_blocks == 2 && ent[1].hits == 1);
+    KW_CHECK(ent[0].idle_s <= ent[1].idle_s && ent[0].idle_s >= 0);
+    KW_CHECK_EQ_INT(kw_prefix_cache_entries(c, ent, 1), 1);    /* only the most recent fits */
+    KW_CHECK_EQ_INT(ent[0].tokens, 10);
+
     kw_prefix_cache_destroy(c);
     KW_CHECK_EQ_INT(p->n_free, POOL_BLOCKS);
     KW_CHECK_EQ_INT(pool_refs_total(p), 0);

@@ -246,7 +246,7 @@ static void test_quantize_file(void) {
     kw_err e = {{0}};
     kw_mk_shape s = small_shape("qwen3");
     KW_CHECK(kw_mk_write(&s, KW_TYPE_F32, 5, tmp("src.gguf"), &e) == 0);
-    KW_CHECK_MSG(kw_mk_quantize_file(tmp("src.gguf"), tmp("q8.gguf"), KW_TYPE_Q8_0, &e) == 0, "%s", e.msg);
+    KW_CHECK_MSG(kw_mk_quantize_file(tmp("src.gguf"), tmp("q8.gguf"), KW_TYPE_Q8_0, NULL, &e) == 0, "%s", e.msg);
     kw_gguf *a = kw_gguf_open(tmp("src.gguf"), &e), *b = kw_gguf_open(tmp("q8.gguf"), &e);
     KW_CHECK(a && b);
     if (a && b) {
@@ -281,8 +281,8 @@ static void test_quantize_file(void) {
     }
     kw_gguf_close(a);
     kw_gguf_close(b);
-    KW_CHECK(kw_mk_quantize_file(tmp("src.gguf"), tmp("bad.gguf"), KW_TYPE_Q8_K, &e) == -1 && strstr(e.msg, "not a target type"));
-    KW_CHECK(kw_mk_quantize_file(tmp("missing.gguf"), tmp("bad.gguf"), KW_TYPE_Q8_0, &e) == -1 && strstr(e.msg, "missing.gguf"));
+    KW_CHECK(kw_mk_quantize_file(tmp("src.gguf"), tmp("bad.gguf"), KW_TYPE_Q8_K, NULL, &e) == -1 && strstr(e.msg, "not a target type"));
+    KW_CHECK(kw_mk_quantize_file(tmp("missing.gguf"), tmp("bad.gguf"), KW_TYPE_Q8_0, NULL, &e) == -1 && strstr(e.msg, "missing.gguf"));
 }
 
 int main(void) {

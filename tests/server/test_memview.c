@@ -33,7 +33,34 @@ static int bad_prom_lines(const char *txt) {
     return bad;
 }
 
+/* GET /v1/requests: a decoding, a prefilling and a queued request. */
+static void test_requests_json(void) {
+    kw_sched_req_info r[3] = {
+        {.id = 7, .tag = "chat", .state = KW_REQ_DECODE, .n_prompt = 100, .cached = 40, .prompt_done = 100, .n_gen = 11,
+         .max_gen = 50, .t_submit = 10.0, .t_admit = 10.5, .t_first = 11.0, .t_last = 12.0},
+        {.id = 8, .tag = "messages", .state = KW_REQ_PREFILL, .n_prompt = 900, .prompt_done = 300, .max_gen = 20,
+         .t_submit = 11.0, .t_admit = 11.0},
+        {.id = 9, .tag = NULL, .state = KW_REQ_QUEUED, .n_prompt = 5, .t_submit = 12.5}};
+    char *s = kw_memview_requests_json(r, 3, 13.0);
+    cJSON *o = s ? cJSON_Parse(s) : NULL;
+    const cJSON *run = cJSON_GetObjectItem(o, "running"), *q = cJSON_GetObjectItem(o, "queued");
+    KW_CHECK(cJSON_GetArraySize(run) == 2 && cJSON_GetArraySize(q) == 1);
+    const cJSON *a = cJSON_GetArrayItem(run, 0), *b = cJSON_GetArrayItem(run, 1), *c = cJSON_GetArrayItem(q, 0);
+    KW_CHECK(!strcmp(cJSON_GetObjectItem(a, "state")->valuestring, "decode") && !strcmp(cJSON_GetObjectItem(a, "api")->valuestring, "chat"));
+    KW_CHECK_NEAR(cJSON_GetObjectItem(a, "ttft_ms")->valuedouble, 1000, 1e-6);
+    KW_CHECK_NEAR(cJSON_GetObjectItem(a, "tok_s")->valuedouble, 10, 1e-9);          /* 10 tokens after the first in 1 s */
+    KW_CHECK_NEAR(cJSON_GetObjectItem(a, "age_s")->valuedouble, 3, 1e-9);
+    KW_CHECK_EQ_INT(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "prefill"), "done")->valueint, 300);
+    KW_CHECK_EQ_INT(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "prefill"), "total")->valueint, 900);
+    KW_CHECK(cJSON_IsNull(cJSON_GetObjectItem(b, "ttft_ms")) && cJSON_IsNull(cJSON_GetObjectItem(b, "tok_s")));
+    KW_CHECK(!strcmp(cJSON_GetObjectItem(c, "state")->valuestring, "queued") && !cJSON_GetObjectItem(c, "prefill"));
+    KW_CHECK_NEAR(cJSON_GetObjectItem(c, "age_s")->valuedouble, 0.5, 1e-9);
+    cJSON_Delete(o);
+    free(s);
+}
+
 int main(void) {
+    test_requests_json();
     kw_kv_layout lay = {.n_layer = 1, .n_head_kv = 1, .head_dim_k = 4, .head_dim_v = 4, .type = 0, .block_tokens = 4};
     kw_kv_pool *p = kw_kv_pool_create(&lay, 16, NULL);
     kw_ledger *led = kw_ledger_create(1u << 20);
