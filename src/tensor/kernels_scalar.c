@@ -285,4 +285,5 @@ void kw_kernels_scalar_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q4_K] = gemm_q4_K;
     k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
     k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
+    for (int t = 0; t < KW_TYPE_COUNT; t++) k->gemm_experts[t] = k->gemm[t];   /* the stored layout is all it reads */
 }
