@@ -84,12 +84,22 @@ double kw_model_read_bandwidth(const kw_model *m, kw_pool *pool, double seconds)
 typedef struct kw_expert_stats {
     uint64_t mapped_bytes;      /* every expert tensor of every layer */
     uint64_t used_bytes;        /* the experts some token has used (read at least once) */
+    uint64_t resident_bytes;    /* of mapped_bytes, what this process has resident now, as the
+                                   kernel's page tables say (kw_footprint_resident_bytes);
+                                   UINT64_MAX if it cannot tell */
     int32_t n_experts;          /* layers x experts per layer */
     int32_t n_used;
     bool locked;                /* --mlock: every expert is locked resident */
 } kw_expert_stats;
 /* false (and zeros) for a dense model. */
 bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out);
+
+/* The weight bytes one decode step reads, from the file's tensor table
+ * (no weight is loaded; `kvwise plan` and the bench both use it): every
+ * tensor except the token embedding, of which one row (the embedding is
+ * read whole when it is also the LM head), and of a mixture of experts'
+ * expert tensors n_expert_used / n_expert (the k experts a token picks). */
+uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp);
 
 /* The KV layout this model needs for a given element type and block size. */
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens);
@@ -145,6 +155,8 @@ const float *kw_session_logits(const kw_session *s, int32_t i);
 int32_t kw_session_n_logits(const kw_session *s);   /* rows kept by the last eval */
 int32_t kw_session_n_past(const kw_session *s);
 int32_t kw_session_n_ctx(const kw_session *s);
+/* kw_ctx_weight_bytes_read of the session's workspace. */
+uint64_t kw_session_weight_bytes_read(const kw_session *s);
 /* Forgets positions >= n_past (n_past <= current); the KV blocks are kept. */
 void kw_session_rewind(kw_session *s, int32_t n_past);
 const kw_model *kw_session_model(const kw_session *s);

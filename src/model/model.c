@@ -9,6 +9,7 @@
  * mapping), and the KV layout a model needs. The forward pass is in
  * forward.c. */
 #include "model_internal.h"
+#include "kvwise/footprint.h"
 #include "kvwise/memory.h"
 #include "kvwise/progress.h"
 #include <stddef.h>
@@ -453,10 +454,26 @@ void kw_model_mark_expert(const kw_model *m, int il, int32_t e) {
     atomic_fetch_add(&u->n_used, 1);
 }
 
+/* What the kernel has resident of every layer's expert tensors. */
+static uint64_t experts_resident(const kw_model *m) {
+    uint64_t sum = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const kw_layer *L = &m->layers[il];
+        const kw_experts *E[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int t = 0; t < 3; t++) {
+            uint64_t r = E[t]->data ? kw_footprint_resident_bytes(E[t]->data, E[t]->stride * (size_t)E[t]->n) : 0;
+            if (r == UINT64_MAX) return r;
+            sum += r;
+        }
+    }
+    return sum;
+}
+
 bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out) {
     memset(out, 0, sizeof *out);
     if (!m || !m->experts) return false;
     out->mapped_bytes = m->hp.expert_bytes;
+    out->resident_bytes = experts_resident(m);
     out->used_bytes = atomic_load(&m->experts->used_bytes);
     out->n_experts = m->hp.n_layer * m->hp.n_expert;
     out->n_used = atomic_load(&m->experts->n_used);
@@ -529,6 +546,18 @@ int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max) {
     }
     if (n < max) out[n] = kw_matrix_span(&m->output);
     return n + 1;
+}
+
+uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp) {
+    uint64_t b = hp->weight_bytes;
+    const kw_gguf_tensor *te = kw_gguf_find_tensor(g, "token_embd.weight");
+    if (te && !hp->tied_output && te->nbytes <= b) {
+        uint64_t rows = (uint64_t)te->ne[1] * (uint64_t)te->ne[2] * (uint64_t)te->ne[3];
+        b -= te->nbytes - te->nbytes / (rows > 0 ? rows : 1);
+    }
+    if (hp->n_expert > 0 && hp->expert_bytes <= b)
+        b -= hp->expert_bytes - hp->expert_bytes / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used;
+    return b;
 }
 
 uint64_t kw_model_layer_matrix_bytes(const kw_model *m) {
