@@ -14,6 +14,8 @@
  *   cmd_info  metadata defaults; error messages list the table's names.
  * Adding an architecture is adding an entry (and, for a new kind of mixer
  * or feed-forward block, its tensor list and its forward-pass code).
+ * Mixture-of-experts blocks (KW_FFN_MOE) keep their experts as 3-D tensors
+ * (KW_ROLE_EXPERTS) that stay in the file mapping.
  * Tokenizer behaviour is not in a descriptor: as in llama.cpp it follows
  * tokenizer.ggml.model / .pre (src/tokenizer/pretok.c) and, for quirks,
  * general.name (src/tokenizer/load.c), so a vocab loads whatever the
@@ -22,8 +24,8 @@
  * Invariants (tests/model/test_arch.c checks them for every entry): names
  * and model_types are unique across the table; every mixer the schedule
  * can pick, and the feed-forward block, has a non-empty tensor list whose
- * names and slots are unique within a layer, matrices 2-D, norms and
- * biases 1-D; core tensors (KW_FEAT_CORE) are always required. */
+ * names and slots are unique within a layer, matrices 2-D, expert tensors
+ * 3-D, norms and biases 1-D; core tensors (KW_FEAT_CORE) are always required. */
 #ifndef KVWISE_ARCH_H
 #define KVWISE_ARCH_H
 #include "kvwise/common.h"
@@ -35,9 +37,13 @@ typedef enum kw_mixer_kind {
     KW_MIXER_KINDS
 } kw_mixer_kind;
 
-/* What a layer's feed-forward block is. (Room: mixture of experts.) */
+/* What a layer's feed-forward block is. */
 typedef enum kw_ffn_kind {
     KW_FFN_DENSE = 0,           /* down(silu(gate(x)) * up(x)) */
+    KW_FFN_MOE,                 /* mixture of experts: a router picks n_expert_used of n_expert SwiGLU
+                                   experts per token (softmax over all, top-k, renormalised), their
+                                   outputs summed with those weights (+ a gated shared expert where the
+                                   descriptor has KW_FEAT_SHARED_EXPERT); docs/MODEL.md */
     KW_FFN_KINDS
 } kw_ffn_kind;
 
@@ -60,6 +66,7 @@ typedef enum kw_feature {
     KW_FEAT_CORE = 0,           /* the tensors every file of the architecture has */
     KW_FEAT_QKV_BIAS,           /* attn_q/k/v.bias */
     KW_FEAT_QK_NORM,            /* attn_q_norm, attn_k_norm: per-head RMSNorm of q and k before RoPE */
+    KW_FEAT_SHARED_EXPERT,      /* ffn_*_shexp + ffn_gate_inp_shexp: an always-run expert, gated per token */
     KW_FEATURES
 } kw_feature;
 
@@ -68,6 +75,8 @@ typedef enum kw_layer_tensor {
     KW_LT_ATTN_NORM = 0, KW_LT_ATTN_Q, KW_LT_ATTN_K, KW_LT_ATTN_V,
     KW_LT_ATTN_Q_BIAS, KW_LT_ATTN_K_BIAS, KW_LT_ATTN_V_BIAS, KW_LT_ATTN_Q_NORM, KW_LT_ATTN_K_NORM, KW_LT_ATTN_OUT,
     KW_LT_FFN_NORM, KW_LT_FFN_GATE, KW_LT_FFN_UP, KW_LT_FFN_DOWN,
+    KW_LT_FFN_ROUTER, KW_LT_FFN_GATE_EXPS, KW_LT_FFN_UP_EXPS, KW_LT_FFN_DOWN_EXPS,
+    KW_LT_FFN_SHEXP_GATE_INP, KW_LT_FFN_GATE_SHEXP, KW_LT_FFN_UP_SHEXP, KW_LT_FFN_DOWN_SHEXP,
     KW_LT_COUNT
 } kw_layer_tensor;
 
@@ -76,6 +85,9 @@ typedef enum kw_tensor_role {
     KW_ROLE_MATRIX = 0,         /* 2-D, any supported type, repacked at load for the kernels */
     KW_ROLE_NORM,               /* 1-D F32 RMSNorm gain */
     KW_ROLE_BIAS,               /* 1-D F32 added after a matmul */
+    KW_ROLE_EXPERTS,            /* 3-D [ne0, ne1, n_expert]: one matrix per expert, any supported
+                                   type, read in place from the mapping (never repacked: the experts
+                                   no token uses stay mapped but not resident) */
 } kw_tensor_role;
 
 /* A dimension of a tensor, in terms of the hyper-parameters. */
@@ -88,10 +100,14 @@ typedef enum kw_dim {
     KW_DIM_ATTN_OUT,            /* n_head * head_dim_v */
     KW_DIM_HEAD_K,              /* head_dim_k */
     KW_DIM_FF,                  /* n_ff */
+    KW_DIM_EXPERTS,             /* n_expert */
+    KW_DIM_FF_EXP,              /* n_ff_exp: the width of one routed expert */
+    KW_DIM_FF_SHEXP,            /* n_ff_shexp: the width of the shared expert */
 } kw_dim;
 
 /* One tensor of a layer: blk.<i>.<name>, shape [ne0, ne1] in GGUF order
- * (ne0 contiguous: a matrix maps ne0 inputs to ne1 outputs). */
+ * (ne0 contiguous: a matrix maps ne0 inputs to ne1 outputs); a
+ * KW_ROLE_EXPERTS tensor is [ne0, ne1, n_expert]. */
 typedef struct kw_tensor_spec {
     const char *name;           /* after "blk.<i>.", e.g. "attn_q.weight"; NULL ends a list */
     kw_layer_tensor what;
@@ -156,6 +172,8 @@ bool kw_mixer_has_kv(kw_mixer_kind k);
 const kw_tensor_spec *kw_arch_mixer_tensors(const kw_arch_desc *a, kw_mixer_kind k);
 /* Whether `name` is blk.<i>.<spec name> of a matrix in any of a's lists. */
 bool kw_arch_is_layer_matrix(const kw_arch_desc *a, const char *name);
+/* Whether `name` is blk.<i>.<spec name> of an expert tensor (KW_ROLE_EXPERTS) in a's lists. */
+bool kw_arch_is_layer_experts(const kw_arch_desc *a, const char *name);
 
 /* The size of a dimension for a shape. */
 struct kw_hparams;

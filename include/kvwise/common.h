@@ -1,5 +1,5 @@
-/* kvwise/common.h - things every module shares: the error type, byte
- * sizes, UTF-8 well-formedness.
+/* kvwise/common.h - things every module shares: the error type, byte sizes
+ * and the UTF-8 sequence rules (RFC 3629).
  *
  * Convention: functions that can fail return 0 on success and -1 on
  * failure (or NULL for constructors) and fill a caller-provided kw_err with
@@ -40,5 +40,26 @@ size_t kw_utf8_valid_prefix(const char *s, size_t n);
 /* Replaces every byte of s (NUL-terminated) that is not part of well-formed
  * UTF-8 by '?', in place. */
 void kw_utf8_sanitize(char *s);
+/* UTF-8 (RFC 3629): the length of the sequence lead byte c starts (1-4), 0 if
+ * c cannot start one (a continuation byte, C0, C1, F5-FF). */
+static inline int kw_utf8_seq_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+/* Is c acceptable as byte k (1-based, k >= 1) of a sequence led by lead? The
+ * second byte's range depends on the lead: no overlongs, no surrogates,
+ * nothing above U+10FFFF. */
+static inline bool kw_utf8_cont_ok(unsigned char lead, int k, unsigned char c) {
+    if ((c & 0xC0) != 0x80) return false;
+    if (k != 1) return true;
+    if (lead == 0xE0) return c >= 0xA0;
+    if (lead == 0xED) return c <= 0x9F;
+    if (lead == 0xF0) return c >= 0x90;
+    if (lead == 0xF4) return c <= 0x8F;
+    return true;
+}
 
 #endif

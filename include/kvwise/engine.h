@@ -65,6 +65,9 @@ struct kw_engine {
      * NULL when the engine keeps no KV. Set by the engine's constructor;
      * everyone else reads it through the kw_engine_* queries. */
     struct kw_kvmem *kvmem;
+    /* The model it runs, for the memory report (kw_engine_memory_json's
+     * "experts"), or NULL for a stand-in. */
+    const struct kw_model *model;
 };
 
 typedef struct kw_engine_model_opts {
@@ -104,7 +107,11 @@ int32_t kw_engine_set_cache_caps(kw_engine *e, int32_t max_seqs, uint64_t max_by
 bool kw_engine_caching(const kw_engine *e);
 /* Prompt tokens seq_begin would find cached right now (0..n-1); changes nothing. */
 int32_t kw_engine_cached_prefix(const kw_engine *e, const int32_t *prompt, int32_t n);
-/* Adds the "prompt_cache" and "kv_pool" objects of /v1/memory to obj (nothing without KV). */
+/* Adds the "prompt_cache" and "kv_pool" objects of /v1/memory to obj (nothing without KV),
+ * and for a mixture-of-experts model "experts": mapped_bytes (every expert
+ * tensor, in the file mapping), used_bytes (the experts some token has
+ * chosen), resident_bytes (what the kernel has resident of them now; null
+ * if it cannot say), experts, experts_used, mlock. */
 void kw_engine_memory_json(const kw_engine *e, struct cJSON *obj);
 /* Appends the Prometheus text of the KV pool and prompt cache (kvwise_kv_*,
  * kvwise_prompt_cache_*) to the malloc'd buffer *buf of length *len. 0 or -1 (out of memory). */

@@ -75,6 +75,9 @@ bool kw_gguf_get_float(const kw_gguf *g, const char *key, double *out);
 bool kw_gguf_get_bool(const kw_gguf *g, const char *key, bool *out);
 const char *kw_gguf_get_str(const kw_gguf *g, const char *key);  /* NULL if absent / not a string */
 const char *kw_gguf_vtype_name(kw_gguf_vtype t);
+/* Bytes of one value of a fixed-size type (1, 2, 4 or 8); 0 for STRING, ARRAY
+ * and numbers that name no type. */
+int kw_gguf_vtype_size(uint32_t t);
 
 /* ---- writer ----
  * Usage: w = kw_gguf_writer_create(); add kvs and tensors (data is copied or

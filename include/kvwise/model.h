@@ -43,6 +43,13 @@ typedef struct kw_hparams {
     bool has_qk_norm;           /* layers have attn_q_norm / attn_k_norm */
     uint64_t weight_bytes;      /* sum of tensor data sizes */
     uint64_t n_params;
+    /* mixture of experts (the descriptor's ffn is KW_FFN_MOE); 0 for a dense model */
+    int32_t n_expert;           /* expert_count */
+    int32_t n_expert_used;      /* expert_used_count: experts per token */
+    int32_t n_ff_exp;           /* expert_feed_forward_length (default n_ff / n_expert_used) */
+    int32_t n_ff_shexp;         /* expert_shared_feed_forward_length (default n_ff); 0 without a shared expert */
+    bool has_shared_expert;     /* layers have the gated shared expert (KW_FEAT_SHARED_EXPERT) */
+    uint64_t expert_bytes;      /* bytes of all expert tensors (KW_ROLE_EXPERTS) of all layers */
 } kw_hparams;
 
 int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err);
@@ -64,12 +71,36 @@ const char *kw_model_tokenizer_error(const kw_model *m);
 const kw_gguf *kw_model_gguf(const kw_model *m);
 /* The memory a decoded token streams: every layer's matrices and the LM
  * head, as their matmuls read them (packed copies where made: kw_matrix_span),
- * in the order the forward pass reads them. Writes at most max spans and
- * returns how many there are. */
+ * in the order the forward pass reads them; of a mixture-of-experts layer
+ * n_expert_used experts of each expert tensor (experts 0..k-1 stand for the
+ * ones a token picks). Writes at most max spans and returns how many there are. */
 int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max);
 /* kw_measure_spans_bandwidth over those spans: how fast pool's threads read
  * the very pages decode reads (0 if none). */
 double kw_model_read_bandwidth(const kw_model *m, kw_pool *pool, double seconds);
+/* Mixture of experts: the expert tensors stay in the file mapping (never
+ * repacked), so an expert no token has chosen is mapped but not resident.
+ * The forward pass marks each expert the first time a token uses it. */
+typedef struct kw_expert_stats {
+    uint64_t mapped_bytes;      /* every expert tensor of every layer */
+    uint64_t used_bytes;        /* the experts some token has used (read at least once) */
+    uint64_t resident_bytes;    /* of mapped_bytes, what this process has resident now, as the
+                                   kernel's page tables say (kw_footprint_resident_bytes);
+                                   UINT64_MAX if it cannot tell */
+    int32_t n_experts;          /* layers x experts per layer */
+    int32_t n_used;
+    bool locked;                /* --mlock: every expert is locked resident */
+} kw_expert_stats;
+/* false (and zeros) for a dense model. */
+bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out);
+
+/* The weight bytes one decode step reads, from the file's tensor table
+ * (no weight is loaded; `kvwise plan` and the bench both use it): every
+ * tensor except the token embedding, of which one row (the embedding is
+ * read whole when it is also the LM head), and of a mixture of experts'
+ * expert tensors n_expert_used / n_expert (the k experts a token picks). */
+uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp);
+
 /* The KV layout this model needs for a given element type and block size. */
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens);
 /* kv_type, or for KW_KV_TYPE_AUTO what it resolves to for this shape
@@ -93,6 +124,11 @@ void kw_ctx_free(kw_ctx *c);
 /* Runs the batch. Writes one row of n_vocab logits per token with
  * want_logits set, in batch order, to logits_out. Returns 0 or -1. */
 int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, kw_err *err);
+/* The weight bytes c's forward passes have read so far (the bench's byte
+ * counter): per pass every layer matrix and, when logits were asked for,
+ * the LM head once, plus each expert the batch chose once (its gate, up and
+ * down matrices); the embedding rows of the tokens are not counted. */
+uint64_t kw_ctx_weight_bytes_read(const kw_ctx *c);
 
 /* ---- single-sequence convenience (CLI, tests) ----
  * A session owns a KV pool, a block table, a workspace and (unless one is
@@ -119,6 +155,8 @@ const float *kw_session_logits(const kw_session *s, int32_t i);
 int32_t kw_session_n_logits(const kw_session *s);   /* rows kept by the last eval */
 int32_t kw_session_n_past(const kw_session *s);
 int32_t kw_session_n_ctx(const kw_session *s);
+/* kw_ctx_weight_bytes_read of the session's workspace. */
+uint64_t kw_session_weight_bytes_read(const kw_session *s);
 /* Forgets positions >= n_past (n_past <= current); the KV blocks are kept. */
 void kw_session_rewind(kw_session *s, int32_t n_past);
 const kw_model *kw_session_model(const kw_session *s);

@@ -33,13 +33,15 @@ typedef struct kw_plan_model {
     uint64_t linear_state_bytes;    /* per sequence, all linear layers together */
     char linear_formula[192];       /* how linear_state_bytes was computed ("" if none) */
     bool kv_layers_sliding_as_full; /* sliding-window layers counted as full (upper bound) */
-    int32_t n_experts, n_experts_used; /* mixture of experts (config.json); 0 if dense */
+    int32_t n_experts, n_experts_used; /* mixture of experts (config.json or the GGUF's keys); 0 if dense */
+    uint64_t expert_bytes;          /* GGUF: all expert tensors (read_bytes_per_token holds k/n of them);
+                                       0 when unknown (--hf-config) or dense */
     /* weights */
     uint64_t weight_bytes;          /* exact tensor bytes (GGUF) or --weights-bytes */
     uint64_t resident_bytes;        /* budget line: the mapped file + repack_bytes (GGUF), or weight_bytes */
     uint64_t repack_bytes;          /* heap copies made at load for this CPU's kernels (GGUF; 0 if none) */
     uint64_t released_bytes;        /* mapped pages dropped at load because a packed copy serves them */
-    uint64_t read_bytes_per_token;  /* weight bytes one decode step reads */
+    uint64_t read_bytes_per_token;  /* weight bytes one decode step reads (MoE: the active bytes) */
     uint32_t main_type;             /* tensor type holding the most bytes (GGUF), else KW_TYPE_COUNT */
     uint64_t tokenizer_bytes;       /* heap of the tokenizer tables */
     bool tokenizer_measured;        /* built and measured (GGUF), else an estimate */
@@ -111,7 +113,8 @@ typedef struct kw_plan {
     uint64_t bytes_per_token;       /* weight bytes read per decoded token */
     double decode_tok_s;            /* bandwidth / bytes_per_token (0 if bandwidth unknown) */
     double decode_tok_s_full_ctx;   /* one sequence with o.ctx tokens of KV also read */
-    double decode_aggregate_tok_s;  /* o.concurrency sequences at o.ctx, weights read once per step */
+    double decode_aggregate_tok_s;  /* o.concurrency sequences at o.ctx, weights read once per step
+                                       (MoE: the experts the step's tokens use, kw_plan_step_weight_bytes) */
     double prefill_tok_s;           /* measured by kw_plan_probe (caller fills); 0 if not */
     double decode_measured_tok_s;   /* measured by kw_plan_probe (caller fills); 0 if not */
     int32_t probe_tokens;           /* prefill length of the probe */
@@ -124,6 +127,11 @@ typedef struct kw_plan {
 int kw_plan_compute(const kw_plan_model *m, const kw_plan_opts *o, kw_plan *p, kw_err *err);
 
 /* The arithmetic pieces (exposed for tests and the server). */
+/* Weight bytes one decode step of n sequences reads: the dense weights once
+ * and, of a mixture of experts, the experts some token of the step picks,
+ * expected over uniform routing: expert_bytes x (1 - (1 - k/n_experts)^n).
+ * n = 1 gives read_bytes_per_token. */
+double kw_plan_step_weight_bytes(const kw_plan_model *m, int32_t n);
 uint64_t kw_plan_kv_bytes_per_token(const kw_plan_model *m, uint32_t kv_type);
 /* The prefill workspace (0 for a model without an embedding, n_embd 0: a KV
  * layout only, such as the test stub engine, has no forward pass). */

@@ -207,6 +207,54 @@ void kw_matmul(kw_pool *pool, const kw_matrix *W, const float *X, int64_t n, flo
 void kw_matmul_multi(kw_pool *pool, const kw_matrix *const *W, int n_mats, const float *X, int64_t n, float *const *Y,
                      void *scratch);
 
+/* ---- mixture of experts ----
+ * A 3-D expert tensor as GGUF stores it ([cols, rows, n]): n matrices of
+ * `rows` x `cols`, one after the other, expert e's rows starting at
+ * data + e * stride. Experts are read in place from the mapping, never
+ * repacked, so the experts no token has used stay mapped but not resident. */
+typedef struct kw_experts {
+    uint32_t type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    int32_t n;
+    size_t stride;              /* bytes of one expert: rows * row_bytes */
+    const void *data;
+} kw_experts;
+
+/* Expert e as a matrix (no packed copy). */
+static inline kw_matrix kw_expert_matrix(const kw_experts *E, int32_t e) {
+    kw_matrix m = {E->type, E->rows, E->cols, E->row_bytes, (const uint8_t *)E->data + (size_t)e * E->stride, NULL};
+    return m;
+}
+
+/* The routed experts of a mixture-of-experts block for n tokens. Token i
+ * chose the k experts sel[i*k + j] with weights w[i*k + j]; out[i] (n_embd
+ * = down->rows values) is written, not added:
+ *   out[i] = sum over j = 0..k-1 in order of w[i*k+j] * down_e(silu(gate_e . x_i) * (up_e . x_i)).
+ * Tokens are grouped by expert, so each used expert's three matrices are
+ * read once for all the tokens that chose it (decode reads only the k
+ * selected experts; a batch reads each expert it uses once per step).
+ * Activations are quantized to each expert type's dot type as kw_matmul
+ * does; every product goes through the active set's gemm_experts kernels
+ * (src/tensor/kernels.h), which compute each output the same whatever the
+ * other rows, so a token's result does not depend on the rest of the batch
+ * or the thread count. x and out may not overlap. */
+typedef struct kw_moe_args {
+    const kw_experts *gate, *up, *down;   /* gate/up: [n_ff_exp][n_embd] each; down: [n_embd][n_ff_exp] */
+    const float *x;                       /* [n][n_embd] */
+    int64_t n;
+    int k;
+    const int32_t *sel;                   /* [n][k] expert indices, each < gate->n */
+    const float *w;                       /* [n][k] */
+    float *out;                           /* [n][n_embd] */
+} kw_moe_args;
+/* Scratch bytes kw_moe_experts needs for up to n tokens with k of n_expert
+ * experts each, whatever the experts' types (64-byte aligned). */
+size_t kw_moe_scratch_bytes(int64_t n_embd, int64_t n_ff_exp, int32_t n_expert, int64_t n, int k);
+/* Runs it; returns the bytes of expert weights read (each used expert's
+ * three matrices once), for the byte counters. */
+uint64_t kw_moe_experts(kw_pool *pool, const kw_moe_args *a, void *scratch);
+
 /* CPU features found at run time, and which kernel family is in use. */
 typedef struct kw_cpu_info {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avxvnni;

@@ -17,7 +17,8 @@
  * buffer (kw_measure_read_bandwidth, what `kvwise plan` uses) is printed
  * beside it. Prints median and
  * min..max of each, model weight bytes, bytes read per decoded token
- * (weights, plus the KV the average step attends over), and
+ * (weights, plus the KV the average step attends over; the weights from
+ * the file's tensor table and as the forward pass counted them), and
  * tg as % of the ceiling. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,15 +128,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-/* Bytes a decode step streams: every weight except the embedding table,
- * of which one row is read (when it is not also the LM head). */
-static uint64_t decode_bytes(const kw_model *m) {
-    const kw_hparams *hp = kw_model_hparams(m);
-    uint64_t b = hp->weight_bytes;
-    const kw_gguf_tensor *te = kw_gguf_find_tensor(kw_model_gguf(m), "token_embd.weight");
-    if (te && !hp->tied_output) b -= te->nbytes - te->nbytes / (uint64_t)(te->ne[1] > 0 ? te->ne[1] : 1);
-    return b;
-}
+/* Bytes a decode step streams (model.h kw_decode_weight_bytes). */
+static uint64_t decode_bytes(const kw_model *m) { return kw_decode_weight_bytes(kw_model_gguf(m), kw_model_hparams(m)); }
 
 /* KV bytes a decoded token reads, on average over a tg test of n tokens on
  * top of d: step i attends over d + i + 1 positions, so d + (n + 1) / 2 on
@@ -162,6 +156,14 @@ static void random_tokens(int32_t *tok, int n, int32_t n_vocab, uint64_t *rng) {
     }
 }
 
+/* The weight bytes the decode steps of the timed repetitions read, as the
+ * forward pass counts them (kw_session_weight_bytes_read), and their steps:
+ * the measured bytes per decoded token printed beside decode_bytes(). */
+static uint64_t g_counted_bytes, g_counted_steps;
+static bool g_counting;
+
+static uint64_t counted_per_token(void) { return g_counted_steps ? g_counted_bytes / g_counted_steps : 0; }
+
 /* Decodes n random tokens one at a time from position `at`; tok/s in *rate. */
 static int decode_at(kw_session *s, int32_t at, int n, int32_t *tok, int32_t n_vocab, uint64_t *rng, double *rate,
                      kw_err *err) {
@@ -170,9 +172,14 @@ static int decode_at(kw_session *s, int32_t at, int n, int32_t *tok, int32_t n_v
     if (kw_session_n_past(s) != at)   /* a rewind only moves back: the depth must still be there */
         return kw_err_set(err, "bench: cannot decode at position %d (the session holds %d)", at, kw_session_n_past(s));
     int rc = 0;
+    uint64_t b0 = kw_session_weight_bytes_read(s);
     double t0 = now_sec();
     for (int i = 0; i < n && rc == 0; i++) rc = kw_session_eval(s, tok + i, 1, false, err);
     *rate = n / (now_sec() - t0);
+    if (g_counting && rc == 0) {
+        g_counted_bytes += kw_session_weight_bytes_read(s) - b0;
+        g_counted_steps += (uint64_t)n;
+    }
     return rc;
 }
 
@@ -332,6 +339,7 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
     cJSON_AddStringToObject(j, "kv_type", kw_kv_type_name(o->kv_type));
     cJSON_AddNumberToObject(j, "weight_bytes", (double)hp->weight_bytes);
     cJSON_AddNumberToObject(j, "weight_bytes_per_token", (double)wbytes);
+    cJSON_AddNumberToObject(j, "weight_bytes_per_token_counted", (double)counted_per_token());
     cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)kvbytes);
     cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)rbytes);
     const struct { const char *k; stat3 s; } rows[] = {
@@ -422,6 +430,7 @@ int cmd_bench(int argc, char **argv) {
         rc = prefill_depth(s, o.d, hp->n_vocab, &rng, &err);
         if (rc == 0 && !o.json) fprintf(stderr, "depth: %d tokens prefilled in %.1f s\n", o.d, now_sec() - t0);
     }
+    g_counting = true;   /* the timed repetitions only */
     kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise bench", (uint64_t)o.r, KW_PROGRESS_ITEMS, "reps");
     for (int i = 0; i < o.r && rc == 0; i++) {
         bwbuf[i] = kw_measure_read_bandwidth(pool, 0.15);
@@ -463,9 +472,13 @@ int cmd_bench(int argc, char **argv) {
                    "tokens)\n",
                    o.model, hp->arch_name, kw_kernel_name(), kw_decode_prefetch_bytes(), o.t,
                    kw_kv_type_name(o.kv_type), o.ub);
-            printf("weights      %s; read per decoded token %s of weights + %s of KV\n",
+            printf("weights      %s; read per decoded token %s of weights + %s of KV",
                    kw_format_bytes(hp->weight_bytes, b1, sizeof b1), kw_format_bytes(wbytes, b2, sizeof b2),
                    kw_format_bytes(kvbytes, b3, sizeof b3));
+            if (g_counted_steps)
+                printf(" (counted by the forward pass: %s of weights, %+.2f%%)", kw_format_bytes(counted_per_token(), b1, sizeof b1),
+                       100.0 * ((double)counted_per_token() / (double)wbytes - 1.0));
+            printf("\n");
             const char *at = o.d > 0 ? " @ d" : "";
             if (o.p > 0) printf("pp%-5d      %8.1f tok/s  (min %.1f, max %.1f)%s", o.p, spp.med, spp.lo, spp.hi, at);
             if (o.p > 0) printf(o.d > 0 ? "%d\n" : "\n", o.d);

@@ -85,16 +85,17 @@ static void emit(const kw_tokenizer *t, kw_detok *d, int32_t id, char *buf, size
 
 static int generate(const kw_run_opts *o, const gen_opts *g, kw_model *m, double load_ms) {
     int rc = 1;
-    size_t len = 0, n_prompt = 0;
-    char *text = kw_run_prompt_text(o, &len);
-    int32_t *ids = text ? kw_run_tokenize(o, m, text, len, &n_prompt) : NULL;
+    kw_run_prompt pr;
+    int read = kw_run_prompt_read(o, m, &pr);
+    const int32_t *ids = pr.ids;
+    size_t n_prompt = pr.n;
     const kw_tokenizer *tok = kw_model_tokenizer(m);
     int32_t n_vocab = kw_model_hparams(m)->n_vocab;
     kw_session *s = NULL;
     kw_sampler *smp = NULL;
     char *piece = NULL;
     kw_err err = {{0}};
-    if (!ids) goto out;
+    if (read) goto out;
     if (n_prompt == 0) { fprintf(stderr, "kvwise generate: the prompt is empty and the vocab adds no BOS\n"); rc = 2; goto out; }
     s = kw_run_session(o, m, 0);
     if (!s) goto out;
@@ -113,7 +114,7 @@ static int generate(const kw_run_opts *o, const gen_opts *g, kw_model *m, double
     if (kw_session_eval(s, ids, (int32_t)n_prompt, false, &err)) { fprintf(stderr, "kvwise generate: %s\n", err.msg); goto out; }
     double t1 = kw_run_now_ms();
     kw_detok d;
-    bool bos_only = len == 0;
+    bool bos_only = pr.len == 0;
     if (bos_only) kw_detok_init(&d);
     else kw_detok_init_continuation(&d);
     long n_gen = 0;
@@ -142,8 +143,7 @@ out:
     free(piece);
     kw_sampler_free(smp);
     kw_session_free(s);
-    free(ids);
-    free(text);
+    kw_run_prompt_free(&pr);
     return rc;
 }
 

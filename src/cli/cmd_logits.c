@@ -67,15 +67,13 @@ static int write_rows(const char *path, const kw_session *s, int32_t first, int3
 
 static int run(const kw_run_opts *o, kw_model *m, const char *tokens_arg, bool all, const char *out) {
     int rc = 1;
-    size_t n = 0, len = 0;
-    char *text = NULL;
-    int32_t *ids = NULL;
+    kw_run_prompt pr = {0};
     kw_session *s = NULL;
     kw_err err = {{0}};
     int32_t n_vocab = kw_model_hparams(m)->n_vocab;
-    if (tokens_arg) ids = parse_tokens(tokens_arg, &n);
-    else if ((text = kw_run_prompt_text(o, &len))) ids = kw_run_tokenize(o, m, text, len, &n);
-    if (!ids) { rc = 2; goto out; }
+    if (tokens_arg ? !(pr.ids = parse_tokens(tokens_arg, &pr.n)) : kw_run_prompt_read(o, m, &pr) != 0) { rc = 2; goto out; }
+    const int32_t *ids = pr.ids;
+    size_t n = pr.n;
     for (size_t i = 0; i < n; i++)
         if (ids[i] >= n_vocab) { fprintf(stderr, "kvwise logits: token %d is outside the vocabulary (0..%d)\n", ids[i], n_vocab - 1); rc = 2; goto out; }
     if (n == 0) { fprintf(stderr, "kvwise logits: the prompt has no tokens\n"); rc = 2; goto out; }
@@ -87,8 +85,7 @@ static int run(const kw_run_opts *o, kw_model *m, const char *tokens_arg, bool a
     rc = 0;
 out:
     kw_session_free(s);
-    free(ids);
-    free(text);
+    kw_run_prompt_free(&pr);
     return rc;
 }
 

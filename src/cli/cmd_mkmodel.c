@@ -36,7 +36,12 @@ static void usage(FILE *f) {
         "byte-level BPE tokenizer (gpt2 model, gpt-2 pre-tokenizer, <|endoftext|> as BOS/EOS,\n"
         "ChatML <|im_start|>/<|im_end|>) and a ChatML chat template.\n\n"
         "  --preset NAME    tiny (default; llama 4x256, 8 heads, 2 kv, ff 768, vocab 1024),\n"
-        "                   llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b\n"
+        "                   llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b; mixtures of experts (qwen3moe):\n"
+        "                   tiny-moe (4x256, 8 experts of width 128, 2 per token, vocab 1024),\n"
+        "                   qwen3-30b-a3b (48x2048, 128 experts of width 768, 8 per token, vocab\n"
+        "                   151936: 30.5B weights, 32 GB of q8_0), qwen3moe-bench (the benchmark\n"
+        "                   shape: 6 of those layers, vocab 24576: 3.8B weights of which 0.39B\n"
+        "                   are read per token, as in Qwen3-30B-A3B; 4.1 GB of q8_0)\n"
         "  --type T         weight matrices: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k\n"
         "                   (default f16; norms and biases stay f32; a K-quant falls back to\n"
         "                   q5_0/q5_1/q8_0 for rows that are not a multiple of 256)\n"
@@ -46,6 +51,9 @@ static void usage(FILE *f) {
         "  --layers N  --embd N  --ff N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ctx N\n"
         "                   override the preset's shape (--embd/--heads also reset head_dim\n"
         "                   to embd/heads unless --head-dim is given)\n"
+        "  --experts N  --experts-used N  --ff-exp N\n"
+        "                   mixture of experts (qwen3moe): experts per layer, experts each token\n"
+        "                   uses, the width of one expert\n"
         "  --tied / --untied   output.weight absent (tied to token_embd) or present\n"
         "  --name S         general.name\n"
         "  --hf-tokenizer DIR  use the Hugging Face tokenizer in DIR (tokenizer.json and\n"
@@ -71,7 +79,7 @@ static int parse_int(const char *opt, const char *v, int32_t *out) {
 int cmd_mkmodel(int argc, char **argv) {
     const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL, *hf_dir = NULL;
     unsigned long long seed = 1;
-    int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0;
+    int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0, n_exp = 0, n_used = 0, ff_exp = 0;
     int tied = -1;
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
@@ -79,7 +87,8 @@ int cmd_mkmodel(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int32_t *ip = !strcmp(a, "--layers") ? &layers : !strcmp(a, "--embd") ? &embd : !strcmp(a, "--ff") ? &ff
                     : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--kv-heads") ? &kv : !strcmp(a, "--head-dim") ? &hd
-                    : !strcmp(a, "--vocab") ? &vocab : !strcmp(a, "--ctx") ? &ctx : NULL;
+                    : !strcmp(a, "--vocab") ? &vocab : !strcmp(a, "--ctx") ? &ctx : !strcmp(a, "--experts") ? &n_exp
+                    : !strcmp(a, "--experts-used") ? &n_used : !strcmp(a, "--ff-exp") ? &ff_exp : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--tied")) tied = 1;
         else if (!strcmp(a, "--untied")) tied = 0;
@@ -115,6 +124,9 @@ int cmd_mkmodel(int argc, char **argv) {
     if (ff) s.n_ff = ff;
     if (vocab) s.n_vocab = vocab;
     if (ctx) s.n_ctx = ctx;
+    if (n_exp) s.n_expert = n_exp;
+    if (n_used) s.n_expert_used = n_used;
+    if (ff_exp) s.n_ff_exp = ff_exp;
     if (tied >= 0) s.tied = tied;
     if (name) snprintf(s.name, sizeof s.name, "%s", name);
     if (hf_dir && vocab) { fprintf(stderr, "kvwise mkmodel: --vocab cannot be combined with --hf-tokenizer (the vocab is the tokenizer's)\n"); return 2; }

@@ -40,12 +40,13 @@ static double nll(const float *logits, int32_t n_vocab, int32_t target) {
 }
 
 static int run(const kw_run_opts *o, kw_model *m, long max_chunks) {
-    size_t len = 0, n = 0;
-    char *text = kw_run_prompt_text(o, &len);
-    int32_t *ids = text ? kw_run_tokenize(o, m, text, len, &n) : NULL;
+    kw_run_prompt pr;
+    int read = kw_run_prompt_read(o, m, &pr);
+    const int32_t *ids = pr.ids;
+    size_t n = pr.n;
     int rc = 2;
     kw_session *s = NULL;
-    if (!ids) goto out;
+    if (read) goto out;
     int32_t ctx = o->ctx ? o->ctx : 512, n_vocab = kw_model_hparams(m)->n_vocab;
     size_t n_chunks = n / (size_t)ctx;
     if (max_chunks > 0 && n_chunks > (size_t)max_chunks) n_chunks = (size_t)max_chunks;
@@ -95,8 +96,7 @@ static int run(const kw_run_opts *o, kw_model *m, long max_chunks) {
     rc = 0;
 out:
     kw_session_free(s);
-    free(ids);
-    free(text);
+    kw_run_prompt_free(&pr);
     return rc;
 }
 

@@ -137,7 +137,7 @@ char *kw_run_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-char *kw_run_prompt_text(const kw_run_opts *o, size_t *len) {
+static char *prompt_text(const kw_run_opts *o, size_t *len) {
     if (o->prompt && o->file) { fprintf(stderr, "kvwise %s: give -p or -f, not both\n", o->cmd); return NULL; }
     if (o->file) {
         char *t = kw_run_read_file(o->file, len);
@@ -149,7 +149,7 @@ char *kw_run_prompt_text(const kw_run_opts *o, size_t *len) {
     return strdup(o->prompt);
 }
 
-int32_t *kw_run_tokenize(const kw_run_opts *o, const kw_model *m, const char *text, size_t len, size_t *n) {
+static int32_t *tokenize(const kw_run_opts *o, const kw_model *m, const char *text, size_t len, size_t *n) {
     const kw_tokenizer *t = kw_model_tokenizer(m);
     if (!t) {
         fprintf(stderr, "kvwise %s: this model has no usable tokenizer: %s\n", o->cmd, kw_model_tokenizer_error(m));
@@ -162,6 +162,18 @@ int32_t *kw_run_tokenize(const kw_run_opts *o, const kw_model *m, const char *te
         return NULL;
     }
     return ids;
+}
+
+int kw_run_prompt_read(const kw_run_opts *o, const kw_model *m, kw_run_prompt *p) {
+    *p = (kw_run_prompt){0};
+    if (!(p->text = prompt_text(o, &p->len))) return -1;
+    return (p->ids = tokenize(o, m, p->text, p->len, &p->n)) ? 0 : -1;
+}
+
+void kw_run_prompt_free(kw_run_prompt *p) {
+    free(p->ids);
+    free(p->text);
+    *p = (kw_run_prompt){0};
 }
 
 kw_session *kw_run_session(const kw_run_opts *o, const kw_model *m, int32_t default_ctx) {

@@ -33,10 +33,13 @@ int kw_run_float(const kw_run_opts *o, const char *opt, const char *s, double lo
 kw_model *kw_run_load(const kw_run_opts *o, double *ms);
 /* Whole file, NUL-terminated (len excludes the NUL); NULL if it cannot be read. */
 char *kw_run_read_file(const char *path, size_t *len);
-/* The prompt text: -p as given, or the bytes of -f. malloc'd; NULL on error. */
-char *kw_run_prompt_text(const kw_run_opts *o, size_t *len);
-/* Tokenizes text (BOS as the vocab says unless --no-bos). malloc'd ids. */
-int32_t *kw_run_tokenize(const kw_run_opts *o, const kw_model *m, const char *text, size_t len, size_t *n);
+/* A prompt and its tokens: text (len bytes, NUL-terminated) and ids (n);
+ * text stays NULL when the ids were given directly. */
+typedef struct kw_run_prompt { char *text; size_t len; int32_t *ids; size_t n; } kw_run_prompt;
+/* Reads the prompt (-p as given, or the bytes of -f) and tokenizes it (BOS
+ * as the vocab says unless --no-bos): 0, or -1 with the message printed. */
+int kw_run_prompt_read(const kw_run_opts *o, const kw_model *m, kw_run_prompt *p);
+void kw_run_prompt_free(kw_run_prompt *p);
 kw_session *kw_run_session(const kw_run_opts *o, const kw_model *m, int32_t default_ctx);
 double kw_run_now_ms(void);
 

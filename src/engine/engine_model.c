@@ -186,6 +186,7 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     me->kvm = kw_kvmem_create(me->pool, &ko, err);
     if (!me->kvm) { me_destroy(e); return NULL; }
     e->kvmem = me->kvm;
+    e->model = me->m;
     me->tables = calloc((size_t)n_slots, sizeof *me->tables);
     if (!me->tables) { kw_err_set(err, "engine: out of memory"); me_destroy(e); return NULL; }
     token_text_or_empty(me->tok, kw_token_bos(me->tok), me->bos, sizeof me->bos);

@@ -140,7 +140,7 @@ static int read_string(cursor *c, kw_str *out, const char *what) {
 
 /* ---- value types ---- */
 
-static int vtype_size(uint32_t t) {
+int kw_gguf_vtype_size(uint32_t t) {
     switch (t) {
     case KW_GGUF_UINT8: case KW_GGUF_INT8: case KW_GGUF_BOOL: return 1;
     case KW_GGUF_UINT16: case KW_GGUF_INT16: return 2;
@@ -163,7 +163,7 @@ static bool vtype_signed(uint32_t t) {
 }
 
 static void decode_scalar(kw_gguf_kv *kv, const uint8_t *p) {
-    int n = vtype_size(kv->type);
+    int n = kw_gguf_vtype_size(kv->type);
     uint64_t raw = load_le(p, n);
     switch (kv->type) {
     case KW_GGUF_FLOAT32: { uint32_t b = (uint32_t)raw; float f; memcpy(&f, &b, 4); kv->v.f = f; break; }
@@ -183,7 +183,7 @@ static void decode_scalar(kw_gguf_kv *kv, const uint8_t *p) {
 static int skip_array_body(cursor *c, uint32_t t, uint64_t n, int depth, const char *what) {
     if (depth > GGUF_MAX_NESTING) return kw_err_set(c->err, "%s: arrays nested deeper than %d levels", what, GGUF_MAX_NESTING);
     if (!vtype_valid(t)) return kw_err_set(c->err, "%s: invalid array element type %u", what, t);
-    int es = vtype_size(t);
+    int es = kw_gguf_vtype_size(t);
     if (es) {
         if (n > bytes_left(c) / (uint64_t)es)
             return kw_err_set(c->err, "%s: array of %llu %s elements exceeds file size", what,
@@ -234,7 +234,7 @@ static int read_array(cursor *c, kw_gguf_kv *kv, const char *what) {
 static int read_value(cursor *c, kw_gguf_kv *kv, const char *what) {
     if (kv->type == KW_GGUF_STRING) return read_string(c, &kv->v.s, what);
     if (kv->type == KW_GGUF_ARRAY) return read_array(c, kv, what);
-    int n = vtype_size(kv->type);
+    int n = kw_gguf_vtype_size(kv->type);
     if (need(c, (uint64_t)n, what)) return -1;
     decode_scalar(kv, c->base + c->pos);
     c->pos += (uint64_t)n;

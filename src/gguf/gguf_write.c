@@ -71,16 +71,6 @@ static void b_str(bytes *b, const char *s) {
     b_put(b, s, n);
 }
 
-static int elem_size(uint32_t t) {
-    switch (t) {
-    case KW_GGUF_UINT8: case KW_GGUF_INT8: case KW_GGUF_BOOL: return 1;
-    case KW_GGUF_UINT16: case KW_GGUF_INT16: return 2;
-    case KW_GGUF_UINT32: case KW_GGUF_INT32: case KW_GGUF_FLOAT32: return 4;
-    case KW_GGUF_UINT64: case KW_GGUF_INT64: case KW_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* ---- writer object ---- */
 
 kw_gguf_writer *kw_gguf_writer_create(void) {
@@ -134,7 +124,7 @@ static void kv_done(kw_gguf_writer *w, wkv *kv) {
 }
 
 void kw_gguf_writer_set_scalar(kw_gguf_writer *w, const char *key, kw_gguf_vtype type, const void *value) {
-    int n = elem_size(type);
+    int n = kw_gguf_vtype_size(type);
     if (!n || !value) { if (w) w->oom = 1; return; }   /* misuse: reported at write */
     wkv *kv = kv_slot(w, key, type);
     if (!kv) return;
@@ -159,7 +149,7 @@ void kw_gguf_writer_set_str(kw_gguf_writer *w, const char *key, const char *v) {
 }
 
 void kw_gguf_writer_set_arr(kw_gguf_writer *w, const char *key, kw_gguf_vtype elem, const void *data, uint64_t n) {
-    int es = elem_size(elem);
+    int es = kw_gguf_vtype_size(elem);
     if (!es || (n && !data)) { if (w) w->oom = 1; return; }
     wkv *kv = kv_slot(w, key, KW_GGUF_ARRAY);
     if (!kv) return;
@@ -199,10 +189,10 @@ void kw_gguf_writer_copy_kvs(kw_gguf_writer *w, const kw_gguf *src) {
             if (s->arr_type == KW_GGUF_STRING)
                 for (uint64_t j = 0; j < s->arr_n; j++) b_kwstr(&kv->val, &s->arr_str[j]);
             else
-                b_put(&kv->val, s->arr_data, (size_t)s->arr_n * (size_t)elem_size(s->arr_type));
+                b_put(&kv->val, s->arr_data, (size_t)s->arr_n * (size_t)kw_gguf_vtype_size(s->arr_type));
         } else {
             uint8_t raw[8];
-            int n = elem_size(s->type);
+            int n = kw_gguf_vtype_size(s->type);
             if (s->type == KW_GGUF_FLOAT32) { float f = (float)s->v.f; memcpy(raw, &f, 4); }
             else if (s->type == KW_GGUF_FLOAT64) memcpy(raw, &s->v.f, 8);
             else if (s->type == KW_GGUF_BOOL) raw[0] = s->v.b;

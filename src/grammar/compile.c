@@ -284,13 +284,6 @@ static uint32_t build(cc *c, uint32_t id, uint32_t from) {
 
 /* ---------- DFA ---------- */
 
-typedef struct setpool {
-    uint32_t *v; uint32_t n, cap;       /* concatenated sorted NFA sets */
-    uint32_t *off, *len; uint32_t cap_off, cap_len;
-    uint32_t *ht; uint32_t hcap;        /* hash -> local DFA index + 1 */
-    uint32_t count;
-} setpool;
-
 static uint64_t set_hash(const uint32_t *s, uint32_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
     for (uint32_t i = 0; i < n; i++) {
@@ -368,47 +361,80 @@ static uint32_t new_dstate(cc *c, uint32_t rule) {
     return s;
 }
 
-/* Interns set -> global DFA state of rule; *is_new when created. */
-static uint32_t intern_set(cc *c, setpool *sp, const uint32_t *s, uint32_t n, uint32_t rule, uint32_t base,
-                           int *is_new) {
-    *is_new = 0;
-    if (sp->count * 2 + 2 > sp->hcap) {
-        uint32_t nh = sp->hcap ? sp->hcap * 2 : 256;
+/* A pool of interned uint32 vectors (sorted NFA sets while determinizing,
+ * state signatures while minimizing): ids dense from 0 in insertion order,
+ * the vectors concatenated in v, an open-addressing table of id + 1. */
+typedef struct vpool {
+    uint32_t *v; uint32_t n, cap;
+    uint32_t *off, *len; uint32_t cap_off, cap_len, count;
+    uint32_t *ht; uint32_t hcap;
+} vpool;
+
+static void vp_reset(vpool *p) {
+    p->n = p->count = 0;
+    if (p->ht) memset(p->ht, 0, (size_t)p->hcap * sizeof *p->ht);
+}
+
+static void vp_free(vpool *p) {
+    kw_mem_free(p->v); kw_mem_free(p->off); kw_mem_free(p->len); kw_mem_free(p->ht);
+}
+
+/* The id of x[0..n), or G_NONE when it is not in the pool; *slot gets the
+ * table slot it would take (G_NONE: out of memory growing the table). */
+static uint32_t vp_find(vpool *p, const uint32_t *x, uint32_t n, uint32_t *slot) {
+    *slot = G_NONE;
+    if ((p->count + 1) * 2 > p->hcap) {
+        uint32_t nh = p->hcap ? p->hcap * 2 : 256;
         uint32_t *ht = kw_mem_calloc(KW_MEM_OTHER, (size_t)nh * sizeof *ht);
         if (!ht) return G_NONE;
-        for (uint32_t i = 0; i < sp->hcap; i++) {
-            if (!sp->ht[i]) continue;
-            uint32_t k = sp->ht[i] - 1;
-            uint64_t h = set_hash(sp->v + sp->off[k], sp->len[k]);
-            uint32_t j = (uint32_t)h & (nh - 1);
+        for (uint32_t k = 0; k < p->count; k++) {
+            uint32_t j = (uint32_t)set_hash(p->v + p->off[k], p->len[k]) & (nh - 1);
             while (ht[j]) j = (j + 1) & (nh - 1);
-            ht[j] = sp->ht[i];
+            ht[j] = k + 1;
         }
-        kw_mem_free(sp->ht);
-        sp->ht = ht;
-        sp->hcap = nh;
+        kw_mem_free(p->ht);
+        p->ht = ht;
+        p->hcap = nh;
     }
-    uint64_t h = set_hash(s, n);
-    uint32_t j = (uint32_t)h & (sp->hcap - 1);
-    while (sp->ht[j]) {
-        uint32_t k = sp->ht[j] - 1;
-        if (sp->len[k] == n && memcmp(sp->v + sp->off[k], s, n * sizeof *s) == 0) return base + k;
-        j = (j + 1) & (sp->hcap - 1);
+    uint32_t j = (uint32_t)set_hash(x, n) & (p->hcap - 1);
+    while (p->ht[j]) {
+        uint32_t k = p->ht[j] - 1;
+        if (p->len[k] == n && !memcmp(p->v + p->off[k], x, n * sizeof *x)) return k;
+        j = (j + 1) & (p->hcap - 1);
     }
-    uint32_t st = new_dstate(c, rule);
-    if (st == G_NONE) return G_NONE;
-    uint32_t k = sp->count;
-    if (g_reserve((void **)&sp->v, &sp->cap, (uint64_t)sp->n + n, sizeof(uint32_t)) ||
-        g_reserve((void **)&sp->off, &sp->cap_off, (uint64_t)k + 1, sizeof(uint32_t)) ||
-        g_reserve((void **)&sp->len, &sp->cap_len, (uint64_t)k + 1, sizeof(uint32_t)))
+    *slot = j;
+    return G_NONE;
+}
+
+/* Appends x[0..n) as the next id, at the slot vp_find gave; G_NONE on out of memory. */
+static uint32_t vp_add(vpool *p, const uint32_t *x, uint32_t n, uint32_t slot) {
+    uint32_t k = p->count;
+    if (g_reserve((void **)&p->v, &p->cap, (uint64_t)p->n + n + 1, sizeof(uint32_t)) ||
+        g_reserve((void **)&p->off, &p->cap_off, (uint64_t)k + 1, sizeof(uint32_t)) ||
+        g_reserve((void **)&p->len, &p->cap_len, (uint64_t)k + 1, sizeof(uint32_t)))
         return G_NONE;
-    g_copy(sp->v + sp->n, s, n * sizeof *s);
-    sp->off[k] = sp->n;
-    sp->len[k] = n;
-    sp->n += n;
-    sp->count++;
-    sp->ht[j] = k + 1;
-    *is_new = 1;
+    g_copy(p->v + p->n, x, n * sizeof *x);
+    p->off[k] = p->n;
+    p->len[k] = n;
+    p->n += n;
+    p->count++;
+    p->ht[slot] = k + 1;
+    return k;
+}
+
+/* id of vector x[0..n) (new ids are dense from 0); G_NONE on out of memory */
+static uint32_t vp_intern(vpool *p, const uint32_t *x, uint32_t n) {
+    uint32_t slot, k = vp_find(p, x, n, &slot);
+    return k != G_NONE || slot == G_NONE ? k : vp_add(p, x, n, slot);
+}
+
+/* Interns set -> global DFA state of rule (a new set gets a new state, base + its id). */
+static uint32_t intern_set(cc *c, vpool *sp, const uint32_t *s, uint32_t n, uint32_t rule, uint32_t base) {
+    uint32_t slot, k = vp_find(sp, s, n, &slot);
+    if (k != G_NONE) return base + k;
+    if (slot == G_NONE) return G_NONE;
+    uint32_t st = new_dstate(c, rule);
+    if (st == G_NONE || vp_add(sp, s, n, slot) == G_NONE) return G_NONE;
     return st;
 }
 
@@ -420,7 +446,7 @@ static int cmp_mv(const void *a, const void *b) {
 }
 
 static int determinize(cc *c, uint32_t rule, uint8_t *mark) {
-    setpool sp = {0};
+    vpool sp = {0};
     uint32_t *set = NULL, n = 0, cap = 0;
     mv *moves = NULL;
     uint32_t n_mv = 0, cap_mv = 0;
@@ -428,8 +454,7 @@ static int determinize(cc *c, uint32_t rule, uint8_t *mark) {
     uint32_t base = c->n_st;
     uint32_t accept = c->r_nend[rule];
     if (G_PUSH(set, n, cap, c->r_nstart[rule]) || eps_closure(c, &set, &n, &cap, mark)) goto out;
-    int is_new;
-    uint32_t s0 = intern_set(c, &sp, set, n, rule, base, &is_new);
+    uint32_t s0 = intern_set(c, &sp, set, n, rule, base);
     if (s0 == G_NONE) goto out;
     for (uint32_t k = 0; k < sp.count; k++) {
         uint32_t st = base + k;
@@ -464,7 +489,7 @@ static int determinize(cc *c, uint32_t rule, uint8_t *mark) {
                 j++;
             }
             if (eps_closure(c, &set, &n, &cap, mark)) goto out;
-            uint32_t t = intern_set(c, &sp, set, n, rule, base, &is_new);
+            uint32_t t = intern_set(c, &sp, set, n, rule, base);
             if (t == G_NONE) goto out;
             if (moves[i].key & 0x80000000u) {
                 g_ref r = {moves[i].key & 0x7FFFFFFFu, t};
@@ -482,7 +507,7 @@ static int determinize(cc *c, uint32_t rule, uint8_t *mark) {
     rc = 0;
 out:
     if (rc && !c->ir->failed) cfail(c, "grammar: out of memory");
-    kw_mem_free(sp.v); kw_mem_free(sp.off); kw_mem_free(sp.len); kw_mem_free(sp.ht);
+    vp_free(&sp);
     kw_mem_free(set);
     kw_mem_free(moves);
     return rc;
@@ -935,48 +960,6 @@ out:
    same calls and equivalent successors are merged (subset construction
    leaves many equivalent states, and every state that reads bytes costs
    one vocab walk in the index). */
-typedef struct vpool { uint32_t *v; uint32_t n, cap; uint32_t *off, *len; uint32_t cap_off, cap_len, count; uint32_t *ht; uint32_t hcap; } vpool;
-
-static void vp_reset(vpool *p) {
-    p->n = p->count = 0;
-    if (p->ht) memset(p->ht, 0, (size_t)p->hcap * sizeof *p->ht);
-}
-
-/* id of vector x[0..n) (new ids are dense from 0); G_NONE on out of memory */
-static uint32_t vp_intern(vpool *p, const uint32_t *x, uint32_t n) {
-    if ((p->count + 1) * 2 > p->hcap) {
-        uint32_t nh = p->hcap ? p->hcap * 2 : 256;
-        uint32_t *ht = kw_mem_calloc(KW_MEM_OTHER, (size_t)nh * sizeof *ht);
-        if (!ht) return G_NONE;
-        for (uint32_t k = 0; k < p->count; k++) {
-            uint32_t j = (uint32_t)set_hash(p->v + p->off[k], p->len[k]) & (nh - 1);
-            while (ht[j]) j = (j + 1) & (nh - 1);
-            ht[j] = k + 1;
-        }
-        kw_mem_free(p->ht);
-        p->ht = ht;
-        p->hcap = nh;
-    }
-    uint32_t j = (uint32_t)set_hash(x, n) & (p->hcap - 1);
-    while (p->ht[j]) {
-        uint32_t k = p->ht[j] - 1;
-        if (p->len[k] == n && !memcmp(p->v + p->off[k], x, n * sizeof *x)) return k;
-        j = (j + 1) & (p->hcap - 1);
-    }
-    uint32_t k = p->count;
-    if (g_reserve((void **)&p->v, &p->cap, (uint64_t)p->n + n + 1, sizeof(uint32_t)) ||
-        g_reserve((void **)&p->off, &p->cap_off, (uint64_t)k + 1, sizeof(uint32_t)) ||
-        g_reserve((void **)&p->len, &p->cap_len, (uint64_t)k + 1, sizeof(uint32_t)))
-        return G_NONE;
-    g_copy(p->v + p->n, x, n * sizeof *x);
-    p->off[k] = p->n;
-    p->len[k] = n;
-    p->n += n;
-    p->count++;
-    p->ht[j] = k + 1;
-    return k;
-}
-
 static int minimize(cc *c) {
     kw_grammar *g = c->g;
     uint32_t ns = c->n_st, ncls = g->n_cls;
@@ -1062,7 +1045,7 @@ static int minimize(cc *c) {
 out:
     if (rc && !c->ir->failed) cfail(c, "grammar: out of memory");
     kw_mem_free(cls); kw_mem_free(ncl); kw_mem_free(rep); kw_mem_free(sig);
-    kw_mem_free(p.v); kw_mem_free(p.off); kw_mem_free(p.len); kw_mem_free(p.ht);
+    vp_free(&p);
     return rc;
 }
 

@@ -52,13 +52,6 @@ static bool continues_on_next_line(gp *q) {
     return false;
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* One (possibly escaped) code point; -1 on error. */
 static int64_t parse_char(gp *q) {
     if (q->p >= q->end) return -1;
@@ -77,20 +70,13 @@ static int64_t parse_char(gp *q) {
         case 'U': nhex = 8; break;
         default: perr(q, "unknown escape"); return -1;
         }
-        uint32_t v = 0;
-        for (int i = 0; i < nhex; i++) {
-            int h = q->p < q->end ? hexval(*q->p) : -1;
-            if (h < 0) { perr(q, "bad hex escape"); return -1; }
-            v = v * 16 + (uint32_t)h;
-            q->p++;
-        }
+        uint32_t v;
+        if (g_hex_digits(&q->p, q->end, nhex, &v)) { perr(q, "bad hex escape"); return -1; }
         if (v > 0x10FFFF) { perr(q, "escape beyond U+10FFFF"); return -1; }
         return v;
     }
     uint32_t cp;
-    int n = g_utf8_decode((const uint8_t *)q->p, (size_t)(q->end - q->p), &cp);
-    if (!n) { perr(q, "invalid UTF-8"); return -1; }
-    q->p += n;
+    if (!g_utf8_next(&q->p, q->end, &cp)) { perr(q, "invalid UTF-8"); return -1; }
     return cp;
 }
 
@@ -139,17 +125,6 @@ static uint32_t parse_class(gp *q) {
     return id;
 }
 
-static bool parse_uint(gp *q, uint32_t *out) {
-    if (q->p >= q->end || *q->p < '0' || *q->p > '9') return false;
-    uint64_t v = 0;
-    while (q->p < q->end && *q->p >= '0' && *q->p <= '9') {
-        v = v * 10 + (uint64_t)(*q->p++ - '0');
-        if (v > 0xFFFFFFF) v = 0xFFFFFFF;
-    }
-    *out = (uint32_t)v;
-    return true;
-}
-
 static uint32_t parse_alternatives(gp *q, bool nested);
 
 static uint32_t parse_postfix(gp *q, uint32_t item) {
@@ -163,13 +138,13 @@ static uint32_t parse_postfix(gp *q, uint32_t item) {
             q->p++;
             skip_space(q, true);
             uint32_t m, n = 0;
-            if (!parse_uint(q, &m)) return perr(q, "expected a number after '{'");
+            if (!g_parse_count(&q->p, q->end, &m)) return perr(q, "expected a number after '{'");
             skip_space(q, true);
             uint32_t max = m;
             if (q->p < q->end && *q->p == ',') {
                 q->p++;
                 skip_space(q, true);
-                max = parse_uint(q, &n) ? n : G_INF;
+                max = g_parse_count(&q->p, q->end, &n) ? n : G_INF;
                 skip_space(q, true);
             }
             if (q->p >= q->end || *q->p != '}') return perr(q, "expected '}'");
@@ -180,8 +155,7 @@ static uint32_t parse_postfix(gp *q, uint32_t item) {
 }
 
 static uint32_t parse_sequence(gp *q, bool nested) {
-    uint32_t *items = NULL, n = 0, cap = 0;
-    uint32_t res = G_NONE;
+    ir_list items = {0};
     for (;;) {
         skip_space(q, nested);
         if (q->p >= q->end) break;
@@ -193,17 +167,16 @@ static uint32_t parse_sequence(gp *q, bool nested) {
             q->p++;
             item = ir_class(q->ir, NULL, 0, true);
         } else if (c == '(') {
-            if (++q->depth > q->ir->lim.max_depth) { res = perr(q, "parentheses nested too deeply (limit max_depth)"); goto out; }
+            if (++q->depth > q->ir->lim.max_depth) return ir_list_drop(&items, perr(q, "parentheses nested too deeply (limit max_depth)"));
             q->p++;
             item = parse_alternatives(q, true);
             q->depth--;
             skip_space(q, true);
-            if (item == G_NONE) goto out;
-            if (q->p >= q->end || *q->p != ')') { res = perr(q, "expected ')'"); goto out; }
+            if (item == G_NONE) return ir_list_drop(&items, G_NONE);
+            if (q->p >= q->end || *q->p != ')') return ir_list_drop(&items, perr(q, "expected ')'"));
             q->p++;
         } else if (c == '<' || c == '!') {
-            res = perr(q, "token references (<...>) are not supported; use text");
-            goto out;
+            return ir_list_drop(&items, perr(q, "token references (<...>) are not supported; use text"));
         } else if (is_name_char(c)) {
             const char *nm = q->p;
             while (q->p < q->end && is_name_char(*q->p)) q->p++;
@@ -218,23 +191,15 @@ static uint32_t parse_sequence(gp *q, bool nested) {
             if (continues_on_next_line(q)) break;
             break;
         } else break;
-        item = parse_postfix(q, item);
-        if (item == G_NONE) goto out;
-        if (G_PUSH(items, n, cap, item)) { res = ir_fail(q->ir, "GBNF: out of memory"); goto out; }
+        if (ir_list_push(q->ir, &items, parse_postfix(q, item), "GBNF")) return G_NONE;
     }
-    res = ir_seq(q->ir, items, n);
-out:
-    kw_mem_free(items);
-    return res;
+    return ir_list_seq(q->ir, &items);
 }
 
 static uint32_t parse_alternatives(gp *q, bool nested) {
-    uint32_t *alts = NULL, n = 0, cap = 0;
-    uint32_t res = G_NONE;
+    ir_list alts = {0};
     for (;;) {
-        uint32_t s = parse_sequence(q, nested);
-        if (s == G_NONE) goto out;
-        if (G_PUSH(alts, n, cap, s)) { res = ir_fail(q->ir, "GBNF: out of memory"); goto out; }
+        if (ir_list_push(q->ir, &alts, parse_sequence(q, nested), "GBNF")) return G_NONE;
         skip_space(q, nested);
         if (!nested && q->p < q->end && (*q->p == '\n' || *q->p == '\r')) continues_on_next_line(q);
         if (q->p < q->end && *q->p == '|') {
@@ -244,23 +209,12 @@ static uint32_t parse_alternatives(gp *q, bool nested) {
         }
         break;
     }
-    res = ir_alt(q->ir, alts, n);
-out:
-    kw_mem_free(alts);
-    return res;
+    return ir_list_alt(q->ir, &alts);
 }
 
 kw_grammar *kw_grammar_from_gbnf(const char *text, size_t len, const kw_grammar_limits *lim, kw_err *err) {
-    kw_err dummy;
-    if (!err) err = &dummy;
     gram_ir ir;
-    ir_init(&ir, lim, err);
-    if (len > ir.lim.max_source_bytes) {
-        kw_err_set(err, "GBNF: grammar of %zu bytes is over the limit of %u (max_source_bytes)", len,
-                   ir.lim.max_source_bytes);
-        ir_free(&ir);
-        return NULL;
-    }
+    if (ir_init_source(&ir, lim, err, len, "GBNF")) return NULL;
     gp q = {&ir, text, text + len, text, 0};
     for (;;) {
         skip_space(&q, true);
@@ -287,22 +241,6 @@ kw_grammar *kw_grammar_from_gbnf(const char *text, size_t len, const kw_grammar_
         skip_space(&q, false);
         if (q.p < q.end && *q.p != '\n' && *q.p != '\r') { perr(&q, "unexpected character"); break; }
     }
-    if (!ir.failed) {
-        for (uint32_t r = 0; r < ir.n_rules; r++) {
-            if (ir.rules[r].expr == G_NONE) {
-                ir_fail(&ir, "GBNF: rule '%s' is used but never defined", ir_rule_name(&ir, r));
-                break;
-            }
-        }
-    }
-    if (!ir.failed) {
-        uint32_t root = G_NONE;
-        for (uint32_t r = 0; r < ir.n_rules; r++)
-            if (strcmp(ir_rule_name(&ir, r), "root") == 0) root = r;
-        if (root == G_NONE) ir_fail(&ir, "GBNF: no 'root' rule");
-        ir.root = root;
-    }
-    kw_grammar *g = ir.failed ? NULL : gram_compile(&ir, err);
-    ir_free(&ir);
-    return g;
+    ir_check_rules(&ir, "GBNF", "rule ", "root");
+    return ir_compile_free(&ir);
 }

@@ -59,6 +59,18 @@ typedef struct gram_ir {
 
 void ir_init(gram_ir *ir, const kw_grammar_limits *lim, kw_err *err);
 void ir_free(gram_ir *ir);
+/* ir_init for a grammar text of len bytes: one over max_source_bytes is
+ * refused ("who: grammar of N bytes is over the limit of M
+ * (max_source_bytes)"), -1 with nothing held; else 0. */
+int ir_init_source(gram_ir *ir, const kw_grammar_limits *lim, kw_err *err, size_t len, const char *who);
+/* The end of parsing a grammar text: every rule used is defined ("who:
+ * <kind>'name' is used but never defined") and a rule named root exists
+ * ("who: no 'root' rule"), which becomes the IR's root. Nothing after an
+ * earlier error. */
+void ir_check_rules(gram_ir *ir, const char *who, const char *kind, const char *root);
+/* The IR compiled into a grammar (NULL after an error: the IR's first),
+ * and the IR freed. */
+kw_grammar *ir_compile_free(gram_ir *ir);
 /* Builders return a node id, or G_NONE after an error (which they record in
  * ir->err once; later calls with G_NONE arguments propagate it). */
 uint32_t ir_empty(gram_ir *ir);
@@ -84,10 +96,34 @@ const char *ir_rule_name(const gram_ir *ir, uint32_t rule);
 /* Records an error (first one wins); returns G_NONE. */
 uint32_t ir_fail(gram_ir *ir, const char *fmt, ...) KW_PRINTF(2, 3);
 
+/* ---- front-end helpers (gbnf.c, regex.c, lark.c) ---- */
+/* The nodes of a SEQ or ALT being parsed. */
+typedef struct ir_list { uint32_t *v; uint32_t n, cap; } ir_list;
+/* Appends node id: 0, or -1 with the list freed when id is G_NONE (its
+ * error is recorded already) or memory runs out (recorded as "who: out of
+ * memory"). */
+int ir_list_push(gram_ir *ir, ir_list *l, uint32_t id, const char *who);
+/* The SEQ / ALT of the list's nodes; the list is freed. */
+uint32_t ir_list_seq(gram_ir *ir, ir_list *l);
+uint32_t ir_list_alt(gram_ir *ir, ir_list *l);
+/* Frees the list and returns res (an error path: `return ir_list_drop(&l, perr(...))`). */
+uint32_t ir_list_drop(ir_list *l, uint32_t res);
+/* Value of hex digit c, -1 if it is not one. */
+int g_hex_digit(char c);
+/* Exactly n hex digits at *p (before end) into *v: 0, or -1 with *p at the
+ * first character that is not one. */
+int g_hex_digits(const char **p, const char *end, int n, uint32_t *v);
+/* A decimal count at *p: false when no digit is there; else every digit is
+ * read and the value saturates at 0xFFFFFFF. */
+bool g_parse_count(const char **p, const char *end, uint32_t *out);
+
 /* UTF-8 encode cp into out[4]; returns length (0 for invalid). */
 int g_utf8_encode(uint32_t cp, uint8_t *out);
 /* Decodes one code point from s[0..n); returns its length or 0 if invalid. */
 int g_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+/* Decodes the code point at *p (before end) and steps past it; false, *p
+ * unchanged, when the bytes there are not valid UTF-8. */
+bool g_utf8_next(const char **p, const char *end, uint32_t *cp);
 
 /* ---- regex (regex.c) ---- */
 enum { RX_RAW = 0, RX_JSON_STRING = 1 };   /* RX_JSON_STRING: chars as they appear inside a JSON string */

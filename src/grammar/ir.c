@@ -1,7 +1,8 @@
 /* ir.c - the grammar IR every front-end builds: rules of expressions
  * (literal bytes, code point classes, sequences, alternatives, bounded or
  * unbounded repetition, rule references), the limits kw_grammar_limits
- * puts on their size, accounted growable buffers and UTF-8 helpers.
+ * puts on their size, accounted growable buffers, the node lists and
+ * digit readers the front-ends share, and UTF-8 helpers.
  *
  * Builders never fail silently: the first error is written to ir->err and
  * every later builder returns G_NONE, so a front-end can build a whole
@@ -62,6 +63,32 @@ void ir_free(gram_ir *ir) {
     kw_mem_free(ir->names);
     kw_mem_free(ir->rules);
     memset(ir, 0, sizeof *ir);
+}
+
+int ir_init_source(gram_ir *ir, const kw_grammar_limits *lim, kw_err *err, size_t len, const char *who) {
+    ir_init(ir, lim, err);
+    if (len <= ir->lim.max_source_bytes) return 0;
+    kw_err_set(err, "%s: grammar of %zu bytes is over the limit of %u (max_source_bytes)", who, len,
+               ir->lim.max_source_bytes);
+    ir_free(ir);
+    return -1;
+}
+
+void ir_check_rules(gram_ir *ir, const char *who, const char *kind, const char *root) {
+    for (uint32_t r = 0; r < ir->n_rules && !ir->failed; r++)
+        if (ir->rules[r].expr == G_NONE) ir_fail(ir, "%s: %s'%s' is used but never defined", who, kind, ir_rule_name(ir, r));
+    if (ir->failed) return;
+    uint32_t found = G_NONE;
+    for (uint32_t r = 0; r < ir->n_rules; r++)
+        if (strcmp(ir_rule_name(ir, r), root) == 0) found = r;
+    if (found == G_NONE) ir_fail(ir, "%s: no '%s' rule", who, root);
+    ir->root = found;
+}
+
+kw_grammar *ir_compile_free(gram_ir *ir) {
+    kw_grammar *g = ir->failed ? NULL : gram_compile(ir, ir->err);
+    ir_free(ir);
+    return g;
 }
 
 uint32_t ir_fail(gram_ir *ir, const char *fmt, ...) {
@@ -185,6 +212,23 @@ static uint32_t list_node(gram_ir *ir, uint8_t kind, const uint32_t *kids, uint3
 
 uint32_t ir_seq(gram_ir *ir, const uint32_t *kids, uint32_t n) { return list_node(ir, IR_SEQ, kids, n); }
 uint32_t ir_alt(gram_ir *ir, const uint32_t *kids, uint32_t n) { return list_node(ir, IR_ALT, kids, n); }
+
+int ir_list_push(gram_ir *ir, ir_list *l, uint32_t id, const char *who) {
+    if (id != G_NONE && !G_PUSH(l->v, l->n, l->cap, id)) return 0;
+    if (id != G_NONE) ir_fail(ir, "%s: out of memory", who);
+    ir_list_drop(l, G_NONE);
+    return -1;
+}
+
+uint32_t ir_list_seq(gram_ir *ir, ir_list *l) { return ir_list_drop(l, ir_seq(ir, l->v, l->n)); }
+uint32_t ir_list_alt(gram_ir *ir, ir_list *l) { return ir_list_drop(l, ir_alt(ir, l->v, l->n)); }
+
+uint32_t ir_list_drop(ir_list *l, uint32_t res) {
+    kw_mem_free(l->v);
+    *l = (ir_list){0};
+    return res;
+}
+
 uint32_t ir_seq2(gram_ir *ir, uint32_t a, uint32_t b) {
     uint32_t k[2] = {a, b};
     return ir_seq(ir, k, 2);
@@ -293,6 +337,35 @@ int g_utf8_encode(uint32_t cp, uint8_t *o) {
     return 0;
 }
 
+int g_hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int g_hex_digits(const char **p, const char *end, int n, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < n; i++) {
+        int h = *p < end ? g_hex_digit(**p) : -1;
+        if (h < 0) return -1;
+        *v = *v * 16 + (uint32_t)h;
+        (*p)++;
+    }
+    return 0;
+}
+
+bool g_parse_count(const char **p, const char *end, uint32_t *out) {
+    if (*p >= end || **p < '0' || **p > '9') return false;
+    uint64_t v = 0;
+    while (*p < end && **p >= '0' && **p <= '9') {
+        v = v * 10 + (uint64_t)(*(*p)++ - '0');
+        if (v > 0xFFFFFFF) v = 0xFFFFFFF;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
 int g_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     if (n == 0) return 0;
     uint8_t c = s[0];
@@ -314,4 +387,10 @@ int g_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
     *cp = v;
     return len;
+}
+
+bool g_utf8_next(const char **p, const char *end, uint32_t *cp) {
+    int n = g_utf8_decode((const uint8_t *)*p, (size_t)(end - *p), cp);
+    *p += n;
+    return n > 0;
 }

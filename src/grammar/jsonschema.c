@@ -845,12 +845,10 @@ static kw_grammar *compile_doc(const cJSON *doc, const kw_json_schema_opts *opts
     } else e = schema(&j, doc);
     if (e != G_NONE) ir_rule_define(&ir, root, e);
     ir.root = root;
-    kw_grammar *g = ir.failed ? NULL : gram_compile(&ir, err);
     for (uint32_t i = 0; i < j.n_tmp; i++) cJSON_Delete(j.tmp[i]);
     kw_mem_free(j.tmp);
     kw_mem_free(j.refs);
-    ir_free(&ir);
-    return g;
+    return ir_compile_free(&ir);
 }
 
 kw_grammar *kw_grammar_from_json_schema_cjson(const void *schema_doc, const kw_json_schema_opts *opts,

@@ -77,13 +77,6 @@ static uint32_t import_common(lp *q, const char *name, size_t nlen, const char *
     return lerr(q, b);
 }
 
-static int hexd(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* "..." with Python escapes into buf (UTF-8); returns length or -1 */
 static long parse_string(lp *q, uint8_t *buf) {
     q->p++;
@@ -103,21 +96,15 @@ static long parse_string(lp *q, uint8_t *buf) {
             case 'f': cp = '\f'; break;
             case 'v': cp = '\v'; break;
             case '0': cp = 0; break;
-            case 'x': nh = 2; cp = 0; break;
-            case 'u': nh = 4; cp = 0; break;
-            case 'U': nh = 8; cp = 0; break;
+            case 'x': nh = 2; break;
+            case 'u': nh = 4; break;
+            case 'U': nh = 8; break;
             default: cp = (uint8_t)e; break;
             }
-            for (int i = 0; i < nh; i++) {
-                int h = q->p < q->end ? hexd(*q->p) : -1;
-                if (h < 0) { lerr(q, "bad escape in a string"); return -1; }
-                cp = cp * 16 + (uint32_t)h;
-                q->p++;
-            }
-        } else {
-            int k = g_utf8_decode((const uint8_t *)q->p, (size_t)(q->end - q->p), &cp);
-            if (!k) { lerr(q, "invalid UTF-8"); return -1; }
-            q->p += k;
+            if (nh && g_hex_digits(&q->p, q->end, nh, &cp)) { lerr(q, "bad escape in a string"); return -1; }
+        } else if (!g_utf8_next(&q->p, q->end, &cp)) {
+            lerr(q, "invalid UTF-8");
+            return -1;
         }
         int k = g_utf8_encode(cp, buf + n);
         if (!k) { lerr(q, "bad code point in a string"); return -1; }
@@ -235,7 +222,7 @@ static uint32_t parse_item(lp *q) {
 }
 
 static uint32_t parse_expansion(lp *q, bool nested) {
-    uint32_t *items = NULL, n = 0, cap = 0, res = G_NONE;
+    ir_list items = {0};
     for (;;) {
         skip_blank(q, nested);
         if (q->p >= q->end) break;
@@ -247,31 +234,21 @@ static uint32_t parse_expansion(lp *q, bool nested) {
             while (q->p < q->end && is_ident(*q->p)) q->p++;
             continue;
         }
-        uint32_t it = parse_item(q);
-        if (it == G_NONE) goto out;
-        if (G_PUSH(items, n, cap, it)) { res = ir_fail(q->ir, "Lark: out of memory"); goto out; }
+        if (ir_list_push(q->ir, &items, parse_item(q), "Lark")) return G_NONE;
     }
-    res = ir_seq(q->ir, items, n);
-out:
-    kw_mem_free(items);
-    return res;
+    return ir_list_seq(q->ir, &items);
 }
 
 static uint32_t parse_expansions(lp *q, bool nested) {
-    uint32_t *alts = NULL, n = 0, cap = 0, res = G_NONE;
+    ir_list alts = {0};
     for (;;) {
-        uint32_t e = parse_expansion(q, nested);
-        if (e == G_NONE) goto out;
-        if (G_PUSH(alts, n, cap, e)) { res = ir_fail(q->ir, "Lark: out of memory"); goto out; }
+        if (ir_list_push(q->ir, &alts, parse_expansion(q, nested), "Lark")) return G_NONE;
         skip_blank(q, nested);
         if (!nested && q->p < q->end && (*q->p == '\n' || *q->p == '\r')) continues(q);
         if (q->p < q->end && *q->p == '|') { q->p++; continue; }
         break;
     }
-    res = ir_alt(q->ir, alts, n);
-out:
-    kw_mem_free(alts);
-    return res;
+    return ir_list_alt(q->ir, &alts);
 }
 
 static void parse_directive(lp *q) {
@@ -326,15 +303,8 @@ static void parse_directive(lp *q) {
 }
 
 kw_grammar *kw_grammar_from_lark(const char *text, size_t len, const kw_grammar_limits *lim, kw_err *err) {
-    kw_err dummy;
-    if (!err) err = &dummy;
     gram_ir ir;
-    ir_init(&ir, lim, err);
-    if (len > ir.lim.max_source_bytes) {
-        kw_err_set(err, "Lark: grammar of %zu bytes is over the limit of %u (max_source_bytes)", len, ir.lim.max_source_bytes);
-        ir_free(&ir);
-        return NULL;
-    }
+    if (ir_init_source(&ir, lim, err, len, "Lark")) return NULL;
     lp q = {&ir, text, text, text + len, 0};
     while (!ir.failed) {
         skip_blank(&q, true);
@@ -367,20 +337,6 @@ kw_grammar *kw_grammar_from_lark(const char *text, size_t len, const kw_grammar_
         if (e == G_NONE) break;
         ir_rule_define(&ir, r, e);
     }
-    if (!ir.failed) {
-        for (uint32_t r = 0; r < ir.n_rules; r++)
-            if (ir.rules[r].expr == G_NONE) {
-                ir_fail(&ir, "Lark: '%s' is used but never defined", ir_rule_name(&ir, r));
-                break;
-            }
-    }
-    if (!ir.failed) {
-        ir.root = G_NONE;
-        for (uint32_t r = 0; r < ir.n_rules; r++)
-            if (!strcmp(ir_rule_name(&ir, r), "start")) ir.root = r;
-        if (ir.root == G_NONE) ir_fail(&ir, "Lark: no 'start' rule");
-    }
-    kw_grammar *g = ir.failed ? NULL : gram_compile(&ir, err);
-    ir_free(&ir);
-    return g;
+    ir_check_rules(&ir, "Lark", "", "start");
+    return ir_compile_free(&ir);
 }

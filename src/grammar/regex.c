@@ -27,13 +27,6 @@ static uint32_t rerr(rp *q, const char *what) {
     return ir_fail(q->ir, "regex: %s at offset %d", what, (int)(q->p - q->s));
 }
 
-static int hexv(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* ranges helper */
 typedef struct rset { ir_range *r; uint32_t n, cap; } rset;
 static int rs_add(rset *s, uint32_t lo, uint32_t hi) { return G_PUSH(s->r, s->n, s->cap, ((ir_range){lo, hi})); }
@@ -134,6 +127,13 @@ uint32_t rx_any_char(gram_ir *ir, int mode, bool dot_like, int dot) {
     return id;
 }
 
+/* The code point at q->p, stepped past; -2 (recorded) when it is not valid UTF-8. */
+static int64_t next_cp(rp *q) {
+    uint32_t cp;
+    if (!g_utf8_next(&q->p, q->end, &cp)) { rerr(q, "invalid UTF-8"); return -2; }
+    return cp;
+}
+
 /* Parses an escape after '\' (q->p at the escaped char). in_class: \b is a
    backspace there. Adds to set (a class escape) or returns a code point. */
 static int64_t parse_escape(rp *q, rset *set, bool in_class) {
@@ -171,20 +171,16 @@ static int64_t parse_escape(rp *q, rset *set, bool in_class) {
             q->p++;
             int n = 0;
             while (q->p < q->end && *q->p != '}') {
-                int h = hexv(*q->p);
+                int h = g_hex_digit(*q->p);
                 if (h < 0 || ++n > 6) { rerr(q, "bad \\x{...}/\\u{...} escape"); return -2; }
                 v = v * 16 + (uint32_t)h;
                 q->p++;
             }
             if (q->p >= q->end || n == 0) { rerr(q, "unterminated \\x{...}/\\u{...} escape"); return -2; }
             q->p++;
-        } else {
-            for (int i = 0; i < want; i++) {
-                int h = q->p < q->end ? hexv(*q->p) : -1;
-                if (h < 0) { rerr(q, "bad hex escape"); return -2; }
-                v = v * 16 + (uint32_t)h;
-                q->p++;
-            }
+        } else if (g_hex_digits(&q->p, q->end, want, &v)) {
+            rerr(q, "bad hex escape");
+            return -2;
         }
         if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) { rerr(q, "escape is not a Unicode scalar value"); return -2; }
         return v;
@@ -192,18 +188,11 @@ static int64_t parse_escape(rp *q, rset *set, bool in_class) {
     default:
         if (c >= '1' && c <= '9') { rerr(q, "backreferences are not supported"); return -2; }
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) { rerr(q, "unknown escape"); return -2; }
-        if ((unsigned char)c >= 0x80) { q->p--; uint32_t cp; int n = g_utf8_decode((const uint8_t *)q->p, (size_t)(q->end - q->p), &cp); if (!n) { rerr(q, "invalid UTF-8"); return -2; } q->p += n; return cp; }
+        if ((unsigned char)c >= 0x80) { q->p--; return next_cp(q); }
         return (uint8_t)c;
     }
 }
 
-static int64_t next_cp(rp *q) {
-    uint32_t cp;
-    int n = g_utf8_decode((const uint8_t *)q->p, (size_t)(q->end - q->p), &cp);
-    if (!n) { rerr(q, "invalid UTF-8"); return -2; }
-    q->p += n;
-    return cp;
-}
 
 static uint32_t parse_class(rp *q) {
     q->p++;   /* '[' */
@@ -242,17 +231,6 @@ static uint32_t parse_class(rp *q) {
     return id;
 }
 
-static bool parse_num(rp *q, uint32_t *v) {
-    if (q->p >= q->end || *q->p < '0' || *q->p > '9') return false;
-    uint64_t x = 0;
-    while (q->p < q->end && *q->p >= '0' && *q->p <= '9') {
-        x = x * 10 + (uint64_t)(*q->p++ - '0');
-        if (x > 0xFFFFFFF) x = 0xFFFFFFF;
-    }
-    *v = (uint32_t)x;
-    return true;
-}
-
 static uint32_t parse_alt(rp *q, bool top);
 
 static uint32_t parse_quant(rp *q, uint32_t atom) {
@@ -265,11 +243,11 @@ static uint32_t parse_quant(rp *q, uint32_t atom) {
         else if (c == '{') {
             const char *save = q->p;
             q->p++;
-            if (!parse_num(q, &min)) { q->p = save; return atom; }   /* a literal '{' */
+            if (!g_parse_count(&q->p, q->end, &min)) { q->p = save; return atom; }   /* a literal '{' */
             max = min;
             if (q->p < q->end && *q->p == ',') {
                 q->p++;
-                if (!parse_num(q, &max)) max = G_INF;
+                if (!g_parse_count(&q->p, q->end, &max)) max = G_INF;
             }
             if (q->p >= q->end || *q->p != '}') return rerr(q, "bad {m,n} quantifier");
             q->p++;
@@ -281,7 +259,7 @@ static uint32_t parse_quant(rp *q, uint32_t atom) {
 }
 
 static uint32_t parse_seq(rp *q, bool top, bool *anch_s, bool *anch_e) {
-    uint32_t *items = NULL, n = 0, cap = 0, res = G_NONE;
+    ir_list items = {0};
     if (top && q->p < q->end && *q->p == '^') { q->p++; *anch_s = true; }
     while (q->p < q->end && *q->p != '|' && *q->p != ')') {
         char c = *q->p;
@@ -294,23 +272,21 @@ static uint32_t parse_seq(rp *q, bool top, bool *anch_s, bool *anch_e) {
                 else if (q->p < q->end && (*q->p == '<' || *q->p == 'P') &&
                          !(q->p + 1 < q->end && *q->p == '<' && (q->p[1] == '=' || q->p[1] == '!'))) {
                     if (*q->p == 'P') q->p++;
-                    if (q->p >= q->end || *q->p != '<') { res = rerr(q, "bad group"); goto out; }
+                    if (q->p >= q->end || *q->p != '<') return ir_list_drop(&items, rerr(q, "bad group"));
                     while (q->p < q->end && *q->p != '>') q->p++;
-                    if (q->p >= q->end) { res = rerr(q, "unterminated group name"); goto out; }
+                    if (q->p >= q->end) return ir_list_drop(&items, rerr(q, "unterminated group name"));
                     q->p++;
                 } else if (q->p < q->end && (*q->p == '=' || *q->p == '!' || *q->p == '<')) {
-                    res = rerr(q, "lookaround (?=...) (?!...) (?<=...) is not supported");
-                    goto out;
+                    return ir_list_drop(&items, rerr(q, "lookaround (?=...) (?!...) (?<=...) is not supported"));
                 } else {
-                    res = rerr(q, "inline flags / special groups (?...) are not supported");
-                    goto out;
+                    return ir_list_drop(&items, rerr(q, "inline flags / special groups (?...) are not supported"));
                 }
             }
-            if (++q->depth > q->ir->lim.max_depth) { res = rerr(q, "groups nested too deeply (limit max_depth)"); goto out; }
+            if (++q->depth > q->ir->lim.max_depth) return ir_list_drop(&items, rerr(q, "groups nested too deeply (limit max_depth)"));
             atom = parse_alt(q, false);
             q->depth--;
-            if (atom == G_NONE) goto out;
-            if (q->p >= q->end || *q->p != ')') { res = rerr(q, "missing ')'"); goto out; }
+            if (atom == G_NONE) return ir_list_drop(&items, G_NONE);
+            if (q->p >= q->end || *q->p != ')') return ir_list_drop(&items, rerr(q, "missing ')'"));
             q->p++;
         } else if (c == '[') atom = parse_class(q);
         else if (c == '.') {
@@ -329,48 +305,37 @@ static uint32_t parse_seq(rp *q, bool top, bool *anch_s, bool *anch_e) {
         } else if (c == '$') {
             q->p++;
             if (top && (q->p >= q->end || *q->p == '|')) { *anch_e = true; break; }
-            res = rerr(q, "'$' is only supported at the end of the pattern");
-            goto out;
+            return ir_list_drop(&items, rerr(q, "'$' is only supported at the end of the pattern"));
         } else if (c == '^') {
-            res = rerr(q, "'^' is only supported at the start of the pattern");
-            goto out;
+            return ir_list_drop(&items, rerr(q, "'^' is only supported at the start of the pattern"));
         } else if (c == '*' || c == '+' || c == '?') {
-            res = rerr(q, "quantifier without an operand");
-            goto out;
+            return ir_list_drop(&items, rerr(q, "quantifier without an operand"));
         } else {
             int64_t cp = next_cp(q);
             atom = cp < 0 ? G_NONE : emit_cp(q, (uint32_t)cp);
         }
-        atom = parse_quant(q, atom);
-        if (atom == G_NONE) goto out;
-        if (G_PUSH(items, n, cap, atom)) { res = ir_fail(q->ir, "regex: out of memory"); goto out; }
+        if (ir_list_push(q->ir, &items, parse_quant(q, atom), "regex")) return G_NONE;
     }
-    res = ir_seq(q->ir, items, n);
-out:
-    kw_mem_free(items);
-    return res;
+    return ir_list_seq(q->ir, &items);
 }
 
 static uint32_t parse_alt(rp *q, bool top) {
-    uint32_t *alts = NULL, n = 0, cap = 0, res = G_NONE;
+    ir_list alts = {0};
     for (;;) {
         bool as = false, ae = false;
         uint32_t s = parse_seq(q, top, &as, &ae);
-        if (s == G_NONE) goto out;
+        if (s == G_NONE) return ir_list_drop(&alts, G_NONE);
         if (top && q->search) {
             uint32_t any = G_NONE;
             if (!as || !ae) any = ir_rep(q->ir, rx_any_char(q->ir, q->mode, false, q->dot), 0, G_INF);
             if (!as) s = ir_seq2(q->ir, any, s);
             if (!ae) s = ir_seq2(q->ir, s, any);
         }
-        if (G_PUSH(alts, n, cap, s)) { res = ir_fail(q->ir, "regex: out of memory"); goto out; }
+        if (ir_list_push(q->ir, &alts, s, "regex")) return G_NONE;
         if (q->p < q->end && *q->p == '|') { q->p++; continue; }
         break;
     }
-    res = ir_alt(q->ir, alts, n);
-out:
-    kw_mem_free(alts);
-    return res;
+    return ir_list_alt(q->ir, &alts);
 }
 
 uint32_t rx_compile(gram_ir *ir, const char *re, size_t len, int mode, int dot, bool search) {
@@ -382,15 +347,11 @@ uint32_t rx_compile(gram_ir *ir, const char *re, size_t len, int mode, int dot, 
 }
 
 kw_grammar *kw_grammar_from_regex(const char *re, size_t len, const kw_grammar_limits *lim, kw_err *err) {
-    kw_err dummy;
-    if (!err) err = &dummy;
     gram_ir ir;
     ir_init(&ir, lim, err);
     uint32_t e = rx_compile(&ir, re, len, RX_RAW, RX_DOT_ECMA, false);
     uint32_t root = ir_rule_get(&ir, "root", 4);
     if (e != G_NONE && root != G_NONE) ir_rule_define(&ir, root, e);
     ir.root = root;
-    kw_grammar *g = ir.failed ? NULL : gram_compile(&ir, err);
-    ir_free(&ir);
-    return g;
+    return ir_compile_free(&ir);
 }

@@ -1,7 +1,8 @@
 /* footprint.c - the kernel's view of this process's memory (footprint.h).
  *
  * Owns: reading and parsing /proc/self/smaps_rollup, /proc/self/status,
- * /proc/meminfo and /proc/self/fd. Parsing is line by line over "Key: value
+ * /proc/meminfo and /proc/self/fd, and the present bits of /proc/self/pagemap
+ * for a range (kw_footprint_resident_bytes). Parsing is line by line over "Key: value
  * [kB]" text: unknown keys, odd spacing and garbage lines are skipped, a
  * value that does not fit in 64 bits is ignored, nothing is assumed about
  * the order of lines. The files are read with one read() loop into a stack
@@ -208,4 +209,29 @@ void kw_footprint_print(const kw_footprint *f, const char *indent, FILE *out) {
             kw_format_bytes(f->swap ? f->swap : f->vm_swap, b, sizeof b));
     fprintf(out, "%svirtual (VmSize, not memory use) %s; %d threads, %d fds\n", indent,
             kw_format_bytes(f->vm_size, a, sizeof a), f->threads, f->fds);
+}
+
+uint64_t kw_footprint_resident_bytes(const void *p, size_t len) {
+    if (len == 0) return 0;
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0) return UINT64_MAX;
+    uintptr_t a = (uintptr_t)p, first = a / (uintptr_t)ps, last = (a + len - 1) / (uintptr_t)ps;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return UINT64_MAX;
+    uint64_t entries[512], total = 0;
+    for (uintptr_t pg = first; pg <= last;) {
+        size_t n = last - pg + 1 < 512 ? (size_t)(last - pg + 1) : 512;
+        ssize_t got = pread(fd, entries, n * sizeof entries[0], (off_t)(pg * sizeof entries[0]));
+        if (got <= 0 || (size_t)got % sizeof entries[0]) { close(fd); return UINT64_MAX; }
+        n = (size_t)got / sizeof entries[0];
+        for (size_t i = 0; i < n; i++, pg++) {
+            if (!(entries[i] >> 63)) continue;   /* bit 63: the page is present */
+            uintptr_t lo = pg * (uintptr_t)ps, hi = lo + (uintptr_t)ps;
+            if (lo < a) lo = a;
+            if (hi > a + len) hi = a + len;
+            total += hi - lo;
+        }
+    }
+    close(fd);
+    return total;
 }

@@ -21,6 +21,8 @@ typedef struct kw_mk_shape {
      * descriptor requires (set by kw_mk_preset and kw_mk_shape_check). */
     bool qkv_bias;          /* attn_q/k/v biases */
     bool qk_norm;           /* per-head RMSNorm of q and k */
+    /* mixture of experts (an architecture whose ffn is KW_FFN_MOE); 0 otherwise */
+    int32_t n_expert, n_expert_used, n_ff_exp;
     const char *hf_tokenizer; /* NULL, or a directory with a Hugging Face tokenizer.json
                                  (+ tokenizer_config.json): its vocab, specials and chat
                                  template replace the trained ones; n_vocab becomes its size */
@@ -28,7 +30,8 @@ typedef struct kw_mk_shape {
 } kw_mk_shape;
 
 /* Fills *out with a preset ("tiny", "llama3.2-1b", "qwen2.5-0.5b",
- * "qwen3-0.6b"); returns -1 (err lists the names) if unknown. */
+ * "qwen3-0.6b", "tiny-moe", "qwen3-30b-a3b", "qwen3moe-bench"); returns -1
+ * (err lists the names) if unknown. */
 int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err);
 /* Sets the tensor-group flags from the architecture's descriptor (after
  * --arch changed); checks the shape is consistent. An architecture the

@@ -6,7 +6,12 @@
  * q/k/v biases; llama and qwen3 take them when present (llama.cpp treats
  * them as optional there too); only qwen3 has per-head q/k norms. llama
  * pairs RoPE dimensions (2i, 2i+1), the qwen family NEOX-style (i, i+d/2).
- * The three share one attention layer layout and the dense SwiGLU block. */
+ * The three share one attention layer layout and the dense SwiGLU block.
+ * qwen3moe is qwen3's attention with a mixture-of-experts block as
+ * ik_llama.cpp loads it (../shared/conformance/ARCHITECTURES.md): the
+ * router ffn_gate_inp [n_embd, n_expert] and the experts as 3-D tensors
+ * ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps
+ * [n_ff_exp, n_embd, n_expert]. */
 #include "kvwise/arch.h"
 #include "kvwise/model.h"
 #include <pthread.h>
@@ -40,6 +45,17 @@ static const kw_tensor_spec k_dense_ffn_tensors[] = {
     {NULL, 0, 0, 0, 0, 0},
 };
 
+/* The mixture-of-experts block of qwen3moe: pre-norm, the router, the
+ * routed experts (one matrix per expert along ne2). */
+static const kw_tensor_spec k_moe_ffn_tensors[] = {
+    {"ffn_norm.weight", KW_LT_FFN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
+    {"ffn_gate_inp.weight", KW_LT_FFN_ROUTER, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_EXPERTS, KW_FEAT_CORE},
+    {"ffn_gate_exps.weight", KW_LT_FFN_GATE_EXPS, KW_ROLE_EXPERTS, KW_DIM_EMBD, KW_DIM_FF_EXP, KW_FEAT_CORE},
+    {"ffn_up_exps.weight", KW_LT_FFN_UP_EXPS, KW_ROLE_EXPERTS, KW_DIM_EMBD, KW_DIM_FF_EXP, KW_FEAT_CORE},
+    {"ffn_down_exps.weight", KW_LT_FFN_DOWN_EXPS, KW_ROLE_EXPERTS, KW_DIM_FF_EXP, KW_DIM_EMBD, KW_FEAT_CORE},
+    {NULL, 0, 0, 0, 0, 0},
+};
+
 /* ---- the table ---- */
 
 /* The layout llama, qwen2 and qwen3 share: every layer attention then the
@@ -70,6 +86,18 @@ static const kw_arch_desc k_archs[] = {
         .rope = KW_ROPE_NEOX,
         .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_OPTIONAL, [KW_FEAT_QK_NORM] = KW_REQUIRED},
         ATTENTION_DENSE_LAYOUT,
+    },
+    {
+        .gguf_name = "qwen3moe",
+        .hf_model_types = {"qwen3_moe", NULL},
+        .rope = KW_ROPE_NEOX,
+        .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_OPTIONAL, [KW_FEAT_QK_NORM] = KW_REQUIRED,
+                     [KW_FEAT_SHARED_EXPERT] = KW_ABSENT},
+        .layers = {.mixer = KW_MIXER_ATTENTION, .every_nth = KW_MIXER_ATTENTION, .interval_key = NULL, .interval_default = 0},
+        .ffn = KW_FFN_MOE,
+        .mixer_tensors = {[KW_MIXER_ATTENTION] = k_attention_tensors},
+        .ffn_tensors = k_moe_ffn_tensors,
+        .defaults = {.context_length = 4096, .rms_eps = 1e-5f, .rope_freq_base = 10000.0f},
     },
 };
 
@@ -115,7 +143,8 @@ kw_presence kw_arch_presence(const kw_arch_desc *a, kw_feature f) {
 
 const char *kw_feature_label(kw_feature f) {
     static const char *const labels[KW_FEATURES] = {
-        [KW_FEAT_CORE] = "core tensors", [KW_FEAT_QKV_BIAS] = "q/k/v biases", [KW_FEAT_QK_NORM] = "q/k norm"};
+        [KW_FEAT_CORE] = "core tensors", [KW_FEAT_QKV_BIAS] = "q/k/v biases", [KW_FEAT_QK_NORM] = "q/k norm",
+        [KW_FEAT_SHARED_EXPERT] = "gated shared expert"};
     return f < KW_FEATURES ? labels[f] : "?";
 }
 
@@ -130,13 +159,14 @@ const kw_tensor_spec *kw_arch_mixer_tensors(const kw_arch_desc *a, kw_mixer_kind
     return k < KW_MIXER_KINDS ? a->mixer_tensors[k] : NULL;
 }
 
-static bool list_has_matrix(const kw_tensor_spec *l, const char *suffix) {
+static bool list_has_role(const kw_tensor_spec *l, const char *suffix, kw_tensor_role role) {
     for (; l && l->name; l++)
-        if (l->role == KW_ROLE_MATRIX && !strcmp(l->name, suffix)) return true;
+        if (l->role == role && !strcmp(l->name, suffix)) return true;
     return false;
 }
 
-bool kw_arch_is_layer_matrix(const kw_arch_desc *a, const char *name) {
+/* Whether name is blk.<i>.<spec name> of a tensor of this role in a's lists. */
+static bool is_layer_role(const kw_arch_desc *a, const char *name, kw_tensor_role role) {
     if (!a || !name || strncmp(name, "blk.", 4)) return false;
     const char *p = name + 4;
     if (*p < '0' || *p > '9') return false;
@@ -144,9 +174,13 @@ bool kw_arch_is_layer_matrix(const kw_arch_desc *a, const char *name) {
     if (*p != '.') return false;
     p++;
     for (int k = 0; k < KW_MIXER_KINDS; k++)
-        if (list_has_matrix(a->mixer_tensors[k], p)) return true;
-    return list_has_matrix(a->ffn_tensors, p);
+        if (list_has_role(a->mixer_tensors[k], p, role)) return true;
+    return list_has_role(a->ffn_tensors, p, role);
 }
+
+bool kw_arch_is_layer_matrix(const kw_arch_desc *a, const char *name) { return is_layer_role(a, name, KW_ROLE_MATRIX); }
+
+bool kw_arch_is_layer_experts(const kw_arch_desc *a, const char *name) { return is_layer_role(a, name, KW_ROLE_EXPERTS); }
 
 int64_t kw_dim_size(kw_dim d, const struct kw_hparams *hp) {
     switch (d) {
@@ -158,6 +192,9 @@ int64_t kw_dim_size(kw_dim d, const struct kw_hparams *hp) {
     case KW_DIM_ATTN_OUT: return (int64_t)hp->n_head * hp->head_dim_v;
     case KW_DIM_HEAD_K: return hp->head_dim_k;
     case KW_DIM_FF: return hp->n_ff;
+    case KW_DIM_EXPERTS: return hp->n_expert;
+    case KW_DIM_FF_EXP: return hp->n_ff_exp;
+    case KW_DIM_FF_SHEXP: return hp->n_ff_shexp;
     }
     return 0;
 }

@@ -28,6 +28,7 @@
 
 typedef struct ws_plan {
     size_t x, xn, q, k, v, att, tmp, gate, up, rope, rows;  /* byte offsets in work */
+    size_t router, sel, wts, moe;                            /* mixture of experts (else unused) */
     size_t work_bytes;
     size_t mm_bytes;            /* matmul scratch at the start of scratch */
     size_t att_floats;          /* per-thread attention scratch, in floats */
@@ -58,12 +59,17 @@ static size_t matmul_scratch_any_type(int64_t rows, int64_t cols, int64_t n) {
     return best;
 }
 
+/* The width of the dense SwiGLU a layer runs through kw_matmul: n_ff, or
+ * for a mixture of experts the shared expert's (0 without one: the routed
+ * experts have their own scratch, kw_moe_scratch_bytes). */
+static int64_t dense_ff(const kw_hparams *hp) { return hp->n_expert > 0 ? hp->n_ff_shexp : hp->n_ff; }
+
 static size_t matmul_scratch_model(const kw_hparams *hp, int64_t n) {
-    int64_t E = hp->n_embd;
+    int64_t E = hp->n_embd, ff = dense_ff(hp) > 0 ? dense_ff(hp) : E;
     int64_t shapes[][2] = {
         {(int64_t)hp->n_head * hp->head_dim_k, E}, {(int64_t)hp->n_head_kv * hp->head_dim_k, E},
         {(int64_t)hp->n_head_kv * hp->head_dim_v, E}, {E, (int64_t)hp->n_head * hp->head_dim_v},
-        {hp->n_ff, E}, {E, hp->n_ff}, {hp->n_vocab, E},
+        {ff, E}, {E, ff}, {hp->n_vocab, E}, {hp->n_expert > 0 ? hp->n_expert : 1, E},
     };
     size_t best = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -84,10 +90,17 @@ static void plan_workspace(const kw_hparams *hp, int32_t T, int32_t C, int n_thr
     p->v = take(&off, t * (size_t)hp->n_head_kv * hv * f);
     p->att = take(&off, t * (size_t)hp->n_head * hv * f);
     p->tmp = take(&off, t * E * f);
-    p->gate = take(&off, t * (size_t)hp->n_ff * f);
-    p->up = take(&off, t * (size_t)hp->n_ff * f);
+    p->gate = take(&off, t * (size_t)dense_ff(hp) * f);
+    p->up = take(&off, t * (size_t)dense_ff(hp) * f);
     p->rope = take(&off, t * (size_t)hp->rope_dim * f);
     p->rows = take(&off, t * sizeof(int32_t));
+    if (hp->n_expert > 0) {
+        size_t k = (size_t)hp->n_expert_used;
+        p->router = take(&off, t * (size_t)hp->n_expert * f);
+        p->sel = take(&off, t * k * sizeof(int32_t));
+        p->wts = take(&off, t * k * f);
+        p->moe = take(&off, kw_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, hp->n_expert, T, hp->n_expert_used));
+    }
     p->work_bytes = off;
     /* per thread, for the G query heads of one KV head: scores[G][C], q[G][hk], acc[G][hv] */
     size_t G = (size_t)(hp->n_head / hp->n_head_kv);
@@ -124,6 +137,11 @@ struct kw_ctx {
     float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *rope;
     int32_t *rows;
     void *mm_scratch;
+    float *router, *wts;        /* mixture of experts: router probabilities, chosen experts' weights */
+    int32_t *sel;               /* the chosen experts, [token][n_expert_used] */
+    void *moe_scratch;
+    uint64_t bytes_read;        /* weight bytes the forward passes have read (kw_ctx_weight_bytes_read) */
+    uint64_t layer_bytes;       /* what one pass reads of the layer matrices (all of them) */
     /* set per layer for the attention task */
     kw_kv_pool *kv;
     const kw_batch *b;
@@ -175,6 +193,13 @@ kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int3
     c->rope = (float *)(c->work + p->rope);
     c->rows = (int32_t *)(c->work + p->rows);
     c->mm_scratch = c->scratch;
+    c->layer_bytes = kw_model_layer_matrix_bytes(m);
+    if (m->hp.n_expert > 0) {
+        c->router = (float *)(c->work + p->router);
+        c->sel = (int32_t *)(c->work + p->sel);
+        c->wts = (float *)(c->work + p->wts);
+        c->moe_scratch = c->work + p->moe;
+    }
     return c;
 }
 
@@ -512,6 +537,57 @@ static void ffn_block(kw_ctx *c, int il, int32_t n) {
     add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
 }
 
+/* ---- mixture of experts ----
+ * As ik_llama.cpp computes it (../shared/conformance/ARCHITECTURES.md):
+ * p = softmax(router . h2) over all experts, the k largest p chosen (ties
+ * to the lower index), their weights p_e / sum of the chosen p; no other
+ * gating, norm or scale. */
+
+/* Token i's router logits r[0..E) -> its k choices and weights. The
+ * softmax sums in double, as ggml's does. */
+static void route_token(const float *r, int E, int k, int32_t *sel, float *w, float *p) {
+    float mx = r[0];
+    for (int e = 1; e < E; e++) if (r[e] > mx) mx = r[e];
+    double sum = 0;
+    for (int e = 0; e < E; e++) {
+        p[e] = expf(r[e] - mx);
+        sum += p[e];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int e = 0; e < E; e++) p[e] *= inv;
+    float chosen = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int q = 0; q < j && !taken; q++) taken = sel[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[j] = best;
+        w[j] = p[best];
+        chosen += p[best];
+    }
+    for (int j = 0; j < k; j++) w[j] /= chosen;
+}
+
+/* h2 = RMSNorm(x); x += the routed experts of each token. */
+static void moe_block(kw_ctx *c, int il, int32_t n) {
+    const kw_hparams *hp = &c->m->hp;
+    const kw_layer *L = &c->m->layers[il];
+    int E = hp->n_expert, k = hp->n_expert_used;
+    rmsnorm_rows_par(c, c->xn, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+    matmul(c, &L->w_router, c->xn, n, c->router);
+    for (int32_t i = 0; i < n; i++) {
+        route_token(c->router + (int64_t)i * E, E, k, c->sel + (int64_t)i * k, c->wts + (int64_t)i * k,
+                    c->router + (int64_t)i * E);
+        for (int j = 0; j < k; j++) kw_model_mark_expert(c->m, il, c->sel[(int64_t)i * k + j]);
+    }
+    kw_moe_args a = {.gate = &L->gate_exps, .up = &L->up_exps, .down = &L->down_exps, .x = c->xn, .n = n, .k = k,
+                     .sel = c->sel, .w = c->wts, .out = c->tmp};
+    c->bytes_read += kw_moe_experts(c->pool, &a, c->moe_scratch);
+    add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
+}
+
 /* Final norm of the rows that want logits (gathered into xn), then the LM head. */
 static void lm_head(kw_ctx *c, const kw_batch *b, float *logits) {
     const kw_hparams *hp = &c->m->hp;
@@ -523,7 +599,10 @@ static void lm_head(kw_ctx *c, const kw_batch *b, float *logits) {
     for (int32_t r = 0; r < n_out; r++)
         rmsnorm(c->xn + (int64_t)r * hp->n_embd, c->x + (int64_t)c->rows[r] * hp->n_embd, c->m->output_norm,
                 hp->n_embd, hp->rms_eps);
-    if (n_out > 0 && logits) matmul(c, &c->m->output, c->xn, n_out, logits);
+    if (n_out > 0 && logits) {
+        matmul(c, &c->m->output, c->xn, n_out, logits);
+        c->bytes_read += kw_matrix_span(&c->m->output).bytes;
+    }
 }
 
 /* ---- batch validation ---- */
@@ -576,8 +655,12 @@ int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, 
     rope_tables(c->m, b->pos, b->n_tokens, c->rope);
     for (int il = 0; il < hp->n_layer; il++) {
         attention_block(c, kv, b, il);
-        ffn_block(c, il, b->n_tokens);
+        if (hp->arch->ffn == KW_FFN_MOE) moe_block(c, il, b->n_tokens);
+        else ffn_block(c, il, b->n_tokens);
     }
     lm_head(c, b, logits_out);
+    c->bytes_read += c->layer_bytes;
     return 0;
 }
+
+uint64_t kw_ctx_weight_bytes_read(const kw_ctx *c) { return c ? c->bytes_read : 0; }

@@ -9,6 +9,7 @@
  * mapping), and the KV layout a model needs. The forward pass is in
  * forward.c. */
 #include "model_internal.h"
+#include "kvwise/footprint.h"
 #include "kvwise/memory.h"
 #include "kvwise/progress.h"
 #include <stddef.h>
@@ -140,11 +141,35 @@ static bool has_feature(const kw_gguf *g, const kw_hparams *hp, kw_feature f) {
 static void sum_weights(const kw_gguf *g, kw_hparams *hp) {
     hp->weight_bytes = 0;
     hp->n_params = 0;
+    hp->expert_bytes = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
         hp->weight_bytes += t->nbytes;
         hp->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        if (kw_arch_is_layer_experts(hp->arch, t->name.s)) hp->expert_bytes += t->nbytes;
     }
+}
+
+/* The mixture-of-experts keys (ik_llama.cpp's: expert_count and
+ * expert_used_count required, the expert width defaulting to
+ * feed_forward_length / expert_used_count and the shared expert's to
+ * feed_forward_length). No gating, norm or scale key is read: the block
+ * always softmaxes, takes the top k and renormalises them (docs/MODEL.md). */
+static int read_moe(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
+    if (hp->arch->ffn != KW_FFN_MOE) return 0;
+    if (need_int(g, arch, "expert_count", 1 << 16, &hp->n_expert, err) ||
+        need_int(g, arch, "expert_used_count", hp->n_expert, &hp->n_expert_used, err))
+        return -1;
+    hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+    if (opt_int(g, arch, "expert_feed_forward_length", 1 << 24, &hp->n_ff_exp, err)) return -1;
+    if (hp->n_ff_exp < 1) return kw_err_set(err, "expert width is 0 (feed_forward_length %d / expert_used_count %d)",
+                                            hp->n_ff, hp->n_expert_used);
+    hp->has_shared_expert = kw_arch_presence(hp->arch, KW_FEAT_SHARED_EXPERT) == KW_REQUIRED;
+    if (hp->has_shared_expert) {
+        hp->n_ff_shexp = hp->n_ff;
+        if (opt_int(g, arch, "expert_shared_feed_forward_length", 1 << 24, &hp->n_ff_shexp, err)) return -1;
+    }
+    return 0;
 }
 
 int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err) {
@@ -179,7 +204,8 @@ int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err) {
     if (arch_float(g, arch, "attention.layer_norm_rms_epsilon", &eps) && !(eps > 0.0 && eps < 1.0))
         return kw_err_set(err, "metadata %s.attention.layer_norm_rms_epsilon = %g is out of range", arch, eps);
     hp->rms_eps = (float)eps;
-    if (read_rope(g, arch, hp, err) || read_vocab_size(g, arch, hp, err) || read_layer_schedule(g, arch, hp, err))
+    if (read_rope(g, arch, hp, err) || read_vocab_size(g, arch, hp, err) || read_layer_schedule(g, arch, hp, err) ||
+        read_moe(g, arch, hp, err))
         return -1;
     hp->tied_output = kw_gguf_find_tensor(g, "output.weight") == NULL;
     hp->has_qkv_bias = has_feature(g, hp, KW_FEAT_QKV_BIAS);
@@ -246,24 +272,57 @@ static int bind_vec(const kw_gguf *g, const char *name, int64_t n, bool required
     return 0;
 }
 
+/* A 3-D expert tensor `name`: n matrices of rows x cols, read in place. */
+static int bind_experts(const kw_gguf *g, const char *name, int64_t rows, int64_t cols, int64_t n, kw_experts *E,
+                        kw_err *err) {
+    const kw_gguf_tensor *t = find_tensor(g, name, true, err);
+    if (!t) return -1;
+    const kw_type_traits *tr = kw_type_traits_get(t->type);
+    if (!tr || !tr->supported)
+        return kw_err_set(err, "tensor %s has type %s, which kvwise does not support", name, kw_type_name(t->type));
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n || t->ne[3] != 1)
+        return kw_err_set(err, "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+                          (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                          (long long)cols, (long long)rows, (long long)n);
+    size_t rb = kw_row_bytes(t->type, cols);
+    if (rb == 0)
+        return kw_err_set(err, "tensor %s: row length %lld is not a multiple of the %s block size %d",
+                          name, (long long)cols, tr->name, tr->block_size);
+    if ((uint64_t)rb * (uint64_t)rows * (uint64_t)n > t->nbytes)
+        return kw_err_set(err, "tensor %s: %llu bytes of data, expected %llu", name, (unsigned long long)t->nbytes,
+                          (unsigned long long)rb * (unsigned long long)rows * (unsigned long long)n);
+    *E = (kw_experts){.type = t->type, .rows = rows, .cols = cols, .row_bytes = rb, .n = (int32_t)n,
+                      .stride = rb * (size_t)rows, .data = t->data};
+    return 0;
+}
+
 /* Where model.c binds each layer tensor in kw_layer, and as which kind. */
-typedef struct layer_slot { size_t offset; bool matrix; } layer_slot;
+typedef enum slot_kind { SLOT_VEC = 0, SLOT_MATRIX, SLOT_EXPERTS } slot_kind;
+typedef struct layer_slot { size_t offset; slot_kind kind; } layer_slot;
 static const layer_slot k_slots[KW_LT_COUNT] = {
-    [KW_LT_ATTN_NORM] = {offsetof(kw_layer, attn_norm), false},
-    [KW_LT_ATTN_Q] = {offsetof(kw_layer, wq), true},
-    [KW_LT_ATTN_K] = {offsetof(kw_layer, wk), true},
-    [KW_LT_ATTN_V] = {offsetof(kw_layer, wv), true},
-    [KW_LT_ATTN_Q_BIAS] = {offsetof(kw_layer, bq), false},
-    [KW_LT_ATTN_K_BIAS] = {offsetof(kw_layer, bk), false},
-    [KW_LT_ATTN_V_BIAS] = {offsetof(kw_layer, bv), false},
-    [KW_LT_ATTN_Q_NORM] = {offsetof(kw_layer, q_norm), false},
-    [KW_LT_ATTN_K_NORM] = {offsetof(kw_layer, k_norm), false},
-    [KW_LT_ATTN_OUT] = {offsetof(kw_layer, wo), true},
-    [KW_LT_FFN_NORM] = {offsetof(kw_layer, ffn_norm), false},
-    [KW_LT_FFN_GATE] = {offsetof(kw_layer, w_gate), true},
-    [KW_LT_FFN_UP] = {offsetof(kw_layer, w_up), true},
-    [KW_LT_FFN_DOWN] = {offsetof(kw_layer, w_down), true},
+    [KW_LT_ATTN_NORM] = {offsetof(kw_layer, attn_norm), SLOT_VEC},
+    [KW_LT_ATTN_Q] = {offsetof(kw_layer, wq), SLOT_MATRIX},
+    [KW_LT_ATTN_K] = {offsetof(kw_layer, wk), SLOT_MATRIX},
+    [KW_LT_ATTN_V] = {offsetof(kw_layer, wv), SLOT_MATRIX},
+    [KW_LT_ATTN_Q_BIAS] = {offsetof(kw_layer, bq), SLOT_VEC},
+    [KW_LT_ATTN_K_BIAS] = {offsetof(kw_layer, bk), SLOT_VEC},
+    [KW_LT_ATTN_V_BIAS] = {offsetof(kw_layer, bv), SLOT_VEC},
+    [KW_LT_ATTN_Q_NORM] = {offsetof(kw_layer, q_norm), SLOT_VEC},
+    [KW_LT_ATTN_K_NORM] = {offsetof(kw_layer, k_norm), SLOT_VEC},
+    [KW_LT_ATTN_OUT] = {offsetof(kw_layer, wo), SLOT_MATRIX},
+    [KW_LT_FFN_NORM] = {offsetof(kw_layer, ffn_norm), SLOT_VEC},
+    [KW_LT_FFN_GATE] = {offsetof(kw_layer, w_gate), SLOT_MATRIX},
+    [KW_LT_FFN_UP] = {offsetof(kw_layer, w_up), SLOT_MATRIX},
+    [KW_LT_FFN_DOWN] = {offsetof(kw_layer, w_down), SLOT_MATRIX},
+    [KW_LT_FFN_ROUTER] = {offsetof(kw_layer, w_router), SLOT_MATRIX},
+    [KW_LT_FFN_GATE_EXPS] = {offsetof(kw_layer, gate_exps), SLOT_EXPERTS},
+    [KW_LT_FFN_UP_EXPS] = {offsetof(kw_layer, up_exps), SLOT_EXPERTS},
+    [KW_LT_FFN_DOWN_EXPS] = {offsetof(kw_layer, down_exps), SLOT_EXPERTS},
 };
+
+static slot_kind role_slot(kw_tensor_role r) {
+    return r == KW_ROLE_MATRIX ? SLOT_MATRIX : r == KW_ROLE_EXPERTS ? SLOT_EXPERTS : SLOT_VEC;
+}
 
 /* Binds blk.<il>.<t->name> as the descriptor's presence for it says:
  * absent groups are not bound, optional ones only when the file has them. */
@@ -273,12 +332,15 @@ static int bind_spec(const kw_gguf *g, const kw_hparams *hp, int il, const kw_te
     char n[96];
     snprintf(n, sizeof n, "blk.%d.%s", il, t->name);
     const layer_slot *s = &k_slots[t->what];
-    if (s->matrix != (t->role == KW_ROLE_MATRIX))
+    if (s->offset == 0 && t->what != KW_LT_ATTN_NORM)
+        return kw_err_set(err, "tensor %s: the layer has no place for it", n);
+    if (s->kind != role_slot(t->role))
         return kw_err_set(err, "tensor %s: the architecture table and the layer disagree on its kind", n);
     void *field = (char *)L + s->offset;
     int64_t ne0 = kw_dim_size(t->ne0, hp), ne1 = kw_dim_size(t->ne1, hp);
-    if (!s->matrix) return bind_vec(g, n, ne0, p == KW_REQUIRED, field, err);
+    if (s->kind == SLOT_VEC) return bind_vec(g, n, ne0, p == KW_REQUIRED, field, err);
     if (p == KW_OPTIONAL && !kw_gguf_find_tensor(g, n)) return 0;
+    if (s->kind == SLOT_EXPERTS) return bind_experts(g, n, ne1, ne0, hp->n_expert, field, err);
     return bind_matrix(g, n, ne1, ne0, field, err);
 }
 
@@ -340,7 +402,7 @@ static int layer_matrices(const kw_model *m, int il, kw_matrix *ws[KW_LAYER_MAX_
     int n = 0;
     for (int part = 0; part < 2; part++)
         for (const kw_tensor_spec *t = layer_list(&m->hp, il, part); t && t->name; t++) {
-            if (t->role != KW_ROLE_MATRIX || n == KW_LAYER_MAX_MATRICES) continue;
+            if (t->role != KW_ROLE_MATRIX || n == KW_LAYER_MAX_MATRICES) continue;   /* experts stay mapped */
             kw_matrix *w = (kw_matrix *)(void *)((char *)L + k_slots[t->what].offset);
             if (w->data) ws[n++] = w;
         }
@@ -374,11 +436,56 @@ static void unpack_weights(kw_model *m) {
     kw_matrix_unpack(&m->output);
 }
 
+static int alloc_expert_use(kw_model *m, kw_err *err) {
+    if (m->hp.n_expert < 1) return 0;
+    m->experts = calloc(1, sizeof *m->experts);
+    if (m->experts) m->experts->used = calloc((size_t)m->hp.n_layer * (size_t)m->hp.n_expert, 1);
+    if (!m->experts || !m->experts->used) return kw_err_set(err, "out of memory for the expert table");
+    return 0;
+}
+
+void kw_model_mark_expert(const kw_model *m, int il, int32_t e) {
+    kw_expert_use *u = m->experts;
+    if (!u) return;
+    _Atomic uint8_t *b = &u->used[(size_t)il * (size_t)m->hp.n_expert + (size_t)e];
+    if (atomic_load_explicit(b, memory_order_relaxed) || atomic_exchange(b, 1)) return;
+    const kw_layer *L = &m->layers[il];
+    atomic_fetch_add(&u->used_bytes, L->gate_exps.stride + L->up_exps.stride + L->down_exps.stride);
+    atomic_fetch_add(&u->n_used, 1);
+}
+
+/* What the kernel has resident of every layer's expert tensors. */
+static uint64_t experts_resident(const kw_model *m) {
+    uint64_t sum = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const kw_layer *L = &m->layers[il];
+        const kw_experts *E[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int t = 0; t < 3; t++) {
+            uint64_t r = E[t]->data ? kw_footprint_resident_bytes(E[t]->data, E[t]->stride * (size_t)E[t]->n) : 0;
+            if (r == UINT64_MAX) return r;
+            sum += r;
+        }
+    }
+    return sum;
+}
+
+bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!m || !m->experts) return false;
+    out->mapped_bytes = m->hp.expert_bytes;
+    out->resident_bytes = experts_resident(m);
+    out->used_bytes = atomic_load(&m->experts->used_bytes);
+    out->n_experts = m->hp.n_layer * m->hp.n_expert;
+    out->n_used = atomic_load(&m->experts->n_used);
+    out->locked = m->mlocked;
+    return true;
+}
+
 kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err) {
     kw_model *m = calloc(1, sizeof *m);
     if (!m) { kw_err_set(err, "out of memory"); return NULL; }
     m->gguf = kw_gguf_open(path, err);
-    if (!m->gguf || kw_hparams_from_gguf(m->gguf, &m->hp, err) || bind_model(m, err)) {
+    if (!m->gguf || kw_hparams_from_gguf(m->gguf, &m->hp, err) || bind_model(m, err) || alloc_expert_use(m, err)) {
         kw_model_free(m);
         return NULL;
     }
@@ -395,6 +502,7 @@ kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err
         kw_model_free(m);
         return NULL;
     }
+    m->mlocked = opts && opts->mlock;
     return m;
 }
 
@@ -403,6 +511,8 @@ void kw_model_free(kw_model *m) {
     unpack_weights(m);
     kw_mem_note_mapped(KW_MEM_WEIGHTS, (int64_t)m->released_bytes); /* kw_gguf_close takes off the whole mapping */
     kw_tokenizer_free(m->tok);
+    if (m->experts) free((void *)m->experts->used);
+    free(m->experts);
     free(m->layers);
     kw_gguf_close(m->gguf);
     free(m);
@@ -413,6 +523,18 @@ const kw_tokenizer *kw_model_tokenizer(const kw_model *m) { return m ? m->tok : 
 const char *kw_model_tokenizer_error(const kw_model *m) { return m && !m->tok ? m->tok_error : ""; }
 const kw_gguf *kw_model_gguf(const kw_model *m) { return m ? m->gguf : NULL; }
 
+/* A mixture-of-experts layer's decode reads n_expert_used experts of
+ * each expert tensor; the spans stand for them with experts 0..k-1 (the
+ * bytes are the same for any k experts). */
+static int expert_spans(const kw_model *m, int il, kw_mem_span *out, int n, int max) {
+    const kw_layer *L = &m->layers[il];
+    const kw_experts *E[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int t = 0; t < 3; t++)
+        for (int32_t e = 0; E[t]->data && e < m->hp.n_expert_used; e++, n++)
+            if (n < max) out[n] = (kw_mem_span){(const uint8_t *)E[t]->data + (size_t)e * E[t]->stride, E[t]->stride};
+    return n;
+}
+
 int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max) {
     int n = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -420,9 +542,32 @@ int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max) {
         int k = layer_matrices(m, il, ws);
         for (int i = 0; i < k; i++, n++)
             if (n < max) out[n] = kw_matrix_span(ws[i]);
+        n = expert_spans(m, il, out, n, max);
     }
     if (n < max) out[n] = kw_matrix_span(&m->output);
     return n + 1;
+}
+
+uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp) {
+    uint64_t b = hp->weight_bytes;
+    const kw_gguf_tensor *te = kw_gguf_find_tensor(g, "token_embd.weight");
+    if (te && !hp->tied_output && te->nbytes <= b) {
+        uint64_t rows = (uint64_t)te->ne[1] * (uint64_t)te->ne[2] * (uint64_t)te->ne[3];
+        b -= te->nbytes - te->nbytes / (rows > 0 ? rows : 1);
+    }
+    if (hp->n_expert > 0 && hp->expert_bytes <= b)
+        b -= hp->expert_bytes - hp->expert_bytes / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used;
+    return b;
+}
+
+uint64_t kw_model_layer_matrix_bytes(const kw_model *m) {
+    uint64_t sum = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        kw_matrix *ws[KW_LAYER_MAX_MATRICES];
+        int k = layer_matrices(m, il, ws);
+        for (int i = 0; i < k; i++) sum += kw_matrix_span(ws[i]).bytes;
+    }
+    return sum;
 }
 
 double kw_model_read_bandwidth(const kw_model *m, kw_pool *pool, double seconds) {

@@ -5,6 +5,7 @@
 #ifndef KW_MODEL_INTERNAL_H
 #define KW_MODEL_INTERNAL_H
 #include "kvwise/model.h"
+#include <stdatomic.h>
 
 /* A 1-D F32 vector (norm gains, biases) or NULL when absent. */
 typedef const float *kw_vec;
@@ -16,8 +17,19 @@ typedef struct kw_layer {
     kw_vec q_norm, k_norm;      /* qwen3: per-head RMSNorm gains [head_dim_k] */
     kw_vec ffn_norm;
     kw_matrix w_gate, w_up, w_down;
+    /* mixture of experts (KW_FFN_MOE) */
+    kw_matrix w_router;         /* ffn_gate_inp: [n_expert][n_embd], the router logits */
+    kw_experts gate_exps, up_exps, down_exps;   /* read in place from the mapping */
     void *pack_block;           /* the repacked copies of the layer's matrices, one block (model.c pack_weights) */
 } kw_layer;
+
+/* Which experts some token has used (mixture of experts): the forward pass
+ * marks them, /v1/memory and the bench read them from other threads. */
+typedef struct kw_expert_use {
+    _Atomic uint8_t *used;      /* [n_layer][n_expert] */
+    _Atomic uint64_t used_bytes;/* the used experts' bytes (gate + up + down) */
+    _Atomic int32_t n_used;
+} kw_expert_use;
 
 struct kw_model {
     kw_hparams hp;
@@ -30,6 +42,14 @@ struct kw_model {
     kw_vec rope_freqs;          /* optional per-pair frequency divisors [rope_dim/2] */
     kw_layer *layers;
     uint64_t released_bytes;    /* mapped weight pages dropped because a packed copy serves them */
+    kw_expert_use *experts;     /* NULL for a dense model */
+    bool mlocked;               /* every mapped page is locked resident (--mlock) */
 };
+
+/* The bytes one forward pass reads of the layer matrices (every one, as
+ * kw_matrix_span says): all but the LM head and the experts. */
+uint64_t kw_model_layer_matrix_bytes(const kw_model *m);
+/* forward.c marks layer il's expert e as used. */
+void kw_model_mark_expert(const kw_model *m, int il, int32_t e);
 
 #endif

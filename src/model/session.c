@@ -128,6 +128,7 @@ const float *kw_session_logits(const kw_session *s, int32_t i) {
 int32_t kw_session_n_logits(const kw_session *s) { return s ? s->n_logits : 0; }
 int32_t kw_session_n_past(const kw_session *s) { return s ? s->n_past : 0; }
 int32_t kw_session_n_ctx(const kw_session *s) { return s ? s->o.n_ctx : 0; }
+uint64_t kw_session_weight_bytes_read(const kw_session *s) { return s ? kw_ctx_weight_bytes_read(s->ctx) : 0; }
 const kw_model *kw_session_model(const kw_session *s) { return s ? s->m : NULL; }
 
 void kw_session_rewind(kw_session *s, int32_t n_past) {

@@ -271,7 +271,7 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
     if (m->n_linear_layers > 0 && m->linear_state_bytes == 0)
         warn(p, "%d linear-attention layers but no state-size keys in the config: their per-sequence state is not counted",
              m->n_linear_layers);
-    if (m->n_experts > 0)
+    if (m->n_experts > 0 && m->expert_bytes == 0)
         warn(p, "mixture of experts: a token reads only %d of %d experts, so decode can beat the ceiling shown "
              "(it divides by all weights)", m->n_experts_used, m->n_experts);
     if (!strcmp(m->source, "hf-config")) {
@@ -288,6 +288,13 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
     }
     if (m->kv_layers_sliding_as_full)
         warn(p, "sliding-window layers are counted as full attention (an upper bound on KV)");
+}
+
+double kw_plan_step_weight_bytes(const kw_plan_model *m, int32_t n) {
+    double all = (double)m->read_bytes_per_token;
+    if (m->expert_bytes == 0 || m->n_experts < 1 || n <= 1) return all;
+    double share = (double)m->n_experts_used / m->n_experts, e = (double)m->expert_bytes;
+    return all - e * share + e * (1.0 - pow(1.0 - share, n));
 }
 
 int kw_plan_compute(const kw_plan_model *m, const kw_plan_opts *opts, kw_plan *p, kw_err *err) {
@@ -340,7 +347,8 @@ int kw_plan_compute(const kw_plan_model *m, const kw_plan_opts *opts, kw_plan *p
         double kv_seq = (double)p->kv_bytes_per_token * o->ctx + (double)p->seq_state_bytes;
         p->decode_tok_s = o->bandwidth / w;
         p->decode_tok_s_full_ctx = o->bandwidth / (w + kv_seq);
-        p->decode_aggregate_tok_s = o->concurrency * o->bandwidth / (w + o->concurrency * kv_seq);
+        p->decode_aggregate_tok_s = o->concurrency * o->bandwidth / (kw_plan_step_weight_bytes(m, o->concurrency) +
+                                                                     o->concurrency * kv_seq);
     }
     advise(m, p);
     return 0;

@@ -4,7 +4,8 @@
  * model.h, is the one reader of shape keys): the exact weight bytes (sum of
  * tensor sizes), the resident size of the weights (the mapped file plus
  * the load-time repacked copies, measured below), the bytes one
- * decode step reads, the dominant tensor type, and the tokenizer's heap:
+ * decode step reads (kw_decode_weight_bytes: of a mixture of experts, the
+ * k experts a token picks), the dominant tensor type, and the tokenizer's heap:
  * measured by building the tokenizer (it lives in metadata) and reading the
  * accounted allocator's tokenizer counter, or estimated from the vocab and
  * merges arrays when it cannot be built. Only metadata and tensor
@@ -121,17 +122,6 @@ static uint32_t dominant_type(const kw_gguf *g) {
     return best;
 }
 
-/* One decode step reads every weight once, except the token embedding of an
- * untied model: only the row of the token being fed is read. A tied model
- * reads the whole embedding as its LM head. */
-static uint64_t read_bytes_per_token(const kw_gguf *g, uint64_t weight_bytes) {
-    const kw_gguf_tensor *emb = kw_gguf_find_tensor(g, "token_embd.weight");
-    const kw_gguf_tensor *out = kw_gguf_find_tensor(g, "output.weight");
-    if (!emb || !out || emb->ne[1] < 1 || emb->nbytes > weight_bytes) return weight_bytes;
-    uint64_t rows = (uint64_t)emb->ne[1] * (uint64_t)emb->ne[2] * (uint64_t)emb->ne[3];
-    return weight_bytes - emb->nbytes + emb->nbytes / rows;
-}
-
 int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     memset(m, 0, sizeof *m);
     if (!g) return kw_err_set(err, "plan: no GGUF file");
@@ -143,7 +133,10 @@ int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     m->repack_bytes = repack_bytes(g, m->hp.arch);
     m->released_bytes = released_bytes(g, m->hp.arch);
     m->resident_bytes = (g->size > w ? g->size : w) + m->repack_bytes - m->released_bytes;
-    m->read_bytes_per_token = read_bytes_per_token(g, w);
+    m->read_bytes_per_token = kw_decode_weight_bytes(g, &m->hp);
+    m->n_experts = m->hp.n_expert;
+    m->n_experts_used = m->hp.n_expert_used;
+    m->expert_bytes = m->hp.expert_bytes;
     m->main_type = dominant_type(g);
     m->tokenizer_bytes = measure_tokenizer(g, &m->tokenizer_measured);
     return 0;

@@ -88,6 +88,11 @@ static void print_model(const kw_plan_model *m, const kw_plan *p, const char *pa
             kw_format_bytes(m->weight_bytes, a, sizeof a), commas(m->weight_bytes, b, sizeof b),
             m->main_type < KW_TYPE_COUNT ? ", mostly " : "", m->main_type < KW_TYPE_COUNT ? kw_plan_type_name(m->main_type) : "",
             kw_format_bytes(p->bytes_per_token, c, sizeof c), commas(p->bytes_per_token, d, sizeof d));
+    if (m->expert_bytes)
+        fprintf(out, "  mixture of experts: %d of %d experts per token; experts %s of the weights (stay mapped, "
+                "resident once used); active per token: %s = the rest + %d/%d of the experts\n", m->n_experts_used,
+                m->n_experts, kw_format_bytes(m->expert_bytes, a, sizeof a), kw_format_bytes(p->bytes_per_token, b, sizeof b),
+                m->n_experts_used, m->n_experts);
     if (m->repack_bytes)
         fprintf(out, "  load-time repack for the %s kernels: %s heap copy; %s of mapped pages it replaces are dropped\n",
                 kw_kernel_name(), kw_format_bytes(m->repack_bytes, a, sizeof a), kw_format_bytes(m->released_bytes, b, sizeof b));
@@ -182,8 +187,10 @@ static void print_ceiling(const kw_plan *p, FILE *out) {
     fprintf(out, "\n");
 }
 
-static void print_speed(const kw_plan *p, FILE *out) {
-    fprintf(out, "\nDecode ceiling (each token reads every weight once)\n");
+static void print_speed(const kw_plan_model *m, const kw_plan *p, FILE *out) {
+    if (m->expert_bytes) fprintf(out, "\nDecode ceiling (each token reads its active weights once: %d of %d experts)\n",
+                                 m->n_experts_used, m->n_experts);
+    else fprintf(out, "\nDecode ceiling (each token reads every weight once)\n");
     if (p->o.bandwidth <= 0) fprintf(out, "  bandwidth unknown (pass --bandwidth GB/s or drop --no-bandwidth-probe)\n");
     else print_ceiling(p, out);
     if (p->decode_measured_tok_s > 0) {
@@ -201,7 +208,7 @@ void kw_plan_print(const kw_plan_model *m, const kw_plan *p, const char *model_p
     print_kv(m, p, out);
     print_workspace(p, out);
     print_budget(m, p, out);
-    print_speed(p, out);
+    print_speed(m, p, out);
     if (p->n_warnings) {
         fprintf(out, "\nWarnings\n");
         for (int i = 0; i < p->n_warnings; i++) fprintf(out, "  %s\n", p->warnings[i]);
@@ -241,6 +248,9 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(jm, "repack_bytes", (double)m->repack_bytes);
     num(jm, "released_bytes", (double)m->released_bytes);
     num(jm, "read_bytes_per_token", (double)m->read_bytes_per_token);
+    num(jm, "n_experts", m->n_experts);
+    num(jm, "n_experts_used", m->n_experts_used);
+    num(jm, "expert_bytes", (double)m->expert_bytes);
     if (m->main_type < KW_TYPE_COUNT) cJSON_AddStringToObject(jm, "main_type", kw_plan_type_name(m->main_type));
     else cJSON_AddNullToObject(jm, "main_type");
     num(jm, "tokenizer_bytes", (double)m->tokenizer_bytes);

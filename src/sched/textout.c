@@ -18,35 +18,14 @@ void kw_textout_free(kw_textout *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Length of a UTF-8 sequence from its lead byte (0 = not a valid lead byte). */
-static int utf8_seq_len(unsigned char c) {
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* Is byte k (1-based) of a sequence led by `lead` acceptable (RFC 3629:
- * no overlongs, no surrogates, nothing above U+10FFFF)? */
-static bool utf8_cont_ok(unsigned char lead, int k, unsigned char c) {
-    if ((c & 0xC0) != 0x80) return false;
-    if (k != 1) return true;
-    if (lead == 0xE0) return c >= 0xA0;
-    if (lead == 0xED) return c <= 0x9F;
-    if (lead == 0xF0) return c >= 0x90;
-    if (lead == 0xF4) return c <= 0x8F;
-    return true;
-}
-
 /* Of b[0..n): 1 if it starts a complete valid sequence of length *len,
  * 0 if it is a valid but incomplete prefix running to the end, -1 if invalid. */
 static int utf8_check(const unsigned char *b, size_t n, int *len) {
-    int need = utf8_seq_len(b[0]);
+    int need = kw_utf8_seq_len(b[0]);
     if (need == 0) return -1;
     for (int k = 1; k < need; k++) {
         if ((size_t)k >= n) return 0;
-        if (!utf8_cont_ok(b[0], k, b[k])) return -1;
+        if (!kw_utf8_cont_ok(b[0], k, b[k])) return -1;
     }
     *len = need;
     return 1;
@@ -73,7 +52,7 @@ static int append(kw_textout *t, const char *s, size_t n) {
         unsigned char c = (unsigned char)t->buf[t->len - k];
         if ((c & 0xC0) == 0x80) continue;
         int l;
-        if (utf8_seq_len(c) > (int)k && utf8_check((const unsigned char *)t->buf + t->len - k, k, &l) == 0) tail = k;
+        if (kw_utf8_seq_len(c) > (int)k && utf8_check((const unsigned char *)t->buf + t->len - k, k, &l) == 0) tail = k;
         break;
     }
     unsigned char tmp[4 + 256];
@@ -102,7 +81,7 @@ static size_t utf8_complete_prefix(const char *buf, size_t len) {
     for (size_t k = 1; k <= 3 && k <= len; k++) {
         unsigned char c = (unsigned char)buf[len - k];
         if ((c & 0xC0) == 0x80) continue;
-        return utf8_seq_len(c) > (int)k ? len - k : len;
+        return kw_utf8_seq_len(c) > (int)k ? len - k : len;
     }
     return len;
 }
@@ -140,7 +119,7 @@ size_t kw_textout_flush(kw_textout *t, char *out, size_t cap) {
     size_t o = 0, i = 0;
     const unsigned char *b = (const unsigned char *)t->buf;
     while (i < t->len) {
-        int need = utf8_seq_len(b[i]);
+        int need = kw_utf8_seq_len(b[i]);
         bool ok = need > 0 && i + (size_t)need <= t->len;
         for (int k = 1; ok && k < need; k++) ok = (b[i + k] & 0xC0) == 0x80;
         if (ok) {

@@ -365,23 +365,18 @@ static tpl_node *parse_not(parser *P) {
     return parse_comparison(P);
 }
 
-static tpl_node *parse_and(parser *P) {
-    tpl_node *l = parse_not(P);
-    while (is_word(P, "and")) {
+/* operand (word operand)*: a left-associative chain of a keyword operator. */
+static tpl_node *parse_word_chain(parser *P, const char *word, tpl_op op, tpl_node *(*operand)(parser *)) {
+    tpl_node *l = operand(P);
+    while (is_word(P, word)) {
         uint32_t off = P->t->v[P->cur++].off;
-        l = binary(P, OP_AND, off, l, parse_not(P));
+        l = binary(P, op, off, l, operand(P));
     }
     return l;
 }
 
-static tpl_node *parse_or(parser *P) {
-    tpl_node *l = parse_and(P);
-    while (is_word(P, "or")) {
-        uint32_t off = P->t->v[P->cur++].off;
-        l = binary(P, OP_OR, off, l, parse_and(P));
-    }
-    return l;
-}
+static tpl_node *parse_and(parser *P) { return parse_word_chain(P, "and", OP_AND, parse_not); }
+static tpl_node *parse_or(parser *P) { return parse_word_chain(P, "or", OP_OR, parse_and); }
 
 static tpl_node *parse_expression(parser *P) {
     enter(P);
@@ -608,28 +603,39 @@ static int body_special_names(tpl_node **v, int n) {
     return r;
 }
 
+/* The rest of a block statement after its head: '%}', the body into n->v,
+ * and {% end %}; opener names the block in errors. */
+static void parse_block_body(parser *P, tpl_node *n, const char *opener, const char *end, uint32_t off) {
+    const char *const stops[] = {end, NULL};
+    expect(P, TK_CLOSE_STMT, "'%}'");
+    nvec body = {0};
+    parse_until(P, stops, opener, off, &body);
+    expect_end(P, end);
+    n->v = body.v; n->nv = body.n;
+}
+
+/* A macro's or call block's parameters, and which special names its body reads. */
+static void set_callable(tpl_node *n, const nvec *params) {
+    n->w = params->v; n->nw = params->n;
+    n->flag = body_special_names(n->v, n->nv);
+}
+
 static tpl_node *parse_macro(parser *P, uint32_t off) {
-    static const char *const stops[] = {"endmacro", NULL};
     tpl_node *n = new_node(P, N_MACRO, off);
     tpl_node *name = parse_primary(P);
     if (name->kind != N_IDENT) fail_at(P, name->off, "expected a macro name");
     n->s = name->s;
     n->slen = name->slen;
-    nvec params = {0}, body = {0};
+    nvec params = {0};
     parse_args(P, true, &params);
-    expect(P, TK_CLOSE_STMT, "'%}'");
-    parse_until(P, stops, "macro", off, &body);
-    expect_end(P, "endmacro");
-    n->v = body.v; n->nv = body.n;
-    n->w = params.v; n->nw = params.n;
-    n->flag = body_special_names(body.v, body.n);
+    parse_block_body(P, n, "macro", "endmacro", off);
+    set_callable(n, &params);
     return n;
 }
 
 static tpl_node *parse_callblock(parser *P, uint32_t off) {
-    static const char *const stops[] = {"endcall", NULL};
     tpl_node *n = new_node(P, N_CALLBLOCK, off);
-    nvec params = {0}, body = {0}, args = {0};
+    nvec params = {0}, args = {0};
     if (is(P, TK_LPAREN)) parse_args(P, true, &params);
     tpl_node *callee = parse_primary(P);
     if (callee->kind != N_IDENT) fail_at(P, callee->off, "expected a macro name after 'call'");
@@ -639,27 +645,18 @@ static tpl_node *parse_callblock(parser *P, uint32_t off) {
     call->v = args.v;
     call->nv = args.n;
     n->a = call;
-    expect(P, TK_CLOSE_STMT, "'%}'");
-    parse_until(P, stops, "call", off, &body);
-    expect_end(P, "endcall");
-    n->v = body.v; n->nv = body.n;
-    n->w = params.v; n->nw = params.n;
-    n->flag = body_special_names(body.v, body.n);
+    parse_block_body(P, n, "call", "endcall", off);
+    set_callable(n, &params);
     return n;
 }
 
 static tpl_node *parse_filterblock(parser *P, uint32_t off) {
-    static const char *const stops[] = {"endfilter", NULL};
     tpl_node *n = new_node(P, N_FILTERBLOCK, off);
     tpl_node *f = parse_primary(P);
     if (f->kind != N_IDENT) fail_at(P, f->off, "expected a filter name");
     if (is(P, TK_LPAREN)) f = parse_call(P, f);
     n->a = f;
-    expect(P, TK_CLOSE_STMT, "'%}'");
-    nvec body = {0};
-    parse_until(P, stops, "filter", off, &body);
-    expect_end(P, "endfilter");
-    n->v = body.v; n->nv = body.n;
+    parse_block_body(P, n, "filter", "endfilter", off);
     return n;
 }
 

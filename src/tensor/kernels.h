@@ -91,6 +91,11 @@ typedef struct kw_kernel_set {
     void (*gemm_panel[KW_TYPE_COUNT])(const kw_matrix *W, int p, int64_t r0, int64_t r1, const void *X,
                                        size_t x_stride, int64_t nx, float *Y, int64_t ldy);
     kw_pack_fn pack;
+    /* Per weight type: the GEMM of matrices read in place as the file
+     * stores them, never packed (the experts of a MoE block: kw_moe_experts,
+     * moe.c); same contract as gemm. Every family has an entry for every
+     * type it has a gemm for (the scalar one is the reference). */
+    kw_gemm_fn gemm_experts[KW_TYPE_COUNT];
     /* Optional: a sum of the bytes [p, p + bytes) (p 64-byte aligned, bytes
      * a multiple of 256) read with non-temporal loads, as the family's
      * decode kernels read packed weights; the bandwidth probe times it. */
@@ -247,7 +252,7 @@ enum {
     KW_KSLOT_READ_NT, KW_KSLOT_ATTN_DOT_F32, KW_KSLOT_ATTN_DOT_F16, KW_KSLOT_ATTN_DOT_Q8_0, KW_KSLOT_ATTN_AXPY_F32,
     KW_KSLOT_ATTN_AXPY_F16, KW_KSLOT_ATTN_AXPY_Q8_0, KW_KSLOT_ATTN_ROUND_F16, KW_KSLOT_ATTN_EXP,
     KW_KSLOT_ATTN_DECODE_SUPPORTED, KW_KSLOT_ATTN_DECODE, KW_KSLOT_ATTN_TILE_SUPPORTED, KW_KSLOT_ATTN_TILE,
-    KW_KSLOT_ATTN_INT_SUPPORTED, KW_KSLOT_ATTN_INT, KW_KSLOT_SWIGLU, KW_KSLOT_COUNT
+    KW_KSLOT_ATTN_INT_SUPPORTED, KW_KSLOT_ATTN_INT, KW_KSLOT_SWIGLU, KW_KSLOT_GEMM_EXPERTS, KW_KSLOT_COUNT
 };
 int kw_kernels_count_start(void);
 void kw_kernels_count_stop(void);

@@ -827,4 +827,5 @@ void kw_kernels_avx2_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
     k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
     k->pack = pack_avx2;
+    for (int t = 0; t < KW_TYPE_COUNT; t++) k->gemm_experts[t] = k->gemm[t];   /* unpacked: the stored rows */
 }

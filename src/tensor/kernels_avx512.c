@@ -918,4 +918,5 @@ void kw_kernels_avx512_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
     k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
     if (kw_cpu_info_raw()->avx512bf16) k->gemm[KW_TYPE_BF16] = gemm_bf16;
+    for (int t = 0; t < KW_TYPE_COUNT; t++) k->gemm_experts[t] = k->gemm[t];   /* unpacked: the stored rows */
 }

@@ -93,16 +93,27 @@ static float dot_bf16(const void *w, const void *x, int64_t n) {
     return (float)s;
 }
 
+/* Integer dot of one Q4_x / Q5_x block's levels with 32 activation bytes:
+ * value j is the low (j < 16) or high nibble of qs[j % 16], with bit j of
+ * qh as its fifth bit (qh NULL for Q4_x), minus offset (8 / 16 for the _0
+ * formats, 0 for the _1 ones, which add a min term instead). */
+static int legacy_block_dot(const uint8_t *qs, const uint8_t *qh, int offset, const int8_t *y) {
+    uint32_t h = 0;
+    if (qh) memcpy(&h, qh, 4);
+    int sumi = 0;
+    for (int j = 0; j < KW_QK; j++) {
+        int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+        sumi += ((lo | (int)(((h >> j) & 1) << 4)) - offset) * y[j];
+    }
+    return sumi;
+}
+
 static float dot_q4_0(const void *w, const void *x, int64_t n) {
     const kw_block_q4_0 *a = w;
     const kw_block_q8_0 *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
-    }
+    for (int64_t i = 0; i < n / KW_QK; i++)
+        s += (float)legacy_block_dot(a[i].qs, NULL, 8, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
     return s;
 }
 
@@ -110,32 +121,18 @@ static float dot_q4_1(const void *w, const void *x, int64_t n) {
     const kw_block_q4_1 *a = w;
     const kw_block_q8_1 *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += (a[i].qs[j] & 0xF) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
-        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
+    for (int64_t i = 0; i < n / KW_QK; i++)
+        s += (float)legacy_block_dot(a[i].qs, NULL, 0, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
              kw_f16_to_f32(a[i].m) * kw_f16_to_f32(b[i].s);
-    }
     return s;
-}
-
-static int q5_at(const uint8_t *qs, uint32_t qh, int j) {
-    int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
-    return lo | (int)(((qh >> j) & 1) << 4);
 }
 
 static float dot_q5_0(const void *w, const void *x, int64_t n) {
     const kw_block_q5_0 *a = w;
     const kw_block_q8_0 *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++) {
-        uint32_t qh;
-        memcpy(&qh, a[i].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < KW_QK; j++) sumi += (q5_at(a[i].qs, qh, j) - 16) * b[i].qs[j];
-        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
-    }
+    for (int64_t i = 0; i < n / KW_QK; i++)
+        s += (float)legacy_block_dot(a[i].qs, a[i].qh, 16, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
     return s;
 }
 
@@ -143,14 +140,9 @@ static float dot_q5_1(const void *w, const void *x, int64_t n) {
     const kw_block_q5_1 *a = w;
     const kw_block_q8_1 *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++) {
-        uint32_t qh;
-        memcpy(&qh, a[i].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < KW_QK; j++) sumi += q5_at(a[i].qs, qh, j) * b[i].qs[j];
-        s += (float)sumi * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
+    for (int64_t i = 0; i < n / KW_QK; i++)
+        s += (float)legacy_block_dot(a[i].qs, a[i].qh, 0, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
              kw_f16_to_f32(a[i].m) * kw_f16_to_f32(b[i].s);
-    }
     return s;
 }
 
@@ -293,4 +285,5 @@ void kw_kernels_scalar_init(kw_kernel_set *k) {
     k->gemm[KW_TYPE_Q4_K] = gemm_q4_K;
     k->gemm[KW_TYPE_Q5_K] = gemm_q5_K;
     k->gemm[KW_TYPE_Q6_K] = gemm_q6_K;
+    for (int t = 0; t < KW_TYPE_COUNT; t++) k->gemm_experts[t] = k->gemm[t];   /* the stored layout is all it reads */
 }

@@ -53,6 +53,12 @@ static void gemm(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size
     g_real.gemm[W->type](W, r0, r1, X, xs, nx, Y, ldy);
 }
 
+static void gemm_experts(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                         int64_t ldy) {
+    bump(KW_KSLOT_GEMM_EXPERTS, W->type);
+    g_real.gemm_experts[W->type](W, r0, r1, X, xs, nx, Y, ldy);
+}
+
 static void gemm_panel(const kw_matrix *W, int p, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx,
                        float *Y, int64_t ldy) {
     bump(KW_KSLOT_GEMM_PANEL, W->type);
@@ -112,6 +118,7 @@ KW_ENTRY(e_quant, k->quant[i])
 KW_ENTRY(e_quant_packed, k->quant_packed[i])
 KW_ENTRY(e_gemm, k->gemm[i])
 KW_ENTRY(e_gemm_panel, k->gemm_panel[i])
+KW_ENTRY(e_gemm_experts, k->gemm_experts[i])
 KW_ENTRY(e_panels, k->panels)
 KW_ENTRY(e_pack, k->pack)
 KW_ENTRY(e_read_nt, k->read_nt)
@@ -151,11 +158,12 @@ static const struct {
     [KW_KSLOT_ATTN_TILE_SUPPORTED] = {e_tile_supported, "attn.tile_supported"},
     [KW_KSLOT_ATTN_TILE] = {e_tile, "attn.tile"},
     [KW_KSLOT_ATTN_INT_SUPPORTED] = {e_int_supported, "attn.integer_supported"},
-    [KW_KSLOT_ATTN_INT] = {e_int, "attn.integer"}, [KW_KSLOT_SWIGLU] = {e_swiglu, "swiglu"}};
+    [KW_KSLOT_ATTN_INT] = {e_int, "attn.integer"}, [KW_KSLOT_SWIGLU] = {e_swiglu, "swiglu"},
+    [KW_KSLOT_GEMM_EXPERTS] = {e_gemm_experts, "gemm_experts"}};
 /* Entries indexed by type; the others are one function (index 0). */
 static bool per_type(int slot) {
     return slot == KW_KSLOT_QUANT || slot == KW_KSLOT_QUANT_PACKED || slot == KW_KSLOT_GEMM ||
-           slot == KW_KSLOT_GEMM_PANEL;
+           slot == KW_KSLOT_GEMM_PANEL || slot == KW_KSLOT_GEMM_EXPERTS;
 }
 
 /* The families of g_real's entries; false if a non-NULL quantizer has no wrapper. */
@@ -180,6 +188,7 @@ static void wrap_entries(void) {
         if (r->quant_packed[t]) c->quant_packed[t] = g_quant_packed_wrap[t];
         if (r->gemm[t]) c->gemm[t] = gemm;
         if (r->gemm_panel[t]) c->gemm_panel[t] = gemm_panel;
+        if (r->gemm_experts[t]) c->gemm_experts[t] = gemm_experts;
     }
     if (r->panels) c->panels = panels;
     if (r->pack) c->pack = pack;

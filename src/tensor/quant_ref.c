@@ -28,7 +28,8 @@ static inline int nearest_int(float f) {
 
 /* ---------------- legacy 32-value formats ---------------- */
 
-static void dequant_q4_0(const kw_block_q4_0 *b, float *y, int64_t nb) {
+static void dequant_q4_0(const void *src, float *y, int64_t nb) {
+    const kw_block_q4_0 *b = src;
     for (int64_t i = 0; i < nb; i++, y += KW_QK) {
         float d = H2F(b[i].d);
         for (int j = 0; j < KW_QK / 2; j++) {
@@ -38,7 +39,8 @@ static void dequant_q4_0(const kw_block_q4_0 *b, float *y, int64_t nb) {
     }
 }
 
-static void quant_q4_0(const float *x, kw_block_q4_0 *b, int64_t nb) {
+static void quant_q4_0(const float *x, void *dst, int64_t nb) {
+    kw_block_q4_0 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
         float amax = 0, max = 0;
         for (int j = 0; j < KW_QK; j++)
@@ -53,7 +55,8 @@ static void quant_q4_0(const float *x, kw_block_q4_0 *b, int64_t nb) {
     }
 }
 
-static void dequant_q4_1(const kw_block_q4_1 *b, float *y, int64_t nb) {
+static void dequant_q4_1(const void *src, float *y, int64_t nb) {
+    const kw_block_q4_1 *b = src;
     for (int64_t i = 0; i < nb; i++, y += KW_QK) {
         float d = H2F(b[i].d), m = H2F(b[i].m);
         for (int j = 0; j < KW_QK / 2; j++) {
@@ -73,7 +76,8 @@ static void min_max(const float *x, int n, float *mn, float *mx) {
     *mx = hi;
 }
 
-static void quant_q4_1(const float *x, kw_block_q4_1 *b, int64_t nb) {
+static void quant_q4_1(const float *x, void *dst, int64_t nb) {
+    kw_block_q4_1 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
         float mn, mx;
         min_max(x, KW_QK, &mn, &mx);
@@ -94,7 +98,8 @@ static inline int q5_value(const uint8_t *qs, uint32_t qh, int j) {
     return lo | (int)(((qh >> j) & 1) << 4);
 }
 
-static void dequant_q5_0(const kw_block_q5_0 *b, float *y, int64_t nb) {
+static void dequant_q5_0(const void *src, float *y, int64_t nb) {
+    const kw_block_q5_0 *b = src;
     for (int64_t i = 0; i < nb; i++, y += KW_QK) {
         float d = H2F(b[i].d);
         uint32_t qh;
@@ -113,7 +118,8 @@ static void pack_q5(const uint8_t *q, uint8_t *qs, uint8_t qh_out[4]) {
     memcpy(qh_out, &qh, 4);
 }
 
-static void quant_q5_0(const float *x, kw_block_q5_0 *b, int64_t nb) {
+static void quant_q5_0(const float *x, void *dst, int64_t nb) {
+    kw_block_q5_0 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
         float amax = 0, max = 0;
         for (int j = 0; j < KW_QK; j++)
@@ -126,7 +132,8 @@ static void quant_q5_0(const float *x, kw_block_q5_0 *b, int64_t nb) {
     }
 }
 
-static void dequant_q5_1(const kw_block_q5_1 *b, float *y, int64_t nb) {
+static void dequant_q5_1(const void *src, float *y, int64_t nb) {
+    const kw_block_q5_1 *b = src;
     for (int64_t i = 0; i < nb; i++, y += KW_QK) {
         float d = H2F(b[i].d), m = H2F(b[i].m);
         uint32_t qh;
@@ -135,7 +142,8 @@ static void dequant_q5_1(const kw_block_q5_1 *b, float *y, int64_t nb) {
     }
 }
 
-static void quant_q5_1(const float *x, kw_block_q5_1 *b, int64_t nb) {
+static void quant_q5_1(const float *x, void *dst, int64_t nb) {
+    kw_block_q5_1 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
         float mn, mx;
         min_max(x, KW_QK, &mn, &mx);
@@ -148,7 +156,8 @@ static void quant_q5_1(const float *x, kw_block_q5_1 *b, int64_t nb) {
     }
 }
 
-static void dequant_q8_0(const kw_block_q8_0 *b, float *y, int64_t nb) {
+static void dequant_q8_0(const void *src, float *y, int64_t nb) {
+    const kw_block_q8_0 *b = src;
     for (int64_t i = 0; i < nb; i++, y += KW_QK) {
         float d = H2F(b[i].d);
         for (int j = 0; j < KW_QK; j++) y[j] = (float)b[i].qs[j] * d;
@@ -161,7 +170,8 @@ static float abs_max(const float *x, int n) {
     return amax;
 }
 
-static void quant_q8_0(const float *x, kw_block_q8_0 *b, int64_t nb) {
+static void quant_q8_0(const float *x, void *dst, int64_t nb) {
+    kw_block_q8_0 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
         float d = abs_max(x, KW_QK) / 127, id = d != 0 ? 1.0f / d : 0.0f;
         b[i].d = F2H(d);
@@ -169,14 +179,16 @@ static void quant_q8_0(const float *x, kw_block_q8_0 *b, int64_t nb) {
     }
 }
 
-static void dequant_q8_1(const kw_block_q8_1 *b, float *y, int64_t nb) {
+static void dequant_q8_1(const void *src, float *y, int64_t nb) {
+    const kw_block_q8_1 *b = src;
     for (int64_t i = 0; i < nb; i++, y += KW_QK) {
         float d = H2F(b[i].d);
         for (int j = 0; j < KW_QK; j++) y[j] = (float)b[i].qs[j] * d;
     }
 }
 
-static void quant_q8_1(const float *x, kw_block_q8_1 *b, int64_t nb) {
+static void quant_q8_1(const float *x, void *dst, int64_t nb) {
+    kw_block_q8_1 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
         float d = abs_max(x, KW_QK) / 127, id = d != 0 ? 1.0f / d : 0.0f;
         int sum = 0;
@@ -364,7 +376,8 @@ static void quant_k_scales(const float *x, int nmax, float rmin, int nstep, uint
     }
 }
 
-static void quant_q4_K(const float *x, kw_block_q4_K *b, int64_t nb) {
+static void quant_q4_K(const float *x, void *dst, int64_t nb) {
+    kw_block_q4_K *b = dst;
     uint8_t L[KW_QK_K];
     for (int64_t i = 0; i < nb; i++, x += KW_QK_K) {
         quant_k_scales(x, 15, -1.f, 20, &b[i].d, &b[i].dmin, b[i].scales, L);
@@ -374,7 +387,8 @@ static void quant_q4_K(const float *x, kw_block_q4_K *b, int64_t nb) {
     }
 }
 
-static void dequant_q4_K(const kw_block_q4_K *b, float *y, int64_t nb) {
+static void dequant_q4_K(const void *src, float *y, int64_t nb) {
+    const kw_block_q4_K *b = src;
     for (int64_t i = 0; i < nb; i++) {
         float d = H2F(b[i].d), min = H2F(b[i].dmin);
         const uint8_t *q = b[i].qs;
@@ -390,7 +404,8 @@ static void dequant_q4_K(const kw_block_q4_K *b, float *y, int64_t nb) {
     }
 }
 
-static void quant_q5_K(const float *x, kw_block_q5_K *b, int64_t nb) {
+static void quant_q5_K(const float *x, void *dst, int64_t nb) {
+    kw_block_q5_K *b = dst;
     uint8_t L[KW_QK_K];
     for (int64_t i = 0; i < nb; i++, x += KW_QK_K) {
         quant_k_scales(x, 31, -0.5f, 15, &b[i].d, &b[i].dmin, b[i].scales, L);
@@ -410,7 +425,8 @@ static void quant_q5_K(const float *x, kw_block_q5_K *b, int64_t nb) {
     }
 }
 
-static void dequant_q5_K(const kw_block_q5_K *b, float *y, int64_t nb) {
+static void dequant_q5_K(const void *src, float *y, int64_t nb) {
+    const kw_block_q5_K *b = src;
     for (int64_t i = 0; i < nb; i++) {
         float d = H2F(b[i].d), min = H2F(b[i].dmin);
         const uint8_t *ql = b[i].qs, *qh = b[i].qh;
@@ -429,7 +445,8 @@ static void dequant_q5_K(const kw_block_q5_K *b, float *y, int64_t nb) {
     }
 }
 
-static void quant_q6_K(const float *x, kw_block_q6_K *b, int64_t nb) {
+static void quant_q6_K(const float *x, void *dst, int64_t nb) {
+    kw_block_q6_K *b = dst;
     int8_t L[KW_QK_K];
     float scales[KW_QK_K / 16];
     for (int64_t i = 0; i < nb; i++, x += KW_QK_K) {
@@ -469,7 +486,8 @@ static void quant_q6_K(const float *x, kw_block_q6_K *b, int64_t nb) {
     }
 }
 
-static void dequant_q6_K(const kw_block_q6_K *b, float *y, int64_t nb) {
+static void dequant_q6_K(const void *src, float *y, int64_t nb) {
+    const kw_block_q6_K *b = src;
     for (int64_t i = 0; i < nb; i++) {
         float d = H2F(b[i].d);
         const uint8_t *ql = b[i].ql, *qh = b[i].qh;
@@ -512,70 +530,73 @@ void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb) {
     }
 }
 
-static void dequant_q8_K(const kw_block_q8_K *b, float *y, int64_t nb) {
+static void dequant_q8_K(const void *src, float *y, int64_t nb) {
+    const kw_block_q8_K *b = src;
     for (int64_t i = 0; i < nb; i++)
         for (int j = 0; j < KW_QK_K; j++) *y++ = b[i].d * b[i].qs[j];
 }
 
 /* ---------------- entry points ---------------- */
 
-void kw_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
+static void dequant_f32(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * 4); }
+static void quant_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * 4); }
+
+static void dequant_f16(const void *src, float *y, int64_t n) {
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) y[i] = kw_f16_to_f32(h[i]);
+}
+
+static void quant_f16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_f16(x[i]);
+}
+
+static void dequant_bf16(const void *src, float *y, int64_t n) {
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) y[i] = kw_bf16_to_f32(h[i]);
+}
+
+static void quant_bf16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_bf16(x[i]);
+}
+
+/* Each computable type's reference conversions of nb blocks (a block of F32,
+ * F16 or BF16 is one value); a type without an entry converts nothing. */
+typedef struct row_fns {
+    void (*dequant)(const void *src, float *y, int64_t nb);
+    void (*quant)(const float *x, void *dst, int64_t nb);
+} row_fns;
+
+static const row_fns g_row_fns[KW_TYPE_COUNT] = {
+    [KW_TYPE_F32] = {dequant_f32, quant_f32},    [KW_TYPE_F16] = {dequant_f16, quant_f16},
+    [KW_TYPE_BF16] = {dequant_bf16, quant_bf16}, [KW_TYPE_Q4_0] = {dequant_q4_0, quant_q4_0},
+    [KW_TYPE_Q4_1] = {dequant_q4_1, quant_q4_1}, [KW_TYPE_Q5_0] = {dequant_q5_0, quant_q5_0},
+    [KW_TYPE_Q5_1] = {dequant_q5_1, quant_q5_1}, [KW_TYPE_Q8_0] = {dequant_q8_0, quant_q8_0},
+    [KW_TYPE_Q8_1] = {dequant_q8_1, quant_q8_1}, [KW_TYPE_Q4_K] = {dequant_q4_K, quant_q4_K},
+    [KW_TYPE_Q5_K] = {dequant_q5_K, quant_q5_K}, [KW_TYPE_Q6_K] = {dequant_q6_K, quant_q6_K},
+    [KW_TYPE_Q8_K] = {dequant_q8_K, kw_quantize_q8_K_ref},
+};
+
+/* The type's conversions and the block count of n values; NULL when the
+ * type has none or n is not a whole number of blocks. */
+static const row_fns *row_fns_for(uint32_t type, int64_t n, int64_t *nb) {
     const kw_type_traits *t = kw_type_traits_get(type);
-    if (!t || n <= 0 || n % t->block_size) return;
-    int64_t nb = n / t->block_size;
-    switch (type) {
-    case KW_TYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
-    case KW_TYPE_F16: {
-        const uint16_t *h = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = kw_f16_to_f32(h[i]);
-        break;
-    }
-    case KW_TYPE_BF16: {
-        const uint16_t *h = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = kw_bf16_to_f32(h[i]);
-        break;
-    }
-    case KW_TYPE_Q4_0: dequant_q4_0(src, dst, nb); break;
-    case KW_TYPE_Q4_1: dequant_q4_1(src, dst, nb); break;
-    case KW_TYPE_Q5_0: dequant_q5_0(src, dst, nb); break;
-    case KW_TYPE_Q5_1: dequant_q5_1(src, dst, nb); break;
-    case KW_TYPE_Q8_0: dequant_q8_0(src, dst, nb); break;
-    case KW_TYPE_Q8_1: dequant_q8_1(src, dst, nb); break;
-    case KW_TYPE_Q4_K: dequant_q4_K(src, dst, nb); break;
-    case KW_TYPE_Q5_K: dequant_q5_K(src, dst, nb); break;
-    case KW_TYPE_Q6_K: dequant_q6_K(src, dst, nb); break;
-    case KW_TYPE_Q8_K: dequant_q8_K(src, dst, nb); break;
-    default: break;
-    }
+    if (!t || n <= 0 || n % t->block_size) return NULL;
+    *nb = n / t->block_size;
+    return &g_row_fns[type];
+}
+
+void kw_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
+    int64_t nb;
+    const row_fns *f = row_fns_for(type, n, &nb);
+    if (f && f->dequant) f->dequant(src, dst, nb);
 }
 
 size_t kw_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
-    const kw_type_traits *t = kw_type_traits_get(type);
-    if (!t || n <= 0 || n % t->block_size) return 0;
-    int64_t nb = n / t->block_size;
-    switch (type) {
-    case KW_TYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
-    case KW_TYPE_F16: {
-        uint16_t *h = dst;
-        for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_f16(src[i]);
-        break;
-    }
-    case KW_TYPE_BF16: {
-        uint16_t *h = dst;
-        for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_bf16(src[i]);
-        break;
-    }
-    case KW_TYPE_Q4_0: quant_q4_0(src, dst, nb); break;
-    case KW_TYPE_Q4_1: quant_q4_1(src, dst, nb); break;
-    case KW_TYPE_Q5_0: quant_q5_0(src, dst, nb); break;
-    case KW_TYPE_Q5_1: quant_q5_1(src, dst, nb); break;
-    case KW_TYPE_Q8_0: quant_q8_0(src, dst, nb); break;
-    case KW_TYPE_Q8_1: quant_q8_1(src, dst, nb); break;
-    case KW_TYPE_Q4_K: quant_q4_K(src, dst, nb); break;
-    case KW_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
-    case KW_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
-    case KW_TYPE_Q8_K: kw_quantize_q8_K_ref(src, dst, nb); break;
-    default: return 0;
-    }
-    return (size_t)nb * (size_t)t->type_size;
+    int64_t nb;
+    const row_fns *f = row_fns_for(type, n, &nb);
+    if (!f || !f->quant) return 0;
+    f->quant(src, dst, nb);
+    return (size_t)nb * (size_t)kw_type_traits_get(type)->type_size;
 }

@@ -12,20 +12,17 @@
 #include <string.h>
 #include "tok_internal.h"
 
-typedef struct bpe_sym { int32_t prev, next; uint32_t off, n; } bpe_sym;
-
 typedef struct bpe_work {
-    bpe_sym *sym; size_t sym_cap;
+    tk_sym *sym; size_t sym_cap;
     tk_heap heap;
 } bpe_work;
 
-static int try_add_pair(const kw_tokenizer *t, bpe_work *w, const char *word, int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return 0;
-    const bpe_sym *l = &w->sym[left], *r = &w->sym[right];
+/* Key of a pair: -(its rank in the merge table). */
+static bool merge_rank_key(const kw_tokenizer *t, const char *word, const tk_sym *l, const tk_sym *r, float *key) {
     int32_t rank = tk_map_get(&t->merge_map, word + l->off, l->n + r->n, l->n);
-    if (rank < 0) return 0;
-    tk_pair p = {-(float)rank, left, right, l->n + r->n};
-    return tk_heap_push(&w->heap, p);
+    if (rank < 0) return false;
+    *key = -(float)rank;
+    return true;
 }
 
 /* A final symbol that is no token: llama.cpp then looks up each byte of its
@@ -48,7 +45,7 @@ static int bpe_word(const kw_tokenizer *t, bpe_work *w, const char *word, size_t
         int32_t id = tk_map_get(&t->raw_map, word, n, 0);
         if (id >= 0) return tk_ids_push(out, id);
     }
-    bpe_sym *ns = tk_scratch_grow(w->sym, &w->sym_cap, n, sizeof *ns);
+    tk_sym *ns = tk_scratch_grow(w->sym, &w->sym_cap, n, sizeof *ns);
     if (!ns) return -1;
     w->sym = ns;
     for (size_t i = 0; i < n; i++) {
@@ -57,20 +54,7 @@ static int bpe_word(const kw_tokenizer *t, bpe_work *w, const char *word, size_t
         ns[i].prev = (int32_t)i - 1;
         ns[i].next = i + 1 == n ? -1 : (int32_t)i + 1;
     }
-    w->heap.n = 0;
-    for (size_t i = 1; i < n; i++)
-        if (try_add_pair(t, w, word, (int32_t)i - 1, (int32_t)i) != 0) return -1;
-    while (w->heap.n) {
-        tk_pair p = tk_heap_pop(&w->heap);
-        bpe_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) w->sym[r->next].prev = p.left;
-        if (try_add_pair(t, w, word, l->prev, p.left) != 0 || try_add_pair(t, w, word, p.left, l->next) != 0)
-            return -1;
-    }
+    if (tk_merge_symbols(t, word, ns, 0, n, merge_rank_key, &w->heap) != 0) return -1;
     for (int32_t i = 0; i != -1; i = w->sym[i].next)
         if (emit_symbol(t, word + w->sym[i].off, w->sym[i].n, out) != 0) return -1;
     return 0;

@@ -29,27 +29,10 @@ void kw_detok_init_continuation(kw_detok *d) {
     d->started = true;
 }
 
-/* Length of the UTF-8 sequence that lead byte c starts; 0 if c cannot start one. */
-static int seq_len(unsigned char c) {
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* Is s[1..k) a valid continuation so far for lead s[0]? (k <= seq_len) */
+/* Is s[1..k) a valid continuation so far for lead s[0]? (k <= its sequence length) */
 static bool prefix_ok(const unsigned char *s, int k) {
-    for (int i = 1; i < k; i++) {
-        unsigned char c = s[i];
-        if ((c & 0xC0) != 0x80) return false;
-        if (i == 1) { /* the second byte's range depends on the lead (no overlongs, surrogates, > U+10FFFF) */
-            if (s[0] == 0xE0 && c < 0xA0) return false;
-            if (s[0] == 0xED && c > 0x9F) return false;
-            if (s[0] == 0xF0 && c < 0x90) return false;
-            if (s[0] == 0xF4 && c > 0x8F) return false;
-        }
-    }
+    for (int i = 1; i < k; i++)
+        if (!kw_utf8_cont_ok(s[0], i, s[i])) return false;
     return true;
 }
 
@@ -70,14 +53,14 @@ static void feed(kw_detok *d, sink *s, const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = p[i];
         if (d->n_pend == 0) {
-            int L = seq_len(c);
+            int L = kw_utf8_seq_len(c);
             if (L == 1) { put(s, &c, 1); continue; }
             if (L == 0) { put_replacement(s); continue; }
             d->pend[d->n_pend++] = (char)c;
             continue;
         }
         d->pend[d->n_pend++] = (char)c;
-        int L = seq_len((unsigned char)d->pend[0]);
+        int L = kw_utf8_seq_len((unsigned char)d->pend[0]);
         if (!prefix_ok((const unsigned char *)d->pend, d->n_pend)) {
             /* the held sequence is broken: replace it and reconsider this byte */
             put_replacement(s);

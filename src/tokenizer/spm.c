@@ -12,22 +12,18 @@
 #include <string.h>
 #include "tok_internal.h"
 
-typedef struct spm_sym { int32_t prev, next; uint32_t off, n; } spm_sym;
-
 typedef struct spm_work {
     char *text; size_t text_cap;
-    spm_sym *sym; size_t sym_cap;
+    tk_sym *sym; size_t sym_cap;
     tk_heap heap;
 } spm_work;
 
-static int try_add_pair(const kw_tokenizer *t, spm_work *w, int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return 0;
-    const spm_sym *l = &w->sym[left], *r = &w->sym[right];
-    uint32_t size = l->n + r->n;
-    int32_t id = tk_map_get(&t->text_map, w->text + l->off, size, 0);
-    if (id < 0) return 0;
-    tk_pair p = {t->tok[id].score, left, right, size};
-    return tk_heap_push(&w->heap, p);
+/* Key of a pair: the score of the token the two spell together. */
+static bool token_score_key(const kw_tokenizer *t, const char *text, const tk_sym *l, const tk_sym *r, float *key) {
+    int32_t id = tk_map_get(&t->text_map, text + l->off, l->n + r->n, 0);
+    if (id < 0) return false;
+    *key = t->tok[id].score;
+    return true;
 }
 
 /* " " -> U+2581 (E2 96 81), with an optional leading one. */
@@ -49,7 +45,7 @@ static int escape_text(spm_work *w, const char *text, size_t n, bool space_prefi
 }
 
 static int split_chars(spm_work *w, size_t n, size_t *n_sym) {
-    spm_sym *ns = tk_scratch_grow(w->sym, &w->sym_cap, n + 1, sizeof *ns);
+    tk_sym *ns = tk_scratch_grow(w->sym, &w->sym_cap, n + 1, sizeof *ns);
     if (!ns) return -1;
     w->sym = ns;
     size_t k = 0;
@@ -66,7 +62,7 @@ static int split_chars(spm_work *w, size_t n, size_t *n_sym) {
     return 0;
 }
 
-static int emit_symbol(const kw_tokenizer *t, const spm_work *w, const spm_sym *s, tk_ids *out) {
+static int emit_symbol(const kw_tokenizer *t, const spm_work *w, const tk_sym *s, tk_ids *out) {
     int32_t id = tk_map_get(&t->text_map, w->text + s->off, s->n, 0);
     if (id >= 0) return tk_ids_push(out, id);
     for (uint32_t j = 0; j < s->n; j++) { /* byte fallback */
@@ -77,26 +73,8 @@ static int emit_symbol(const kw_tokenizer *t, const spm_work *w, const spm_sym *
     return 0;
 }
 
-static bool sym_is_lower_block(const spm_work *w, const spm_sym *s) {
+static bool sym_is_lower_block(const spm_work *w, const tk_sym *s) {
     return s->n == 3 && memcmp(w->text + s->off, "\xE2\x96\x81", 3) == 0;
-}
-
-/* Merges the pairs inside symbols [a, b) until none is left. */
-static int merge_range(const kw_tokenizer *t, spm_work *w, size_t a, size_t b) {
-    w->heap.n = 0;
-    for (size_t i = a + 1; i < b; i++)
-        if (try_add_pair(t, w, (int32_t)i - 1, (int32_t)i) != 0) return -1;
-    while (w->heap.n) {
-        tk_pair p = tk_heap_pop(&w->heap);
-        spm_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) w->sym[r->next].prev = p.left;
-        if (try_add_pair(t, w, l->prev, p.left) != 0 || try_add_pair(t, w, p.left, l->next) != 0) return -1;
-    }
-    return 0;
 }
 
 static int spm_run(const kw_tokenizer *t, spm_work *w, const char *text, size_t n, bool space_prefix, tk_ids *out) {
@@ -110,11 +88,11 @@ static int spm_run(const kw_tokenizer *t, spm_work *w, const char *text, size_t 
     size_t start = 0;
     for (size_t i = 1; t->spm_words && i < n_sym; i++) {
         if (sym_is_lower_block(w, &w->sym[i]) && !sym_is_lower_block(w, &w->sym[i - 1])) {
-            if (merge_range(t, w, start, i) != 0) return -1;
+            if (tk_merge_symbols(t, w->text, w->sym, start, i, token_score_key, &w->heap) != 0) return -1;
             start = i;
         }
     }
-    if (merge_range(t, w, start, n_sym) != 0) return -1;
+    if (tk_merge_symbols(t, w->text, w->sym, start, n_sym, token_score_key, &w->heap) != 0) return -1;
     for (int32_t i = n_sym ? 0 : -1; i != -1; i = w->sym[i].next)
         if (emit_symbol(t, w, &w->sym[i], out) != 0) return -1;
     return 0;

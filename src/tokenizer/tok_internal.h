@@ -156,4 +156,16 @@ typedef struct tk_heap { tk_pair *a; size_t cap, n; } tk_heap;
 int tk_heap_push(tk_heap *h, tk_pair p);
 tk_pair tk_heap_pop(tk_heap *h);
 
+/* A symbol of a text being merged: bytes [off, off + n) of it, linked to its
+ * neighbours (-1: none); n = 0 once merged into its left neighbour. */
+typedef struct tk_sym { int32_t prev, next; uint32_t off, n; } tk_sym;
+/* The merge key of joining l and r, symbols of text (the higher merges
+ * first); false when the two do not merge. */
+typedef bool (*tk_merge_key_fn)(const kw_tokenizer *t, const char *text, const tk_sym *l, const tk_sym *r, float *key);
+/* Merges the linked symbols sym[a..b) of text until no pair is left: every
+ * adjacent pair that merges goes into h; popping a pair that is still intact
+ * merges it and offers its new neighbours. 0, or -1 out of memory. */
+int tk_merge_symbols(const kw_tokenizer *t, const char *text, tk_sym *sym, size_t a, size_t b, tk_merge_key_fn key_of,
+                     tk_heap *h);
+
 #endif

@@ -77,15 +77,10 @@ const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap) {
 
 /* Bytes of the well-formed UTF-8 sequence at s (n bytes left), 0 if none. */
 static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t len = (size_t)kw_utf8_seq_len(s[0]);
     if (!len || len > n) return 0;
-    for (size_t i = 1; i < len; i++) if ((s[i] & 0xc0) != 0x80) return 0;
-    if (c == 0xe0 && s[1] < 0xa0) return 0;              /* overlong */
-    if (c == 0xed && s[1] > 0x9f) return 0;              /* surrogates */
-    if (c == 0xf0 && s[1] < 0x90) return 0;              /* overlong */
-    if (c == 0xf4 && s[1] > 0x8f) return 0;              /* above U+10FFFF */
+    for (size_t i = 1; i < len; i++)
+        if (!kw_utf8_cont_ok(s[0], (int)i, s[i])) return 0;
     return len;
 }
 

@@ -51,7 +51,40 @@ static void check_attention_layout(const kw_arch_desc *a) {
     KW_CHECK_EQ_INT(k, n);
 }
 
+/* The qwen3moe block as ik_llama.cpp names and shapes it (ARCHITECTURES.md):
+ * ffn_norm, the router [n_embd, n_expert], the experts [.., .., n_expert]. */
+static const struct { const char *name; kw_dim ne0, ne1; kw_tensor_role role; } k_moe_layout[] = {
+    {"ffn_norm.weight", KW_DIM_EMBD, KW_DIM_1, KW_ROLE_NORM},
+    {"ffn_gate_inp.weight", KW_DIM_EMBD, KW_DIM_EXPERTS, KW_ROLE_MATRIX},
+    {"ffn_gate_exps.weight", KW_DIM_EMBD, KW_DIM_FF_EXP, KW_ROLE_EXPERTS},
+    {"ffn_up_exps.weight", KW_DIM_EMBD, KW_DIM_FF_EXP, KW_ROLE_EXPERTS},
+    {"ffn_down_exps.weight", KW_DIM_FF_EXP, KW_DIM_EMBD, KW_ROLE_EXPERTS},
+};
+
+static void check_qwen3moe(const kw_arch_desc *m) {
+    KW_CHECK(m && kw_arch_find_hf("qwen3_moe") == m && m->rope == KW_ROPE_NEOX && m->ffn == KW_FFN_MOE);
+    if (!m) return;
+    KW_CHECK(kw_arch_presence(m, KW_FEAT_QK_NORM) == KW_REQUIRED && kw_arch_presence(m, KW_FEAT_QKV_BIAS) == KW_OPTIONAL);
+    KW_CHECK(kw_arch_presence(m, KW_FEAT_SHARED_EXPERT) == KW_ABSENT);
+    KW_CHECK(m->layers.mixer == KW_MIXER_ATTENTION && m->layers.every_nth == KW_MIXER_ATTENTION);
+    int n = (int)(sizeof k_moe_layout / sizeof *k_moe_layout), k = 0;
+    for (const kw_tensor_spec *t = m->ffn_tensors; t && t->name; t++, k++) {
+        KW_CHECK_MSG(k < n && !strcmp(t->name, k_moe_layout[k].name), "qwen3moe: ffn tensor %d is %s", k, t->name);
+        if (k < n)
+            KW_CHECK_MSG(t->ne0 == k_moe_layout[k].ne0 && t->ne1 == k_moe_layout[k].ne1 && t->role == k_moe_layout[k].role,
+                         "qwen3moe: %s", t->name);
+    }
+    KW_CHECK_EQ_INT(k, n);
+    /* its attention is qwen3's */
+    KW_CHECK(kw_arch_mixer_tensors(m, KW_MIXER_ATTENTION) == kw_arch_mixer_tensors(kw_arch_find("qwen3"), KW_MIXER_ATTENTION));
+    KW_CHECK(kw_arch_is_layer_experts(m, "blk.7.ffn_down_exps.weight") && !kw_arch_is_layer_matrix(m, "blk.7.ffn_down_exps.weight"));
+    KW_CHECK(kw_arch_is_layer_matrix(m, "blk.0.ffn_gate_inp.weight") && !kw_arch_is_layer_experts(m, "blk.0.ffn_gate_inp.weight"));
+    KW_CHECK(!kw_arch_is_layer_experts(kw_arch_find("qwen3"), "blk.0.ffn_up_exps.weight"));
+    KW_CHECK(!strcmp(kw_feature_label(KW_FEAT_SHARED_EXPERT), "gated shared expert"));
+}
+
 static void test_known_facts(void) {
+    check_qwen3moe(kw_arch_find("qwen3moe"));
     const kw_arch_desc *l = kw_arch_find("llama"), *q2 = kw_arch_find("qwen2"), *q3 = kw_arch_find("qwen3");
     KW_CHECK(l && q2 && q3);
     if (!l || !q2 || !q3) return;
@@ -142,19 +175,20 @@ static int list_len(const kw_tensor_spec *l) {
  * names and slots, matrices 2-D, norms and biases 1-D. */
 static void check_layer_lists(const kw_arch_desc *a, const kw_tensor_spec *mix, const kw_tensor_spec *ffn) {
     const kw_tensor_spec *parts[2] = {mix, ffn};
-    int seen[KW_LT_COUNT] = {0}, n_matrix = 0;
+    int seen[KW_LT_COUNT] = {0}, n_matrix = 0, n_experts = 0;
     const char *names[64];
     int n = 0;
     for (int p = 0; p < 2; p++) {
         KW_CHECK_MSG(list_len(parts[p]) > 0, "%s: empty tensor list", a->gguf_name);
         for (const kw_tensor_spec *t = parts[p]; t && t->name; t++) {
-            KW_CHECK_MSG(t->what < KW_LT_COUNT && t->feature < KW_FEATURES && t->role <= KW_ROLE_BIAS, "%s %s", a->gguf_name, t->name);
+            KW_CHECK_MSG(t->what < KW_LT_COUNT && t->feature < KW_FEATURES && t->role <= KW_ROLE_EXPERTS, "%s %s", a->gguf_name, t->name);
             if (t->what >= KW_LT_COUNT) continue;
             KW_CHECK_MSG(seen[t->what]++ == 0, "%s: %s binds a slot twice", a->gguf_name, t->name);
             for (int k = 0; k < n; k++) KW_CHECK_MSG(strcmp(names[k], t->name) != 0, "%s: %s twice", a->gguf_name, t->name);
             if (n < 64) names[n++] = t->name;
-            if (t->role == KW_ROLE_MATRIX) {
-                n_matrix++;
+            if (t->role == KW_ROLE_MATRIX || t->role == KW_ROLE_EXPERTS) {
+                n_matrix += t->role == KW_ROLE_MATRIX;
+                n_experts += t->role == KW_ROLE_EXPERTS;
                 KW_CHECK_MSG(t->ne0 != KW_DIM_1 && t->ne1 != KW_DIM_1, "%s: matrix %s is not 2-D", a->gguf_name, t->name);
                 KW_CHECK_MSG(strstr(t->name, ".weight") != NULL, "%s: %s", a->gguf_name, t->name);
             } else {
@@ -163,6 +197,8 @@ static void check_layer_lists(const kw_arch_desc *a, const kw_tensor_spec *mix, 
         }
     }
     KW_CHECK_MSG(n_matrix > 0 && n_matrix <= 16, "%s: %d matrices per layer", a->gguf_name, n_matrix);
+    /* expert tensors exactly in a mixture-of-experts block: gate, up and down */
+    KW_CHECK_MSG(n_experts == (a->ffn == KW_FFN_MOE ? 3 : 0), "%s: %d expert tensors", a->gguf_name, n_experts);
 }
 
 static void test_entries_consistent(void) {
@@ -249,12 +285,18 @@ static kw_mk_shape tiny_shape(const char *arch) {
     s.head_dim = 16;
     s.n_vocab = 300;
     s.tied = false;
+    if (kw_arch_find(arch) && kw_arch_find(arch)->ffn == KW_FFN_MOE) {
+        s.n_expert = 4;
+        s.n_expert_used = 2;
+        s.n_ff_exp = 32;
+    }
     return s;
 }
 
 static kw_hparams shape_hp(const kw_mk_shape *s) {
     kw_hparams hp = {.n_embd = s->n_embd, .n_head = s->n_head, .n_head_kv = s->n_head_kv,
-                     .head_dim_k = s->head_dim, .head_dim_v = s->head_dim, .n_ff = s->n_ff};
+                     .head_dim_k = s->head_dim, .head_dim_v = s->head_dim, .n_ff = s->n_ff,
+                     .n_expert = s->n_expert, .n_expert_used = s->n_expert_used, .n_ff_exp = s->n_ff_exp};
     return hp;
 }
 
@@ -278,19 +320,23 @@ static void check_file_tensors(const kw_arch_desc *a, const kw_mk_shape *s, cons
                 KW_CHECK_MSG(x->ne[0] == kw_dim_size(t->ne0, &hp) && x->ne[1] == kw_dim_size(t->ne1, &hp),
                              "%s: %s is [%lld, %lld]", a->gguf_name, n, (long long)x->ne[0], (long long)x->ne[1]);
                 KW_CHECK_MSG((t->role == KW_ROLE_MATRIX) == (x->n_dims == 2), "%s: %s dims", a->gguf_name, n);
+                KW_CHECK_MSG((t->role == KW_ROLE_EXPERTS) == (x->n_dims == 3 && x->ne[2] == s->n_expert), "%s: %s experts",
+                             a->gguf_name, n);
             }
     }
     KW_CHECK_EQ_INT(g->n_tensors, want);
 }
 
-/* The matrices of every layer the descriptor requires. */
+/* The decode spans of every layer: the matrices the descriptor requires
+ * and, of each expert tensor, the n_expert_used experts a token reads. */
 static int required_matrices(const kw_arch_desc *a, const kw_hparams *hp) {
     int n = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const kw_tensor_spec *parts[2] = {kw_arch_mixer_tensors(a, kw_arch_layer_mixer(a, hp->layer_interval, il)), a->ffn_tensors};
         for (int p = 0; p < 2; p++)
             for (const kw_tensor_spec *t = parts[p]; t && t->name; t++)
-                n += t->role == KW_ROLE_MATRIX && kw_arch_presence(a, t->feature) == KW_REQUIRED;
+                n += (t->role == KW_ROLE_MATRIX ? 1 : t->role == KW_ROLE_EXPERTS ? hp->n_expert_used : 0) *
+                     (kw_arch_presence(a, t->feature) == KW_REQUIRED);
     }
     return n;
 }

@@ -1,7 +1,9 @@
 /* test_conformance.c - forward-pass conformance against the llama.cpp oracle
  * (../shared/conformance/oracle, format in ../shared/conformance/README.md).
  *
- * Usage: test_conformance MODEL [PROMPT_ID ...]  (no ids: every record).
+ * Usage: test_conformance MODEL [--threads N] [--batch N] [PROMPT_ID ...]
+ * (no ids: every record). --batch 1 feeds the prompt one token at a time
+ * (the one-token path); the default is the whole prompt in one batch.
  * For each record: prompt_tokens go in as one batch (F32 KV, as the oracle)
  * and the logits at every position are checked against prompt_topk; the full
  * last-position row against <model>.<prompt>.last.f32 (max abs, RMS, KL);
@@ -20,24 +22,94 @@
  * table "How close an implementation can expect to get"). kw_matmul quantizes
  * activations to the weight's dot type the way llama.cpp does, so the
  * "llama.cpp-style activation quantization" figures apply. */
-typedef struct tol { double abs, rms, kl; } tol;
+typedef struct tol { double abs, rms, kl; bool bulk; } tol;
 /* stories260K is F32 end to end: 1e-3 absolute (README: "logits within 1e-3"). */
-static const tol TOL_F32 = {1e-3, 1e-3, 1e-2};
+static const tol TOL_F32 = {1e-3, 1e-3, 1e-2, false};
 /* F16 weights: 0.02 absolute (README: "F16 models: 0.02 absolute on logits"). */
-static const tol TOL_F16 = {0.02, 0.02, 1e-2};
+static const tol TOL_F16 = {0.02, 0.02, 1e-2, false};
 /* 8/5/4-bit and K-quants with llama.cpp-style activation quantization:
  * 0.25 absolute or 0.05 RMS over the last-position vector; KL < 1e-2. */
-static const tol TOL_QUANT = {0.25, 0.05, 1e-2};
+static const tol TOL_QUANT = {0.25, 0.05, 1e-2, false};
 /* qwen3-q8_0: the oracle is ik_llama.cpp with an F16 V cache; the README
  * says to allow about 0.5 absolute / 0.12 RMS even with llama.cpp-style
  * activation quantization. We run an F32 KV cache. */
-static const tol TOL_QWEN3 = {0.5, 0.12, 1e-2};
+static const tol TOL_QWEN3 = {0.5, 0.12, 1e-2, false};
+/* Mixture of experts (qwen3moe, qwen35moe; ik_llama.cpp oracles, F16 V):
+ * top-k routing is discontinuous, so where the k-th and (k+1)-th router
+ * probabilities nearly tie a tiny difference swaps an expert and that
+ * position jumps by O(1) (between ik's own two batch shapes 0.5% of the
+ * positions differ by more than 1.0). The README says to judge the bulk:
+ * at least MOE_WITHIN of all positions (prompt and teacher-forced steps)
+ * within the dense tolerance `abs`, the median |delta| at most MOE_MEDIAN,
+ * the last position's KL below `kl`. A position's delta is the README's
+ * measure for these rows: over the ids in both top-10 lists (a swapped
+ * expert that changes the top 10 counts by what stays in it). The last
+ * position's max and RMS are printed, not held (the README's F32-weights
+ * run shows 1.60 / 0.436 on the long prompts: the effect of earlier swaps). */
+static const tol TOL_MOE = {1.0, 0.0, 0.1, true};
+#define MOE_WITHIN 0.95
+#define MOE_MEDIAN 0.3
+#define MOE_DISJOINT 1e9   /* the delta of a position whose top-10 shares no id with the oracle's */
 
 static tol model_tol(const char *model) {
     if (!strcmp(model, "stories260K")) return TOL_F32;
     if (!strcmp(model, "llama-f16")) return TOL_F16;
     if (!strcmp(model, "qwen3-q8_0")) return TOL_QWEN3;
+    if (strstr(model, "moe")) return TOL_MOE;
     return TOL_QUANT;
+}
+
+/* The run's settings (--threads, --batch). */
+static int g_threads = 1;   /* ctest -j2 runs two tests on two cores */
+static int g_batch = 0;     /* 0: the whole prompt in one forward pass */
+
+/* Every position's top-10 max |delta| of a bulk-judged model. */
+static double *g_deltas;
+static size_t g_n_deltas, g_cap_deltas;
+
+static void note_delta(double d) {
+    if (g_n_deltas == g_cap_deltas) {
+        g_cap_deltas = g_cap_deltas ? 2 * g_cap_deltas : 1024;
+        g_deltas = realloc(g_deltas, g_cap_deltas * sizeof *g_deltas);
+    }
+    g_deltas[g_n_deltas++] = d;
+}
+
+/* A position's delta: held to the tolerance itself, or kept for the bulk
+ * check (still finite). */
+static void check_position(double d, tol t, const char *model, const char *pid, const char *where, int i) {
+    if (getenv("KW_CONFORMANCE_VERBOSE")) printf("%s %s %s %d: %.4f\n", model, pid, where, i, d);
+    if (t.bulk) {
+        KW_CHECK_MSG(isfinite(d), "%s %s %s %d: delta is not finite", model, pid, where, i);
+        note_delta(d);
+        return;
+    }
+    KW_CHECK_MSG(d <= t.abs, "%s %s %s %d: top-10 max |delta| %.5g > %.5g", model, pid, where, i, d, t.abs);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The bulk criteria over every position of the run. */
+static void check_bulk(const char *model, tol t) {
+    if (!t.bulk) return;
+    KW_CHECK(g_n_deltas > 0);
+    if (!g_n_deltas) return;
+    qsort(g_deltas, g_n_deltas, sizeof *g_deltas, cmp_double);
+    size_t within = 0;
+    for (size_t i = 0; i < g_n_deltas; i++) within += g_deltas[i] <= t.abs;
+    double frac = (double)within / (double)g_n_deltas, median = g_deltas[g_n_deltas / 2];
+    size_t disjoint = 0;
+    while (disjoint < g_n_deltas && g_deltas[g_n_deltas - 1 - disjoint] >= MOE_DISJOINT) disjoint++;
+    double p99 = g_deltas[(size_t)((double)(g_n_deltas - 1) * 0.99)];
+    printf("%s: %zu positions, %.2f%% within %.2g, median |d| %.3g, p99 %.3g, max %.3g, %zu with no top-10 id in common\n",
+           model, g_n_deltas, 100.0 * frac, t.abs, median, p99, disjoint < g_n_deltas ? g_deltas[g_n_deltas - 1 - disjoint] : 0.0,
+           disjoint);
+    KW_CHECK_MSG(frac >= MOE_WITHIN, "%s: %.2f%% of positions within %.2g (need %.0f%%)", model, 100.0 * frac, t.abs,
+                 100.0 * MOE_WITHIN);
+    KW_CHECK_MSG(median <= MOE_MEDIAN, "%s: median |delta| %.3g > %.3g", model, median, MOE_MEDIAN);
 }
 
 typedef struct stats {
@@ -60,6 +132,30 @@ static double topk_delta(const float *logits, const cJSON *pairs) {
         merge_max(&mx, fabs((double)logits[id] - want));
     }
     return mx;
+}
+
+/* The README's measure for the MoE table: max |ours - oracle| over the ids
+ * in both top-10 lists (ours and the oracle's). */
+static double topk_delta_shared(const float *logits, int n_vocab, const cJSON *pairs) {
+    int top[10], n_top = 0;
+    for (int id = 0; id < n_vocab; id++) {   /* our top 10, by logit then lower id */
+        int at = n_top < 10 ? n_top++ : 10;
+        if (at == 10 && logits[id] <= logits[top[9]]) continue;
+        if (at == 10) at = 9;
+        while (at > 0 && logits[top[at - 1]] < logits[id]) { top[at] = top[at - 1]; at--; }
+        top[at] = id;
+    }
+    double mx = 0;
+    int shared = 0;
+    const cJSON *pr;
+    cJSON_ArrayForEach(pr, pairs) {
+        int id = cJSON_GetArrayItem(pr, 0)->valueint;
+        bool ours = false;
+        for (int i = 0; i < n_top && !ours; i++) ours = top[i] == id;
+        if (ours) merge_max(&mx, fabs((double)logits[id] - cJSON_GetArrayItem(pr, 1)->valuedouble));
+        shared += ours;
+    }
+    return shared ? mx : MOE_DISJOINT;   /* lists with nothing in common: out of any tolerance */
 }
 
 static double oracle_margin(const cJSON *pairs) {
@@ -102,8 +198,8 @@ static void check_last(const char *dir, const char *model, const char *pid, cons
         ss += d * d;
     }
     double rms = sqrt(ss / n_vocab), kl = kl_div(want, logits, n_vocab);
-    KW_CHECK_MSG(mx <= t.abs, "%s %s last: max abs %.5g > %.5g", model, pid, mx, t.abs);
-    KW_CHECK_MSG(rms <= t.rms, "%s %s last: RMS %.5g > %.5g", model, pid, rms, t.rms);
+    if (!t.bulk) KW_CHECK_MSG(mx <= t.abs, "%s %s last: max abs %.5g > %.5g", model, pid, mx, t.abs);
+    if (!t.bulk) KW_CHECK_MSG(rms <= t.rms, "%s %s last: RMS %.5g > %.5g", model, pid, rms, t.rms);
     KW_CHECK_MSG(kl < t.kl, "%s %s last: KL %.3g >= %.3g", model, pid, kl, t.kl);
     merge_max(&st->last_abs, mx);
     merge_max(&st->last_rms, rms);
@@ -120,15 +216,16 @@ static void run_record(const kw_model *m, const char *dir, const char *model, co
     int n_vocab = kw_model_hparams(m)->n_vocab;
     stats st = {0};
     kw_err err = {{0}};
-    kw_session_opts o = {.n_ctx = n_prompt + n_gen, .max_batch = n_prompt, .kv_type = KW_TYPE_F32, .block_tokens = 32,
-                         .n_threads = 1};   /* ctest -j2 runs two tests on two cores */
+    kw_session_opts o = {.n_ctx = n_prompt + n_gen, .max_batch = g_batch > 0 ? g_batch : n_prompt,
+                         .kv_type = KW_TYPE_F32, .block_tokens = 32, .n_threads = g_threads};
     kw_session *s = kw_session_create(m, &o, &err);
     KW_CHECK_MSG(s != NULL, "%s", err.msg);
     if (!s) goto out;
     KW_CHECK_MSG(kw_session_eval(s, prompt, n_prompt, true, &err) == 0, "%s", err.msg);
     for (int i = 0; i < n_prompt && kw_session_logits(s, i); i++) {
-        double d = topk_delta(kw_session_logits(s, i), cJSON_GetArrayItem(ptopk, i));
-        KW_CHECK_MSG(d <= t.abs, "%s %s prompt pos %d: top-10 max |delta| %.5g > %.5g", model, pid, i, d, t.abs);
+        const float *l = kw_session_logits(s, i);
+        double d = t.bulk ? topk_delta_shared(l, n_vocab, cJSON_GetArrayItem(ptopk, i)) : topk_delta(l, cJSON_GetArrayItem(ptopk, i));
+        check_position(d, t, model, pid, "prompt pos", i);
         merge_max(&st.topk_abs, d);
     }
     if (kw_session_logits(s, -1)) check_last(dir, model, pid, kw_session_logits(s, -1), n_vocab, t, &st);
@@ -140,10 +237,12 @@ static void run_record(const kw_model *m, const char *dir, const char *model, co
         }
         const float *l = kw_session_logits(s, -1);
         const cJSON *pairs = cJSON_GetArrayItem(gtopk, j);
-        double d = topk_delta(l, pairs);
-        KW_CHECK_MSG(d <= t.abs, "%s %s gen step %d: top-10 max |delta| %.5g > %.5g", model, pid, j, d, t.abs);
+        double d = t.bulk ? topk_delta_shared(l, n_vocab, pairs) : topk_delta(l, pairs);
+        check_position(d, t, model, pid, "gen step", j);
         merge_max(&st.topk_abs, d);
-        if (greedy_on && oracle_margin(pairs) < t.abs) greedy_on = false;
+        /* a MoE position may jump: the greedy check runs only while our own
+         * logits are within the tolerance too */
+        if (greedy_on && (oracle_margin(pairs) < t.abs || (t.bulk && d > t.abs))) greedy_on = false;
         if (greedy_on) {
             int32_t ours = kw_argmax(l, n_vocab);
             KW_CHECK_MSG(ours == gen[j], "%s %s gen step %d: argmax %d, oracle %d (margin %.4g)", model, pid, j,
@@ -233,8 +332,26 @@ static bool wanted(const char *pid, int argc, char **argv) {
     return false;
 }
 
+/* Takes --threads N and --batch N out of argv (the rest are prompt ids). */
+static int take_options(int argc, char **argv) {
+    int n = 2;
+    for (int i = 2; i < argc; i++) {
+        if ((!strcmp(argv[i], "--threads") || !strcmp(argv[i], "--batch")) && i + 1 < argc) {
+            int v = atoi(argv[i + 1]);
+            if (v < 1) { fprintf(stderr, "test_conformance: %s needs a positive number\n", argv[i]); exit(2); }
+            if (!strcmp(argv[i], "--threads")) g_threads = v;
+            else g_batch = v;
+            i++;
+            continue;
+        }
+        argv[n++] = argv[i];
+    }
+    return n;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: test_conformance MODEL [PROMPT_ID ...]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: test_conformance MODEL [--threads N] [--batch N] [PROMPT_ID ...]\n"); return 2; }
+    argc = take_options(argc, argv);
     const char *shared = kw_test_shared_dir();
     const char *model = argv[1];
     char buf[512];
@@ -277,8 +394,11 @@ int main(int argc, char **argv) {
         free(bos);
     }
     KW_CHECK_MSG(n_records > 0, "no oracle records ran for %s", model);
-    printf("%s: max over %d prompts: top10 %.3g  last abs %.3g  last rms %.3g  KL %.2g (tolerance abs %.3g rms %.3g)\n",
-           model, n_records, g_all.topk_abs, g_all.last_abs, g_all.last_rms, g_all.last_kl, t.abs, t.rms);
+    printf("%s: max over %d prompts: top10 %.3g  last abs %.3g  last rms %.3g  KL %.2g (tolerance abs %.3g rms %.3g)"
+           " [%d thread(s), %s]\n", model, n_records, g_all.topk_abs, g_all.last_abs, g_all.last_rms, g_all.last_kl,
+           t.abs, t.rms, g_threads, g_batch ? "prompt in batches of --batch" : "prompt in one batch");
+    check_bulk(model, t);
+    free(g_deltas);
     free(text);
     kw_model_free(m);
     family_check_end(family);

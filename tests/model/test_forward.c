@@ -7,11 +7,16 @@
  *   - KV f16 / q8_0 vs f32 within measured tolerances; q8_0 with
  *     head_dim % 32 != 0 is a clear error;
  *   - kw_ctx_workspace_bytes() = what kw_ctx_create() allocates;
+ *   - mixture of experts: the same, the experts a token marks used, and
+ *     that only those become resident (the kernel's page tables);
  *   - bad batches are refused with a message, never a crash. */
 #include "testutil.h"
 #include "kvwise/memory.h"
 #include "kvwise/model.h"
+#include "mkmodel/mkmodel.h"
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Same-implementation batch-shape differences. Every matmul row is computed
  * by the same per-row kernel whatever the batch, and attention is per
@@ -276,9 +281,121 @@ static void test_q8_kv_needs_head_dim_32(void) {
     kw_model_free(m);
 }
 
+/* Mixture of experts: one token marks exactly its k experts per layer as
+ * used, and the byte counter counts them with every layer matrix and the
+ * LM head; a batch reads each expert it uses once. */
+static void test_expert_use(kw_pool *pool) {
+    kw_model *m = load("qwen3moe-q8_0");
+    if (!m) return;
+    const kw_hparams *hp = kw_model_hparams(m);
+    kw_expert_stats st;
+    KW_CHECK(kw_model_expert_stats(m, &st) && st.n_used == 0 && st.used_bytes == 0);
+    KW_CHECK_EQ_INT(st.mapped_bytes, hp->expert_bytes);
+    KW_CHECK_EQ_INT(st.n_experts, hp->n_layer * hp->n_expert);
+    runner r;
+    if (runner_init(&r, m, pool, KW_TYPE_F32, 16, 32, 4) == 0) {
+        uint64_t expert = hp->expert_bytes / (uint64_t)(hp->n_layer * hp->n_expert);   /* gate + up + down of one */
+        int32_t T[32];
+        make_tokens(T, 32, r.n_vocab, 9);
+        float *lg = malloc((size_t)32 * r.n_vocab * 4);
+        uint64_t before = kw_ctx_weight_bytes_read(r.ctx);
+        run_alone(&r, T, 1, 1, lg);
+        uint64_t one = kw_ctx_weight_bytes_read(r.ctx) - before;
+        KW_CHECK(kw_model_expert_stats(m, &st));
+        KW_CHECK_EQ_INT(st.n_used, hp->n_layer * hp->n_expert_used);
+        KW_CHECK_EQ_INT(st.used_bytes, (uint64_t)st.n_used * expert);
+        /* decode: the dense matrices, the LM head, k experts per layer */
+        kw_mem_span sp[64];
+        int n = kw_model_decode_spans(m, sp, 64);
+        uint64_t spans = 0;
+        for (int i = 0; i < n && i < 64; i++) spans += sp[i].bytes;
+        KW_CHECK_EQ_INT(one, spans);
+        /* 32 tokens: each chosen expert once, at most every expert */
+        before = kw_ctx_weight_bytes_read(r.ctx);
+        run_alone(&r, T, 32, 32, lg);
+        uint64_t many = kw_ctx_weight_bytes_read(r.ctx) - before;
+        KW_CHECK(many > one && many <= one - (uint64_t)(hp->n_layer * hp->n_expert_used) * expert + hp->expert_bytes);
+        KW_CHECK(kw_model_expert_stats(m, &st) && st.n_used > hp->n_layer * hp->n_expert_used);
+        printf("qwen3moe: one token reads %llu weight bytes; 32 tokens %llu; %d of %d experts used\n",
+               (unsigned long long)one, (unsigned long long)many, st.n_used, st.n_experts);
+        free(lg);
+    }
+    runner_free(&r);
+    kw_model_free(m);
+    kw_model *d = load("qwen3-q8_0");
+    KW_CHECK(d && !kw_model_expert_stats(d, &st) && st.mapped_bytes == 0);
+    kw_model_free(d);
+}
+
+/* The experts no token has chosen are mapped but not resident: what the
+ * kernel's page tables say of the expert tensors (kw_expert_stats
+ * resident_bytes) is about nothing after loading and about the chosen
+ * experts after one token. The kernel maps file pages a folio at a time and
+ * faults around a touched page (readahead of a cold file builds folios of
+ * up to 128 KiB; fault-around maps 64 KiB), so the file is dropped from the
+ * page cache first and the slack is RESIDENT_SLACK at each end of every
+ * touched range, against the 557 KiB of one expert matrix here. */
+#define RESIDENT_SLACK (256u << 10)
+
+/* Writes the file's dirty pages and drops it from the page cache, so the
+ * model's faults read it cold (the folio sizes of a freshly written file
+ * can reach 2 MiB). */
+static void drop_page_cache(const char *path) {
+    int fd = open(path, O_RDONLY);
+    KW_CHECK(fd >= 0);
+    if (fd < 0) return;
+    KW_CHECK(fdatasync(fd) == 0);
+    KW_CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+    close(fd);
+}
+
+static void test_expert_residency(kw_pool *pool) {
+    kw_mk_shape s;
+    kw_err err = {{0}};
+    KW_CHECK(kw_mk_preset("tiny-moe", &s, &err) == 0);
+    s.n_layer = 2;
+    s.n_ff_exp = 2048;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/moe-resident.gguf", kw_test_tmpdir());
+    KW_CHECK_MSG(kw_mk_write(&s, KW_TYPE_Q8_0, 7, path, &err) == 0, "%s", err.msg);
+    drop_page_cache(path);
+    kw_model *m = kw_model_load(path, NULL, &err);
+    KW_CHECK_MSG(m != NULL, "%s", err.msg);
+    if (!m) return;
+    kw_expert_stats st;
+    KW_CHECK(kw_model_expert_stats(m, &st));
+    if (st.resident_bytes == UINT64_MAX) {
+        printf("expert residency: /proc/self/pagemap unreadable, not checked\n");
+        kw_model_free(m);
+        return;
+    }
+    const uint64_t slack = (uint64_t)s.n_layer * 2 * RESIDENT_SLACK;   /* the router's neighbours, read at load */
+    uint64_t loaded = st.resident_bytes;
+    KW_CHECK_MSG(loaded <= slack, "after loading %llu of %llu expert bytes are resident", (unsigned long long)loaded,
+                 (unsigned long long)st.mapped_bytes);
+    runner r;
+    if (runner_init(&r, m, pool, KW_TYPE_F32, 16, 4, 4) == 0) {
+        int32_t T[1] = {5};
+        float *lg = malloc((size_t)r.n_vocab * 4);
+        run_alone(&r, T, 1, 1, lg);
+        KW_CHECK(kw_model_expert_stats(m, &st));
+        KW_CHECK_EQ_INT(st.n_used, s.n_layer * s.n_expert_used);
+        printf("expert residency: mapped %llu, resident after load %llu, after one token %llu (used %llu)\n",
+               (unsigned long long)st.mapped_bytes, (unsigned long long)loaded, (unsigned long long)st.resident_bytes,
+               (unsigned long long)st.used_bytes);
+        KW_CHECK(st.resident_bytes >= st.used_bytes);
+        KW_CHECK(st.resident_bytes <= st.used_bytes + slack + (uint64_t)st.n_used * 3 * 2 * RESIDENT_SLACK);
+        KW_CHECK(st.resident_bytes * 2 < st.mapped_bytes);   /* 2 of 8 experts per layer: most are not resident */
+        free(lg);
+    }
+    runner_free(&r);
+    kw_model_free(m);
+    remove(path);
+}
+
 static void test_workspace_bytes(kw_pool *pool) {
-    const char *names[] = {"stories260K", "qwen3-q8_0", "llama-q8_0"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *names[] = {"stories260K", "qwen3-q8_0", "llama-q8_0", "qwen3moe-q8_0"};
+    for (size_t i = 0; i < 4; i++) {
         kw_model *m = load(names[i]);
         if (!m) continue;
         uint64_t before = kw_mem_current(KW_MEM_WORKSPACE) + kw_mem_current(KW_MEM_SCRATCH);
@@ -339,9 +456,13 @@ int main(void) {
     test_interleaved("stories260K", pool);
     test_interleaved("llama-q4_0", pool);
     test_interleaved("qwen3-q8_0", pool);
+    test_interleaved("qwen3moe-q8_0", pool);
     test_chunks_and_blocks("stories260K", pool);
     test_chunks_and_blocks("qwen2-q8_0", pool);
     test_chunks_and_blocks("llama-q4_k_m", pool);
+    test_chunks_and_blocks("qwen3moe-q8_0", pool);
+    test_expert_use(pool);
+    test_expert_residency(pool);
     test_kv_types("llama-q4_0", pool);
     test_kv_types("qwen3-q8_0", pool);
     test_kv_types("llama-f16", pool);

@@ -40,9 +40,14 @@ static void check_manifest_entry(const cJSON *e) {
     KW_CHECK_NEAR(hp.rope_base, cJSON_GetObjectItem(e, "rope_freq_base")->valuedouble, 1e-3);
     KW_CHECK_NEAR(hp.rms_eps, cJSON_GetObjectItem(e, "rms_eps")->valuedouble, 1e-12);
     KW_CHECK_EQ_INT(hp.n_params, (uint64_t)cJSON_GetObjectItem(e, "n_params")->valuedouble);
-    /* llama pairs RoPE dims (2i, 2i+1), the qwen family (i, i+d/2); only qwen3 has q/k norms */
+    /* llama pairs RoPE dims (2i, 2i+1), the qwen family (i, i+d/2); only qwen3 and qwen3moe have q/k norms */
     KW_CHECK_EQ_INT(hp.rope_neox, strcmp(hp.arch_name, "llama") != 0);
-    KW_CHECK_EQ_INT(hp.has_qk_norm, strcmp(hp.arch_name, "qwen3") == 0);
+    KW_CHECK_EQ_INT(hp.has_qk_norm, !strcmp(hp.arch_name, "qwen3") || !strcmp(hp.arch_name, "qwen3moe"));
+    const cJSON *moe = cJSON_GetObjectItem(e, "moe");   /* mixture of experts: the expert shape */
+    KW_CHECK_EQ_INT(hp.n_expert, moe ? jint(moe, "n_expert") : 0);
+    KW_CHECK_EQ_INT(hp.n_expert_used, moe ? jint(moe, "n_expert_used") : 0);
+    KW_CHECK_EQ_INT(hp.n_ff_exp, moe ? jint(moe, "n_ff_exp") : 0);
+    if (moe) KW_CHECK(hp.expert_bytes > 0 && hp.expert_bytes < hp.weight_bytes);
     KW_CHECK(hp.rope_scale == 1.0f);
     kw_gguf_close(g);
     kw_model *m = kw_model_load(path, NULL, &err);
@@ -74,20 +79,20 @@ static void test_manifest(void) {
         if (kw_arch_find(cJSON_GetObjectItem(e, "arch")->valuestring)) { check_manifest_entry(e); n++; }
         else { check_unsupported_entry(e); unsupported++; }
     }
-    KW_CHECK_EQ_INT(n, 9);
+    KW_CHECK_EQ_INT(n, 10);
     cJSON_Delete(arr);
     free(text);
 }
 
-/* Writes a copy of stories260K with edits: `arch` overrides the architecture,
+/* Writes a copy of stories260K (or of `src` in the models folder) with edits: `arch` overrides the architecture,
  * `drop` omits a tensor, `reshape` gives a tensor a wrong first dimension,
  * `bad_key` sets that u32 key to bad_val, `f16_norm` stores a norm as F16. */
-typedef struct edit { const char *arch, *drop, *reshape, *bad_key; int64_t bad_val; bool f16_norm; } edit;
+typedef struct edit { const char *arch, *drop, *reshape, *bad_key; int64_t bad_val; bool f16_norm; const char *src; } edit;
 
 static const char *write_variant(const edit *ed, const char *name) {
     static char out[1024];
     char src[1024];
-    snprintf(src, sizeof src, "%s/stories260K.gguf", g_models);
+    snprintf(src, sizeof src, "%s/%s.gguf", g_models, ed->src ? ed->src : "stories260K");
     snprintf(out, sizeof out, "%s/%s.gguf", kw_test_tmpdir(), name);
     kw_err err = {{0}};
     kw_gguf *g = kw_gguf_open(src, &err);
@@ -103,7 +108,10 @@ static const char *write_variant(const edit *ed, const char *name) {
         const void *data = t->data;
         uint32_t type = t->type;
         uint16_t half[64];
-        if (ed->reshape && !strcmp(t->name.s, ed->reshape)) { ne[0] = t->ne[1]; ne[1] = t->ne[0]; }
+        if (ed->reshape && !strcmp(t->name.s, ed->reshape)) {
+            if (t->n_dims == 3) { ne[1] = t->ne[2]; ne[2] = t->ne[1]; }   /* experts and rows swapped */
+            else { ne[0] = t->ne[1]; ne[1] = t->ne[0]; }
+        }
         if (ed->f16_norm && !strcmp(t->name.s, "blk.1.ffn_norm.weight")) {
             for (int k = 0; k < 64; k++) half[k] = kw_f32_to_f16(((const float *)t->data)[k]);
             data = half;
@@ -161,6 +169,27 @@ static void test_broken_models(void) {
     kw_model_free(m);
 }
 
+/* A mixture of experts: a missing or misshapen expert tensor, a missing
+ * router, missing or impossible expert keys, each refused by name. */
+static void test_broken_moe(void) {
+    edit e = {.src = "qwen3moe-q8_0", .drop = "blk.1.ffn_up_exps.weight"};
+    expect_load_error(&e, "moe-missing", "blk.1.ffn_up_exps.weight is missing");
+    e = (edit){.src = "qwen3moe-q8_0", .reshape = "blk.0.ffn_down_exps.weight"};
+    expect_load_error(&e, "moe-shape", "blk.0.ffn_down_exps.weight has shape [128, 8, 256, 1], expected [128, 256, 8]");
+    e = (edit){.src = "qwen3moe-q8_0", .drop = "blk.3.ffn_gate_inp.weight"};
+    expect_load_error(&e, "moe-router", "blk.3.ffn_gate_inp.weight");
+    e = (edit){.src = "qwen3moe-q8_0", .bad_key = "qwen3moe.expert_used_count", .bad_val = 9};
+    expect_load_error(&e, "moe-used", "qwen3moe.expert_used_count = 9 is out of range (1..8)");
+    e = (edit){.src = "qwen3moe-q8_0", .bad_key = "qwen3moe.expert_count", .bad_val = 16};
+    expect_load_error(&e, "moe-count", "blk.0.ffn_gate_inp.weight has shape");
+    e = (edit){.src = "qwen3moe-q8_0"};
+    const char *ok = write_variant(&e, "moe-intact");
+    kw_err err = {{0}};
+    kw_model *m = ok ? kw_model_load(ok, NULL, &err) : NULL;
+    KW_CHECK_MSG(m != NULL, "intact qwen3moe copy: %s", err.msg);
+    kw_model_free(m);
+}
+
 static void test_missing_keys(void) {
     kw_gguf_writer *w = kw_gguf_writer_create();
     kw_gguf_writer_set_str(w, "general.architecture", "qwen2");
@@ -187,6 +216,7 @@ int main(void) {
     g_models = models;
     test_manifest();
     test_broken_models();
+    test_broken_moe();
     test_missing_keys();
     return kw_test_finish();
 }

@@ -11,6 +11,7 @@
 #include "kvwise/plan.h"
 #include "kvwise/server.h"
 #include "kvwise/tensor.h"
+#include <math.h>
 #include <string.h>
 
 #define MiB (1024ULL * 1024ULL)
@@ -429,6 +430,23 @@ static void test_limits_and_errors(void) {
     o = opts(32 * GiB, 1024);
     KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
     KW_CHECK(has_warning(&p, "8 of 128 experts"));
+
+    /* with the expert bytes known (a GGUF file): the active bytes are the
+     * ceiling's, no warning, and a step of n sequences reads the experts
+     * some token of it picks (uniform routing): 1 - (1 - 8/128)^n of them */
+    m.expert_bytes = 16 * GiB;
+    m.read_bytes_per_token = 1 * GiB + m.expert_bytes / 16;
+    o = opts(32 * GiB, 1024);
+    o.bandwidth = 20e9;
+    o.concurrency = 4;
+    KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
+    KW_CHECK(!has_warning(&p, "8 of 128 experts"));
+    KW_CHECK_NEAR(p.decode_tok_s, 20e9 / (2.0 * GiB), 1e-6);
+    KW_CHECK_NEAR(kw_plan_step_weight_bytes(&m, 1), 2.0 * GiB, 1.0);
+    double four = 1.0 * GiB + 16.0 * GiB * (1.0 - pow(120.0 / 128.0, 4));
+    KW_CHECK_NEAR(kw_plan_step_weight_bytes(&m, 4), four, 1.0);
+    double kv_seq = (double)p.kv_bytes_per_token * o.ctx;
+    KW_CHECK_NEAR(p.decode_aggregate_tok_s, 4 * 20e9 / (four + 4 * kv_seq), 1e-6);
 }
 
 /* What `kvwise serve` runs with (kw_plan_serve_sizing): the plan's pool and

