@@ -14,6 +14,13 @@
 
 typedef struct kw_err { char msg[512]; } kw_err;
 
+/* Tokenizing a rendered chat prompt (kw_tokenize's parse_special, the
+ * engine's tokenize): special tokens are parsed in the template's own text,
+ * never where the byte KW_SPECIAL_DEFUSE (0xFF: never in valid UTF-8) marks
+ * a message's copy of one (tokenizer.h, kw_tokenizer_defuse). */
+#define KW_SPECIAL_TEMPLATE 2
+#define KW_SPECIAL_DEFUSE 0xFF
+
 #if defined(__GNUC__)
 #define KW_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else

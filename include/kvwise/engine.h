@@ -38,9 +38,19 @@ struct kw_engine {
     const char *chat_template;  /* model's tokenizer.chat_template or NULL */
     const char *bos_text;       /* text of BOS for templates ("" if none) */
     const char *eos_text;
-    /* Thread-safe (read-only tokenizer). *ids malloc'd. */
+    /* The most text bytes one token stands for (kw_tokenizer_max_text): a
+     * text of len bytes makes at least len / max_token_text tokens. 0 = no
+     * bound known. */
+    size_t max_token_text;
+    /* Thread-safe (read-only tokenizer). *ids malloc'd. parse_special as
+     * kw_tokenize's: 0, 1 or KW_SPECIAL_TEMPLATE. */
     int (*tokenize)(kw_engine *e, const char *text, size_t len, bool add_special,
-                    bool parse_special, int32_t **ids, size_t *n_ids, kw_err *err);
+                    int parse_special, int32_t **ids, size_t *n_ids, kw_err *err);
+    /* Marks the control tokens' text in message content so that tokenize
+     * with KW_SPECIAL_TEMPLATE reads it as plain text (kw_tokenizer_defuse:
+     * 0 = nothing to mark, 1 = *out malloc'd, -1 = out of memory). NULL
+     * when the engine has no control tokens to guard. */
+    int (*defuse)(kw_engine *e, const char *s, size_t len, char **out, size_t *out_len);
     /* Bytes of a token (special tokens render as nothing unless render_special). */
     size_t (*piece)(kw_engine *e, int32_t id, char *buf, size_t cap, bool render_special);
     bool (*is_eog)(kw_engine *e, int32_t id);

@@ -21,10 +21,19 @@ const char *kw_tokenizer_model_name(const kw_tokenizer *t);  /* "llama", "gpt2" 
 const char *kw_tokenizer_pre_name(const kw_tokenizer *t);    /* "default", "qwen2", ... */
 
 /* Tokenizes len bytes of text. add_special: BOS/EOS as the vocab says.
- * parse_special: text like "<|im_start|>" becomes that special token.
- * *ids is malloc'd (caller frees). Returns 0 or -1. */
+ * parse_special: 0 (false): control tokens' text is plain text; 1 (true):
+ * text like "<|im_start|>" becomes that special token; KW_SPECIAL_TEMPLATE
+ * (common.h): as 1, except where kw_tokenizer_defuse marked the text (a
+ * rendered chat prompt: the template's own text is parsed, the messages'
+ * content is not). *ids is malloc'd (caller frees). Returns 0 or -1. */
 int kw_tokenize(const kw_tokenizer *t, const char *text, size_t len, bool add_special,
-                bool parse_special, int32_t **ids, size_t *n_ids, kw_err *err);
+                int parse_special, int32_t **ids, size_t *n_ids, kw_err *err);
+/* Marks every control token's text in s[0..len) with the byte
+ * KW_SPECIAL_DEFUSE in front, so that kw_tokenize(KW_SPECIAL_TEMPLATE) reads
+ * it as plain text (and drops the mark). Returns 0 when s holds none (*out
+ * NULL: use s as it is), 1 with *out malloc'd (NUL-terminated, *out_len
+ * bytes), -1 when out of memory. */
+int kw_tokenizer_defuse(const kw_tokenizer *t, const char *s, size_t len, char **out, size_t *out_len);
 
 int32_t kw_token_bos(const kw_tokenizer *t);     /* -1 if none */
 int32_t kw_token_eos(const kw_tokenizer *t);
@@ -42,6 +51,11 @@ size_t kw_token_to_piece(const kw_tokenizer *t, int32_t id, char *buf, size_t ca
 /* The longest piece of any token, in bytes. A kw_detok_push output buffer of
  * 3 * max_piece + 16 bytes always holds a push (each byte may become U+FFFD). */
 size_t kw_tokenizer_max_piece(const kw_tokenizer *t);
+/* The most bytes of text one token can stand for, so that len bytes make at
+ * least len / max_text tokens (what lets a prompt too long for the context
+ * be refused before it is tokenized). 0 when no such bound holds (a token
+ * that eats the whitespace beside it). */
+size_t kw_tokenizer_max_text(const kw_tokenizer *t);
 
 /* A whole sequence as llama.cpp's llama_detokenize(remove_special = false,
  * unparse_special = render_special): the pieces joined, the first one's

@@ -28,10 +28,15 @@ typedef struct model_engine {
     uint32_t kv_type;
 } model_engine;
 
-static int me_tokenize(kw_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+static int me_tokenize(kw_engine *e, const char *text, size_t len, bool add_special, int parse_special,
                        int32_t **ids, size_t *n_ids, kw_err *err) {
     model_engine *me = e->impl;
     return kw_tokenize(me->tok, text, len, add_special, parse_special, ids, n_ids, err);
+}
+
+static int me_defuse(kw_engine *e, const char *s, size_t len, char **out, size_t *out_len) {
+    model_engine *me = e->impl;
+    return kw_tokenizer_defuse(me->tok, s, len, out, out_len);
 }
 
 static size_t me_piece(kw_engine *e, int32_t id, char *buf, size_t cap, bool render_special) {
@@ -201,6 +206,8 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     e->bos_text = me->bos;
     e->eos_text = me->eos;
     e->tokenize = me_tokenize;
+    e->defuse = me_defuse;
+    e->max_token_text = kw_tokenizer_max_text(me->tok);
     e->piece = me_piece;
     e->is_eog = me_is_eog;
     e->seq_begin = me_seq_begin;

@@ -504,6 +504,7 @@ int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_eng
     set_log_note(j, root);
     set_cache_key(j, root);
     /* tool_choice "none": the tools are not rendered (the model is not offered them) */
+    if (kw_chat_messages_check(eng, root, e) < 0) return -1;      /* before rendering (prompt_bound.c) */
     cJSON *hidden = choice == TC_NONE ? cJSON_DetachItemFromObjectCaseSensitive(root, "tools") : NULL;
     char *text = render_chat(root, tpl, e);
     if (hidden) cJSON_AddItemToObject(root, "tools", hidden);
@@ -516,13 +517,18 @@ int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_eng
         free(text); free(prefill); kw_sbuf_free(&full);
         return kw_http_error_set(e, 500, NULL, NULL, "out of memory");
     }
+    if (kw_prompt_bytes_check(eng, full.len, "messages", e) < 0) {
+        free(text); free(prefill); kw_sbuf_free(&full);
+        return -1;
+    }
     kw_err err = {{0}};
     /* BOS: written by the template (then not added again) or added as the vocab says */
     bool has_bos = (tpl->bos_token[0] && !strncmp(text, tpl->bos_token, strlen(tpl->bos_token))) ||
                    (tpl->bos[0] && !strncmp(text, tpl->bos, strlen(tpl->bos)));
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    int rc = eng->tokenize(eng, full.p, full.len, !has_bos, true, &ids, &n_ids, &err);
+    /* special tokens only where the template wrote them, never in the messages (kw_chat_apply) */
+    int rc = eng->tokenize(eng, full.p, full.len, !has_bos, KW_SPECIAL_TEMPLATE, &ids, &n_ids, &err);
     kw_sbuf_free(&full);
     if (rc == 0 && toolparse_setup(j, root, tpl, eng, text, choice, prefill) < 0) {
         free(text); free(prefill); free(ids);

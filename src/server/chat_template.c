@@ -248,6 +248,21 @@ static void drop_null_members(cJSON *m) {
     }
 }
 
+/* Every string value under node (not the keys) through t->defuse. -1 when out of memory. */
+static int defuse_tree(const kw_chat_template *t, cJSON *node) {
+    for (cJSON *it = node; it; it = it->next) {
+        if (cJSON_IsString(it) && it->valuestring) {
+            char *d = NULL;
+            size_t dn = 0;
+            int rc = t->defuse(t->defuse_ctx, it->valuestring, strlen(it->valuestring), &d, &dn);
+            if (rc < 0) return -1;
+            if (rc > 0) { free(it->valuestring); it->valuestring = d; }
+        }
+        if (it->child && defuse_tree(t, it->child) < 0) return -1;
+    }
+    return 0;
+}
+
 /* The Jinja context: the request's messages with text parts joined, the
  * developer role as system, null members shaped as above, tool-call
  * arguments as objects when the template wants them; tools;
@@ -256,8 +271,8 @@ static cJSON *jinja_context(const kw_chat_template *t, const kw_chat_msg *msgs, 
                             bool null_content) {
     cJSON *ctx = cJSON_CreateObject(), *out = cJSON_AddArrayToObject(ctx, "messages");
     const cJSON *in = request ? cJSON_GetObjectItemCaseSensitive(request, "messages") : NULL;
-    for (int i = 0; i < n; i++) {
-        const cJSON *src = in ? cJSON_GetArrayItem(in, i) : NULL;
+    const cJSON *src = in ? in->child : NULL;     /* walked alongside msgs: linear in the messages */
+    for (int i = 0; i < n; i++, src = src ? src->next : NULL) {
         cJSON *m = src ? cJSON_Duplicate(src, 1) : cJSON_CreateObject();
         cJSON_DeleteItemFromObjectCaseSensitive(m, "role");
         cJSON_DeleteItemFromObjectCaseSensitive(m, "content");
@@ -285,6 +300,7 @@ static cJSON *jinja_context(const kw_chat_template *t, const kw_chat_msg *msgs, 
         cJSON_ArrayForEach(it, kw)
             if (it->string && strcmp(it->string, "messages") && strcmp(it->string, "tools"))
                 cJSON_AddItemToObject(ctx, it->string, cJSON_Duplicate(it, 1));
+    if (t->defuse && defuse_tree(t, ctx->child) < 0) { cJSON_Delete(ctx); return NULL; }
     cJSON_AddBoolToObject(ctx, "add_generation_prompt", true);
     cJSON_AddStringToObject(ctx, "bos_token", t->bos_token);
     cJSON_AddStringToObject(ctx, "eos_token", t->eos_token);
@@ -297,9 +313,10 @@ static bool has_tool_parts(const kw_chat_msg *msgs, int n, const cJSON *request)
     const cJSON *tools = request ? cJSON_GetObjectItemCaseSensitive(request, "tools") : NULL;
     if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) return true;
     const cJSON *in = request ? cJSON_GetObjectItemCaseSensitive(request, "messages") : NULL;
-    for (int i = 0; i < n; i++) {
+    const cJSON *src = in ? in->child : NULL;
+    for (int i = 0; i < n; i++, src = src ? src->next : NULL) {
         if (!strcmp(msgs[i].role, "tool")) return true;
-        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(in, i), "tool_calls");
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(src, "tool_calls");
         if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) return true;
     }
     return false;
@@ -317,6 +334,31 @@ static char *render_jinja(const kw_chat_template *t, const kw_template *tpl, con
     kw_template_output_free(text);
     if (!copy) kw_err_set(err, "out of memory rendering the chat template");
     return copy;
+}
+
+/* The messages with their content through t->defuse (a copy only where it
+ * changed); NULL when out of memory. free_msgs releases it. */
+static void free_msgs(kw_chat_msg *own, const kw_chat_msg *orig, int n);
+
+static kw_chat_msg *defuse_msgs(const kw_chat_template *t, const kw_chat_msg *msgs, int n) {
+    kw_chat_msg *own = malloc(sizeof *own * (size_t)(n > 0 ? n : 1));
+    if (!own) return NULL;
+    memcpy(own, msgs, sizeof *own * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        char *d = NULL;
+        size_t dn = 0;
+        int rc = t->defuse(t->defuse_ctx, msgs[i].content, strlen(msgs[i].content), &d, &dn);
+        if (rc < 0) { free_msgs(own, msgs, i); return NULL; }
+        if (rc > 0) own[i].content = d;
+    }
+    return own;
+}
+
+static void free_msgs(kw_chat_msg *own, const kw_chat_msg *orig, int n) {
+    if (!own) return;
+    for (int i = 0; i < n; i++)
+        if (own[i].content != orig[i].content) free((char *)own[i].content);
+    free(own);
 }
 
 char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, const cJSON *request, kw_err *err) {
@@ -353,6 +395,10 @@ char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, c
         if (!text) kw_err_set(err, "%s", strstr(e.msg, "out of memory") ? e.msg : "chat template: the built-in Hermes format failed");
         return text;
     }
+    kw_chat_msg *own = t->defuse ? defuse_msgs(t, msgs, n) : NULL;
+    if (t->defuse && !own) { kw_err_set(err, "out of memory rendering the chat template"); return NULL; }
+    const kw_chat_msg *orig = msgs;
+    if (own) msgs = own;
     switch (t->family) {
     case KW_TPL_LLAMA3: render_llama3(&b, t, msgs, n); break;
     case KW_TPL_LLAMA2: render_inst(&b, t, msgs, n, true); break;
@@ -361,6 +407,7 @@ char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, c
     case KW_TPL_PHI3: render_phi3(&b, msgs, n); break;
     default: render_chatml(&b, msgs, n); break;
     }
+    free_msgs(own, orig, n);
     if (b.oom) { kw_sbuf_free(&b); kw_err_set(err, "out of memory rendering the chat template"); return NULL; }
     return kw_sbuf_take(&b);
 }

@@ -23,6 +23,12 @@ typedef struct kw_chat_template {
     bool null_content;      /* it renders content null (else null reaches it as "", kw_template_probe) */
     struct kw_template *hermes; /* ChatML family: the built-in Hermes/Qwen tool format (chat_template.c) */
     char bos_token[64], eos_token[64];  /* the vocab's, for the Jinja context */
+    /* Marks control-token text inside the request's strings (the engine's
+     * defuse, engine.h) so that the rendered prompt, tokenized with
+     * KW_SPECIAL_TEMPLATE, has control tokens only where the template wrote
+     * them. NULL: strings go in as they are. */
+    int (*defuse)(void *ctx, const char *s, size_t len, char **out, size_t *out_len);
+    void *defuse_ctx;
 } kw_chat_template;
 
 typedef struct kw_chat_msg { const char *role; const char *content; } kw_chat_msg;
@@ -62,8 +68,10 @@ bool kw_chat_role_valid(const char *role);
  * tools, tool calls or tool results is rendered in the built-in family
  * format (logged); one with them in the built-in Hermes/Qwen tool format for
  * a ChatML model, and for other families it fails with "chat template: ..."
- * naming the template's error (line and column). Returns malloc'd text or
- * NULL (err). */
+ * naming the template's error (line and column). Every string the request
+ * brings (content, tool calls, tools, chat_template_kwargs) goes in through
+ * t->defuse when set: a message cannot write the template's control tokens.
+ * Returns malloc'd text or NULL (err). */
 struct cJSON;
 char *kw_chat_apply(const kw_chat_template *t, const kw_chat_msg *msgs, int n, const struct cJSON *request, kw_err *err);
 

@@ -144,6 +144,12 @@ bool kw_job_has_calls(const kw_job *j);
  * tool_choice, the template, the tool_choice prefill, tokens, the output
  * parser. -1 + e on failure. */
 int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_engine *eng, kw_http_error *e);
+/* Before the work: a text of bytes that makes at least the context's tokens
+ * (the engine's max_token_text bound), or a chat whose messages (one token
+ * each at least) or whose user/system/tool text cannot fit, is refused
+ * with 400 context_length_exceeded (prompt_bound.c). 0 or -1 + e. */
+int kw_prompt_bytes_check(const kw_engine *eng, size_t bytes, const char *param, kw_http_error *e);
+int kw_chat_messages_check(const kw_engine *eng, const cJSON *root, kw_http_error *e);
 /* After the prompt is set: the test replay, then empty / context / memory checks
  * (param names the prompt's field in errors). -1 + e. */
 int kw_job_check(kw_job *j, const cJSON *root, kw_engine *eng, const char *param, kw_http_error *e);

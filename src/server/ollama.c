@@ -151,6 +151,7 @@ static int generate_prompt(kw_job *j, const cJSON *root, cJSON *canon, const kw_
         kw_err err = {{0}};
         int32_t *ids = NULL;
         size_t n = 0;
+        if (kw_prompt_bytes_check(eng, strlen(prompt->valuestring), "prompt", e) < 0) return -1;
         if (eng->tokenize(eng, prompt->valuestring, strlen(prompt->valuestring), true, true, &ids, &n, &err) < 0)
             return kw_openai_error_400_or_oom(e, "prompt", err.msg);
         j->req.prompt = ids;

@@ -93,6 +93,7 @@ static int completion_prompt(const cJSON *root, kw_engine *eng, int32_t **ids, s
         p = cJSON_GetArrayItem(p, 0);
     if (cJSON_IsString(p)) {
         kw_err err = {{0}};
+        if (kw_prompt_bytes_check(eng, strlen(p->valuestring), "prompt", e) < 0) return -1;
         if (eng->tokenize(eng, p->valuestring, strlen(p->valuestring), true, true, ids, n, &err) < 0)
             return kw_openai_error_400_or_oom(e, "prompt", err.msg);
         return 0;

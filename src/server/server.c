@@ -952,11 +952,18 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
 
 int kw_server_port(const kw_server *s) { return s->port; }
 
+/* The chat template's defuse (chat_template.h) over the engine's tokenizer. */
+static int engine_defuse(void *ctx, const char *s, size_t len, char **out, size_t *out_len) {
+    kw_engine *e = ctx;
+    return e->defuse(e, s, len, out, out_len);
+}
+
 int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note, size_t note_cap, kw_err *err) {
     kw_chat_template t;
     char n[256];
     if (kw_chat_template_choose2(&t, s->o.chat_template, e->chat_template, e->bos_text, e->eos_text,
                                  n, sizeof n, err) < 0) return -1;
+    if (e->defuse) { t.defuse = engine_defuse; t.defuse_ctx = e; }   /* no role forgery (SECURITY.md) */
     if (note && note_cap) snprintf(note, note_cap, "%s", n);
     pthread_rwlock_wrlock(&s->lk);
     kw_chat_template_free(&s->tpl);     /* the previous template (if any), then the new one */

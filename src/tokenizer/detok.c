@@ -21,6 +21,7 @@ size_t kw_token_to_piece(const kw_tokenizer *t, int32_t id, char *buf, size_t ca
 }
 
 size_t kw_tokenizer_max_piece(const kw_tokenizer *t) { return t ? t->max_piece : 0; }
+size_t kw_tokenizer_max_text(const kw_tokenizer *t) { return t && !t->strips ? t->max_text : 0; }
 
 void kw_detok_init(kw_detok *d) { memset(d, 0, sizeof *d); }
 

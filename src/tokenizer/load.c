@@ -332,12 +332,16 @@ static int build_pieces(kw_tokenizer *t, kw_err *err) {
     if (!t->piece_pool) return kw_err_set(err, "tokenizer: out of memory for token pieces");
     uint32_t off = 0;
     t->max_piece = 0;
+    t->max_text = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         uint32_t n = render_piece(t, i, t->piece_pool + off);
         t->tok[i].piece_off = off;
         t->tok[i].piece_len = n;
         off += n;
         if (n > t->max_piece) t->max_piece = n;
+        if (n > t->max_text) t->max_text = n;
+        if (t->tok[i].text_len > t->max_text) t->max_text = t->tok[i].text_len;
+        if (t->tok[i].attr & (TK_ATTR_LSTRIP | TK_ATTR_RSTRIP)) t->strips = true;
     }
     return 0;
 }

@@ -127,6 +127,8 @@ struct kw_tokenizer {
     const tk_pre_info *pre_info;
     tk_pretok pretok;
     size_t max_piece;   /* longest rendered piece, bytes */
+    size_t max_text;    /* the most text bytes one token stands for (piece or stored text) */
+    bool strips;        /* some token eats the whitespace beside it (lstrip/rstrip) */
 };
 
 /* Encoders: append the ids of text[0..n) (no specials inside) to out.

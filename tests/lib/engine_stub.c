@@ -31,7 +31,7 @@ typedef struct stub {
 } stub;
 
 static int stub_tokenize(kw_engine *e, const char *text, size_t len, bool add_special,
-                         bool parse_special, int32_t **ids, size_t *n_ids, kw_err *err) {
+                         int parse_special, int32_t **ids, size_t *n_ids, kw_err *err) {
     (void)e; (void)add_special;
     int32_t *out = malloc(sizeof(int32_t) * (len + 1));
     if (!out) return kw_err_set(err, "tokenize: out of memory");
