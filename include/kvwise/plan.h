@@ -193,8 +193,10 @@ int kw_plan_serve_sizing(const kw_plan *p, const kw_plan_serve_opts *f, kw_plan_
 
 /* The one "--memory-limit is too small" message of the server: `taken` bytes
  * held by what taken_what names (none when taken_what is NULL) and `need`
- * more for what need_what names; a limit of at least taken + need would
- * work. Sets err, returns -1. */
+ * more for what need_what names; it suggests kw_plan_suggest_limit(taken +
+ * need) in whole MiB, a value to paste that works on the first try. Sets
+ * err, returns -1. */
+uint64_t kw_plan_suggest_limit(uint64_t want);  /* want + 2% + 16 MiB, rounded up to a MiB */
 int kw_plan_limit_error(kw_err *err, uint64_t limit, const char *taken_what, uint64_t taken,
                         const char *need_what, uint64_t need);
 

@@ -12,18 +12,27 @@ int32_t kw_plan_serve_ctx(const kw_plan_model *m, int32_t ctx) {
     return t > 0 && t < KW_PLAN_SERVE_CTX ? t : KW_PLAN_SERVE_CTX;
 }
 
+uint64_t kw_plan_suggest_limit(uint64_t want) {
+    const uint64_t mib = 1024 * 1024;
+    if (want > UINT64_MAX / 2) return UINT64_MAX;
+    uint64_t s = want + want / 50 + 16 * mib;
+    return (s + mib - 1) / mib * mib;
+}
+
 int kw_plan_limit_error(kw_err *err, uint64_t limit, const char *taken_what, uint64_t taken,
                         const char *need_what, uint64_t need) {
     char l[32], t[32], n[32], w[32];
     uint64_t want = taken > UINT64_MAX - need ? UINT64_MAX : taken + need;
+    unsigned long long sug = (unsigned long long)(kw_plan_suggest_limit(want) / (1024 * 1024));
     kw_format_bytes(limit, l, sizeof l);
     kw_format_bytes(need, n, sizeof n);
     kw_format_bytes(want, w, sizeof w);
     if (!taken_what)
-        return kw_err_set(err, "--memory-limit %s is too small: %s needs %s; a limit of at least %s would work",
-                          l, need_what, n, w);
-    return kw_err_set(err, "--memory-limit %s is too small: %s is taken by %s and %s needs %s; a limit of at least %s "
-                      "would work", l, kw_format_bytes(taken, t, sizeof t), taken_what, need_what, n, w);
+        return kw_err_set(err, "--memory-limit %s is too small: %s needs %s; --memory-limit %lluMiB would work "
+                          "(%s with a margin for what is measured at start)", l, need_what, n, sug, w);
+    return kw_err_set(err, "--memory-limit %s is too small: %s is taken by %s and %s needs %s; --memory-limit %lluMiB "
+                      "would work (%s in all, with a margin for what is measured at start)",
+                      l, kw_format_bytes(taken, t, sizeof t), taken_what, need_what, n, sug, w);
 }
 
 /* Blocks the budget leaves for KV after the fixed lines. */

@@ -506,6 +506,13 @@ static void test_serve_sizing(void) {
     char want[64];
     KW_CHECK_MSG(strstr(err.msg, "--memory-limit ") && strstr(err.msg, "is too small") &&
                  strstr(err.msg, kw_format_bytes(need, want, sizeof want)) && strstr(err.msg, "would work"), "%s", err.msg);
+    /* the one value it suggests works on the first try: it covers the whole need with a margin */
+    const char *at = strstr(err.msg, "; --memory-limit ");
+    unsigned long long sug_mib = 0;
+    KW_CHECK_MSG(at && sscanf(at, "; --memory-limit %lluMiB would work", &sug_mib) == 1, "%s", err.msg);
+    o.memory_limit = sug_mib * MiB;
+    KW_CHECK(sug_mib * MiB >= need + need / 50 && kw_plan_compute(&m, &o, &p, &err) == 0 &&
+             kw_plan_serve_sizing(&p, &f, &sz, &err) == 0);
 }
 
 int main(void) {

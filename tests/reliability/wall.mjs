@@ -19,12 +19,11 @@
 //             well-formed request out: shed by the header deadline, and the
 //             oldest incomplete one closed when the table is full
 //   forgery   control-token text in message content stays text
-//   messages  80k messages are refused before rendering; /health answers within
+//   messages  100k messages are refused before rendering; /health answers within
 //             1 s while such bodies are handled
-//   memory    16 MB prompts and 8 MB chats under a tight --memory-limit: VmHWM
-//             stays under the limit; the requests line in /v1/memory
-//   startup   too small a limit: one suggestion that works on the first try,
-//             refused before the weights are mapped
+//   memory    16 MB prompts and an 8 MB chat under --memory-limit 100MiB: refused
+//             before tokenizing or rendering, VmHWM stays under the limit
+// (wall_load.mjs, label heavy: the start-up and the mixed load on the 1B model)
 // `node wall.mjs SECTION...` runs some sections only.
 import net from 'node:net';
 import http from 'node:http';
@@ -338,6 +337,7 @@ async function memory(model) {
   stage('memory');
   const limit = 100 * 1048576;
   const srv = await startServer(model, ['--memory-limit', '100MiB', '--max-body', '40MiB']); servers.push(srv);
+  const asan = asanBuild(srv.proc.pid);
   const words = (mb) => { const w = []; let n = 0; while (n < mb * 1048576) { const s = `word${w.length % 1000} `; w.push(s); n += s.length; } return w.join(''); };
   const bodies = [
     ['/v1/completions', { prompt: words(16), max_tokens: 1 }, '16 MB prompt of words'],
@@ -348,7 +348,8 @@ async function memory(model) {
     const r = await request(srv.port, 'POST', p, { body, timeout: 60000 });
     const peak = vmhwm(srv.proc.pid);
     check(r.status === 400 && r.json?.error?.code === 'context_length_exceeded', `${what}: 400 context_length_exceeded`, { status: r.status, text: r.text.slice(0, 200) });
-    check(peak <= limit, `${what}: VmHWM ${(peak / 1048576).toFixed(1)} MiB within --memory-limit 100MiB`, peak);
+    // ASan build: its redzones and shadow memory are outside the ledger, the bound is a release figure
+    if (!asan) check(peak <= limit, `${what}: VmHWM ${(peak / 1048576).toFixed(1)} MiB within --memory-limit 100MiB`, peak);
   }
   const ok = await request(srv.port, 'POST', '/v1/chat/completions', { body: chat('still serving') });
   check(ok.status === 200, 'a normal request afterwards: 200', ok.status);
