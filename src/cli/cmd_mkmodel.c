@@ -42,9 +42,11 @@ static void usage(FILE *f) {
         "                   151936: 30.5B weights, 32 GB of q8_0), qwen3moe-bench (the benchmark\n"
         "                   shape: 6 of those layers, vocab 24576: 3.8B weights of which 0.39B\n"
         "                   are read per token, as in Qwen3-30B-A3B; 4.1 GB of q8_0)\n"
-        "  --type T         weight matrices: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k\n"
-        "                   (default f16; norms and biases stay f32; a K-quant falls back to\n"
-        "                   q5_0/q5_1/q8_0 for rows that are not a multiple of 256)\n"
+        "  --type T         weight matrices: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k, or\n"
+        "                   llama-quantize's per-tensor mixes q4_k_m q5_k_m q6_k (as `kvwise\n"
+        "                   quantize --help` lists); default f16; norms, biases and the MoE\n"
+        "                   router stay f32; a K-quant falls back to q5_0/q5_1/q8_0 for rows\n"
+        "                   that are not a multiple of 256\n"
         "  --seed N         random seed (default 1)\n");
     print_arch_choices(f);
     fprintf(f,
@@ -112,7 +114,7 @@ int cmd_mkmodel(int argc, char **argv) {
     kw_err err = {{0}};
     kw_mk_shape s;
     if (kw_mk_preset(preset, &s, &err)) { fprintf(stderr, "kvwise mkmodel: %s\n", err.msg); return 2; }
-    int wtype = kw_type_from_name(type_name);
+    int64_t wtype = kw_mk_target_from_name(type_name);
     if (wtype < 0) { fprintf(stderr, "kvwise mkmodel: unknown type '%s'\n", type_name); return 2; }
     if (arch) snprintf(s.arch, sizeof s.arch, "%s", arch);
     if (layers) s.n_layer = layers;
@@ -153,7 +155,7 @@ int cmd_mkmodel(int argc, char **argv) {
         if (hf_dir) snprintf(vbuf, sizeof vbuf, "vocab of %s", hf_dir);
         else snprintf(vbuf, sizeof vbuf, "vocab %d", s.n_vocab);
         fprintf(stderr, "kvwise mkmodel: wrote %s (%s, %s, %d layers x %d embd, %s, seed %llu): %s in %.2f s\n",
-                out, s.arch, kw_type_name((uint32_t)wtype), s.n_layer, s.n_embd, vbuf, seed,
+                out, s.arch, kw_mk_target_name((uint32_t)wtype), s.n_layer, s.n_embd, vbuf, seed,
                 kw_format_bytes(size > 0 ? (uint64_t)size : 0, buf, sizeof buf),
                 (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     }

@@ -103,24 +103,6 @@ uint32_t kw_mk_matrix_type(uint32_t want, int64_t ncols) {
     return ncols % kw_type_traits_get(fb)->block_size == 0 ? fb : KW_TYPE_F16;
 }
 
-/* llama.cpp's general.file_type for "mostly <type>" files. */
-static int file_type_of(uint32_t t) {
-    switch (t) {
-    case KW_TYPE_F32: return 0;
-    case KW_TYPE_F16: return 1;
-    case KW_TYPE_Q4_0: return 2;
-    case KW_TYPE_Q4_1: return 3;
-    case KW_TYPE_Q8_0: return 7;
-    case KW_TYPE_Q5_0: return 8;
-    case KW_TYPE_Q5_1: return 9;
-    case KW_TYPE_Q4_K: return 14;   /* Q4_K_S */
-    case KW_TYPE_Q5_K: return 16;   /* Q5_K_S */
-    case KW_TYPE_Q6_K: return 18;
-    case KW_TYPE_BF16: return 32;
-    default: return -1;
-    }
-}
-
 /* ---- random numbers ---- */
 
 static uint64_t splitmix64(uint64_t *state) {
@@ -239,6 +221,29 @@ static int build_list(const kw_mk_shape *s, uint32_t wtype, mk_list *l) {
     return rc ? -1 : 0;
 }
 
+/* The types of the target (mix.c): a tensor a quantization leaves alone
+ * (norms, the router) is F32, the others get the target's choice. */
+static int apply_target(mk_list *l, const kw_mk_shape *s, uint32_t wtype, kw_err *err) {
+    int n = l->n;
+    const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
+    uint32_t *dims = malloc((size_t)(n ? n : 1) * sizeof *dims), *types = malloc((size_t)(n ? n : 1) * sizeof *types);
+    int64_t *ne0 = malloc((size_t)(n ? n : 1) * sizeof *ne0);
+    int rc = names && dims && types && ne0 ? 0 : kw_err_set(err, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        names[i] = l->t[i].name;
+        dims[i] = (uint32_t)l->t[i].n_dims;
+        ne0[i] = l->t[i].ne[0];
+    }
+    kw_mk_mix_model m = {s->arch, s->n_layer, s->n_head, s->n_head_kv, s->n_expert};
+    if (!rc) rc = kw_mk_mix_types(wtype, &m, n, names, dims, ne0, types, err);
+    for (int i = 0; i < n && !rc; i++) l->t[i].type = types[i] == KW_MK_KEEP ? KW_TYPE_F32 : types[i];
+    free(names);
+    free(dims);
+    free(types);
+    free(ne0);
+    return rc;
+}
+
 /* One row: its own stream, scaled, encoded. */
 static void random_row(const mk_tensor *t, int64_t r, float *row, void *dst) {
     uint64_t st = t->seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
@@ -287,7 +292,7 @@ static void set_model_kvs(kw_gguf_writer *w, const kw_mk_shape *s, uint32_t wtyp
     snprintf(desc, sizeof desc, "random weights (seed %llu) written by kvwise mkmodel; the text it generates is noise",
              (unsigned long long)seed);
     kw_gguf_writer_set_str(w, "general.description", desc);
-    int ft = file_type_of(wtype);
+    int ft = kw_mk_target_file_type(wtype);
     if (ft >= 0) kw_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ft);
     kw_gguf_writer_set_u32(w, "general.quantization_version", 2);
     set_arch_u32(w, a, "context_length", (uint32_t)s->n_ctx);
@@ -328,10 +333,9 @@ static void set_tokenizer_kvs(kw_gguf_writer *w, const kw_mk_vocab *v) {
 int kw_mk_write(const kw_mk_shape *shape, uint32_t wtype, uint64_t seed, const char *path, kw_err *err) {
     kw_mk_shape s = *shape;
     if (kw_mk_shape_check(&s, err)) return -1;
-    const kw_type_traits *tr = kw_type_traits_get(wtype);
-    if (!tr || file_type_of(wtype) < 0)
-        return kw_err_set(err, "weight type %s is not one mkmodel writes (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k)",
-                          kw_type_name(wtype));
+    if (kw_mk_target_file_type(wtype) < 0)
+        return kw_err_set(err, "weight type %s is not one mkmodel writes (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k "
+                          "q4_k_m q5_k_m q6_k)", kw_type_name(wtype));
     kw_mk_vocab v = {0};
     kw_hf_vocab hf = {0};
     if (s.hf_tokenizer) {
@@ -345,6 +349,7 @@ int kw_mk_write(const kw_mk_shape *shape, uint32_t wtype, uint64_t seed, const c
     kw_gguf_writer *w = kw_gguf_writer_create();
     int rc = w ? 0 : kw_err_set(err, "out of memory");
     if (!rc && build_list(&s, wtype, &l)) rc = kw_err_set(err, "out of memory");
+    if (!rc) rc = apply_target(&l, &s, wtype, err);
     if (!rc) {
         set_model_kvs(w, &s, wtype, seed);
         if (s.hf_tokenizer) kw_hf_vocab_write_kvs(&hf, w);

@@ -53,20 +53,51 @@ void kw_mk_vocab_free(kw_mk_vocab *v);
 const char *kw_mk_corpus(size_t *len);
 extern const char kw_mk_chatml_template[];
 
-/* Writes the model. wtype: the type of 2-D weight matrices (a kw_type);
- * 1-D tensors (norms, biases) are F32. A K-quant type falls back for
- * matrices whose rows are not a multiple of 256 (Q4_K->Q5_0, Q5_K->Q5_1,
- * Q6_K->Q8_0, as llama.cpp does), a 32-block type to F16 when rows are not
- * a multiple of 32. */
+/* Quantization targets (the `wtype` of kw_mk_write and kw_mk_quantize_file):
+ * a kw_type (every quantized tensor that type, with the K-quant row
+ * fallbacks of kw_mk_matrix_type) or a llama-quantize mix KW_MK_MIX_* (a
+ * base type with higher-precision exceptions per tensor, mix.c). */
+#define KW_MK_MIX_Q4_K_M 0x10000Fu
+#define KW_MK_MIX_Q5_K_M 0x100011u
+#define KW_MK_MIX_Q6_K   0x100012u
+/* A mix name (q4_k_m q5_k_m q6_k, any case; "q6_k" is the mix) or a plain
+ * type a file can be written in; -1 if neither. */
+int64_t kw_mk_target_from_name(const char *name);
+const char *kw_mk_target_name(uint32_t target);        /* "Q4_K_M", "q8_0", ... */
+int kw_mk_target_file_type(uint32_t target);           /* general.file_type; -1: not a target */
+
+/* Whether a quantization touches a tensor: 2-D+ "*weight" tensors except
+ * norms, the MoE router (ffn_gate_inp), ssm_conv1d and positional ones. */
+bool kw_mk_quantizes(const char *name, uint32_t n_dims);
+
+/* What the mix rules read of the model. */
+typedef struct kw_mk_mix_model {
+    const char *arch;
+    int n_layer, n_head, n_head_kv, n_expert;
+} kw_mk_mix_model;
+
+#define KW_MK_KEEP 0xFFFFFFFFu
+/* The type of each of n tensors (any order) under target: types[i] is the
+ * type to write, or KW_MK_KEEP for a tensor a quantization leaves as it is
+ * (kw_mk_quantizes false). -1 (err) for an unknown target or an expert
+ * tensor whose name has no layer. */
+int kw_mk_mix_types(uint32_t target, const kw_mk_mix_model *m, int n, const char *const *names,
+                    const uint32_t *n_dims, const int64_t *ne0, uint32_t *types, kw_err *err);
+
+/* Writes the model. wtype: a quantization target for the weight matrices;
+ * 1-D tensors (norms, biases) and the MoE router are F32. A K-quant type
+ * falls back for matrices whose rows are not a multiple of 256 (Q4_K->Q5_0,
+ * Q5_K->Q5_1, Q6_K->Q8_0, as llama.cpp does), a 32-block type to F16 when
+ * rows are not a multiple of 32. */
 int kw_mk_write(const kw_mk_shape *s, uint32_t wtype, uint64_t seed, const char *path, kw_err *err);
 
 /* The type a matrix with rows of ncols values gets when `want` is asked. */
 uint32_t kw_mk_matrix_type(uint32_t want, int64_t ncols);
 
-/* Re-encodes every 2-D weight matrix of IN to `wtype` (1-D tensors and
- * anything whose name does not end in ".weight" keep their type) and
- * writes OUT with IN's metadata (general.file_type updated). progress (NULL:
- * none) gets the tensor bytes written (progress.h). */
+/* Re-encodes IN's tensors that a quantization touches (kw_mk_quantizes) to
+ * the target `wtype` (kw_mk_mix_types; the others are copied as they are)
+ * and writes OUT with IN's metadata (general.file_type updated). progress
+ * (NULL: none) gets the tensor bytes written (progress.h). */
 struct kw_progress;
 int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, struct kw_progress *progress, kw_err *err);
 

@@ -1,10 +1,10 @@
 /* quantize_model.c - re-encoding a GGUF model's weights to another type
  * (`kvwise quantize IN OUT TYPE`, mkmodel.h).
  *
- * Owns: choosing which tensors change (2-D+ tensors named "*.weight"; 1-D
- * tensors such as norms and biases keep their type), the row-by-row
- * dequantize -> quantize conversion through the reference (de)quantizers,
- * and carrying the input's metadata over (general.file_type updated).
+ * Owns: the row-by-row dequantize -> quantize conversion through the
+ * reference (de)quantizers, and carrying the input's metadata over
+ * (general.file_type updated). Which tensors change, and to what, is
+ * mix.c's (kw_mk_mix_types).
  * Rows are streamed from the input mapping to the writer, so peak memory
  * is a few MiB plus the input's page cache. */
 #include "mkmodel.h"
@@ -12,6 +12,7 @@
 #include "kvwise/memory.h"
 #include "kvwise/progress.h"
 #include "kvwise/tensor.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -80,28 +81,49 @@ static int fill_convert(void *ctx, int64_t first, int64_t n, void *dst, kw_err *
     return 0;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
+static int64_t arch_int(const kw_gguf *g, const char *arch, const char *key) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int64_t v = 0;
+    return kw_gguf_get_int(g, k, &v) ? v : 0;
 }
 
-static int file_type_for(uint32_t t) {
-    static const struct { uint32_t type; int ft; } map[] = {
-        {KW_TYPE_F32, 0}, {KW_TYPE_F16, 1}, {KW_TYPE_Q4_0, 2}, {KW_TYPE_Q4_1, 3}, {KW_TYPE_Q8_0, 7},
-        {KW_TYPE_Q5_0, 8}, {KW_TYPE_Q5_1, 9}, {KW_TYPE_Q4_K, 14}, {KW_TYPE_Q5_K, 16}, {KW_TYPE_Q6_K, 18},
-        {KW_TYPE_BF16, 32}};
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) if (map[i].type == t) return map[i].ft;
-    return -1;
+/* The per-tensor types under the target (mix.c), from IN's names and metadata. */
+static int choose_types(const kw_gguf *g, uint32_t target, uint32_t *types, kw_err *err) {
+    int n = (int)g->n_tensors;
+    const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
+    uint32_t *dims = malloc((size_t)(n ? n : 1) * sizeof *dims);
+    int64_t *ne0 = malloc((size_t)(n ? n : 1) * sizeof *ne0);
+    int rc = names && dims && ne0 ? 0 : kw_err_set(err, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        names[i] = g->tensors[i].name.s;
+        dims[i] = g->tensors[i].n_dims;
+        ne0[i] = g->tensors[i].ne[0];
+    }
+    const char *arch = kw_gguf_get_str(g, "general.architecture");
+    kw_mk_mix_model m = {arch, 0, 0, 0, 0};
+    if (arch) {
+        m.n_layer = (int)arch_int(g, arch, "block_count");
+        m.n_head = (int)arch_int(g, arch, "attention.head_count");
+        m.n_head_kv = (int)arch_int(g, arch, "attention.head_count_kv");
+        m.n_expert = (int)arch_int(g, arch, "expert_count");
+    }
+    if (!rc) rc = kw_mk_mix_types(target, &m, n, names, dims, ne0, types, err);
+    free(names);
+    free(dims);
+    free(ne0);
+    return rc;
 }
 
 int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_progress *progress, kw_err *err) {
-    if (file_type_for(wtype) < 0)
-        return kw_err_set(err, "type %s is not a target type (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k)",
-                          kw_type_name(wtype));
+    if (kw_mk_target_file_type(wtype) < 0)
+        return kw_err_set(err, "type %s is not a target type (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k "
+                          "q4_k_m q5_k_m q6_k)", kw_type_name(wtype));
     kw_gguf *g = kw_gguf_open(in, err);
     if (!g) return -1;
     kw_gguf_writer *w = kw_gguf_writer_create();
     requant *q = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *q);
+    uint32_t *types = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *types);
     int64_t max_row = 1;
     for (uint64_t i = 0; i < g->n_tensors; i++) if (g->tensors[i].ne[0] > max_row) max_row = g->tensors[i].ne[0];
     rq_run run = {0};
@@ -110,26 +132,26 @@ int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_prog
     if (run.n_threads > RQ_MAX_THREADS) run.n_threads = RQ_MAX_THREADS;
     if (run.n_threads > 1) run.pool = kw_pool_create(run.n_threads);
     if (!run.pool) run.n_threads = 1;
-    int rc = w && q ? 0 : kw_err_set(err, "out of memory");
+    int rc = w && q && types ? 0 : kw_err_set(err, "out of memory");
+    if (!rc) rc = choose_types(g, wtype, types, err);
     for (int k = 0; k < run.n_threads && !rc; k++) {
         run.rows[k] = kw_mem_alloc(KW_MEM_WORKSPACE, (size_t)max_row * sizeof(float));
         if (!run.rows[k]) rc = kw_err_set(err, "out of memory");
     }
     if (!rc) {
         kw_gguf_writer_copy_kvs(w, g);
-        kw_gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_for(wtype));
+        kw_gguf_writer_set_u32(w, "general.file_type", (uint32_t)kw_mk_target_file_type(wtype));
     }
     for (uint64_t i = 0; i < g->n_tensors && !rc; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
         q[i].src = t;
         q[i].run = &run;
         q[i].dst_type = t->type;
-        bool matrix = t->n_dims >= 2 && ends_with(t->name.s, ".weight");
-        if (matrix) {
+        if (types[i] != KW_MK_KEEP && types[i] != t->type) {
             const kw_type_traits *tr = kw_type_traits_get(t->type);
             if (!tr || !tr->supported)
                 rc = kw_err_set(err, "tensor %s: cannot re-encode type %s", t->name.s, kw_type_name(t->type));
-            q[i].dst_type = kw_mk_matrix_type(wtype, t->ne[0]);
+            q[i].dst_type = types[i];
         }
         if (!rc)
             rc = kw_gguf_writer_add_tensor_fill(w, t->name.s, q[i].dst_type, t->n_dims, t->ne,
@@ -140,6 +162,7 @@ int kw_mk_quantize_file(const char *in, const char *out, uint32_t wtype, kw_prog
     for (int k = 0; k < RQ_MAX_THREADS; k++) kw_mem_free(run.rows[k]);
     kw_pool_destroy(run.pool);
     free(q);
+    free(types);
     kw_gguf_close(g);
     return rc;
 }

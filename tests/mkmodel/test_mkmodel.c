@@ -1,7 +1,8 @@
 /* test_mkmodel.c - random-weight models: the BPE vocabulary, shapes and
  * types of every architecture and weight type, weight statistics,
  * determinism (byte-identical for a seed, different for another seed),
- * K-quant fallbacks, `quantize` re-encoding, and shape errors. */
+ * K-quant fallbacks, `quantize` re-encoding, llama-quantize's per-tensor
+ * mixes (Q4_K_M, Q5_K_M, Q6_K), and shape errors. */
 #include "testutil.h"
 #include <string.h>
 #include <stdlib.h>
@@ -285,11 +286,165 @@ static void test_quantize_file(void) {
     KW_CHECK(kw_mk_quantize_file(tmp("missing.gguf"), tmp("bad.gguf"), KW_TYPE_Q8_0, NULL, &e) == -1 && strstr(e.msg, "missing.gguf"));
 }
 
+/* llama-quantize's "more bits" layers, written out (not computed): 16
+ * layers -> the first two, the last two, and 4 7 10 13; 4 -> 2 3. */
+static bool in_list(int il, const int *list, int n) {
+    for (int i = 0; i < n; i++) if (list[i] == il) return true;
+    return false;
+}
+static const int k_more16[] = {0, 1, 4, 7, 10, 13, 14, 15};
+
+/* Every tensor of a 16-layer llama (ff 384: ffn_down rows are not a
+ * multiple of 256) quantized from F32 to a mix, against the rule. */
+static void check_dense_mix(const char *path, uint32_t base, uint32_t down_fb, uint32_t down_more, int ft_want) {
+    kw_err e = {{0}};
+    kw_gguf *g = kw_gguf_open(path, &e);
+    KW_CHECK_MSG(g != NULL, "%s", e.msg);
+    if (!g) return;
+    int64_t ft = -1;
+    KW_CHECK(kw_gguf_get_int(g, "general.file_type", &ft) && ft == ft_want);
+    int wrong = 0, n_v6 = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kw_gguf_tensor *t = &g->tensors[i];
+        const char *nm = t->name.s;
+        int il = -1;
+        sscanf(nm, "blk.%d.", &il);
+        bool more = il >= 0 && in_list(il, k_more16, 8);
+        uint32_t want;
+        if (t->n_dims == 1) want = KW_TYPE_F32;
+        else if (!strcmp(nm, "output.weight")) want = KW_TYPE_Q6_K;
+        else if (strstr(nm, "attn_v.weight")) want = more && base != KW_TYPE_Q6_K ? KW_TYPE_Q6_K : base;
+        else if (strstr(nm, "ffn_down")) want = more ? down_more : down_fb;
+        else want = base;
+        if (t->type != want) {
+            wrong++;
+            fprintf(stderr, "  %s: %s, want %s\n", nm, kw_type_name(t->type), kw_type_name(want));
+        }
+        if (strstr(nm, "attn_v.weight") && t->type == KW_TYPE_Q6_K) n_v6++;
+    }
+    KW_CHECK_EQ_INT(wrong, 0);
+    KW_CHECK_EQ_INT(n_v6, base == KW_TYPE_Q6_K ? 16 : 8);
+    kw_gguf_close(g);
+}
+
+static uint32_t type_of(const kw_gguf *g, const char *name) {
+    const kw_gguf_tensor *t = kw_gguf_find_tensor(g, name);
+    return t ? t->type : 0xFFFF;
+}
+
+static void test_mixes(void) {
+    KW_CHECK_EQ_INT(kw_mk_target_from_name("Q4_K_M"), KW_MK_MIX_Q4_K_M);
+    KW_CHECK_EQ_INT(kw_mk_target_from_name("q5_k_m"), KW_MK_MIX_Q5_K_M);
+    KW_CHECK_EQ_INT(kw_mk_target_from_name("q6_k"), KW_MK_MIX_Q6_K);
+    KW_CHECK_EQ_INT(kw_mk_target_from_name("q4_k"), KW_TYPE_Q4_K);
+    KW_CHECK_EQ_INT(kw_mk_target_from_name("q8_k"), -1);
+    KW_CHECK_EQ_INT(kw_mk_target_from_name("q4_k_x"), -1);
+    KW_CHECK(!strcmp(kw_mk_target_name(KW_MK_MIX_Q5_K_M), "Q5_K_M"));
+    KW_CHECK_EQ_INT(kw_mk_target_file_type(KW_MK_MIX_Q4_K_M), 15);
+    KW_CHECK_EQ_INT(kw_mk_target_file_type(KW_MK_MIX_Q5_K_M), 17);
+    KW_CHECK(kw_mk_quantizes("blk.0.attn_q.weight", 2) && !kw_mk_quantizes("blk.0.ffn_gate_inp.weight", 2) &&
+             !kw_mk_quantizes("blk.0.attn_norm.weight", 2) && !kw_mk_quantizes("blk.0.ffn_up.weight", 1) &&
+             !kw_mk_quantizes("blk.0.attn_q.bias", 2) && kw_mk_quantizes("blk.0.ffn_down_exps.weight", 3));
+
+    kw_err e = {{0}};
+    kw_mk_shape s = small_shape("llama");
+    s.n_layer = 16;
+    s.n_ff = 384;
+    KW_CHECK(kw_mk_write(&s, KW_TYPE_F32, 9, tmp("mix_src.gguf"), &e) == 0);
+    KW_CHECK_MSG(kw_mk_quantize_file(tmp("mix_src.gguf"), tmp("q4km.gguf"), KW_MK_MIX_Q4_K_M, NULL, &e) == 0, "%s", e.msg);
+    check_dense_mix(tmp("q4km.gguf"), KW_TYPE_Q4_K, KW_TYPE_Q5_0, KW_TYPE_Q8_0, 15);
+    KW_CHECK_MSG(kw_mk_quantize_file(tmp("mix_src.gguf"), tmp("q5km.gguf"), KW_MK_MIX_Q5_K_M, NULL, &e) == 0, "%s", e.msg);
+    check_dense_mix(tmp("q5km.gguf"), KW_TYPE_Q5_K, KW_TYPE_Q5_1, KW_TYPE_Q8_0, 17);
+    KW_CHECK_MSG(kw_mk_quantize_file(tmp("mix_src.gguf"), tmp("q6k.gguf"), KW_MK_MIX_Q6_K, NULL, &e) == 0, "%s", e.msg);
+    check_dense_mix(tmp("q6k.gguf"), KW_TYPE_Q6_K, KW_TYPE_Q8_0, KW_TYPE_Q8_0, 18);
+    /* mkmodel --type q4_k_m writes the same types as quantize of the F32 file */
+    KW_CHECK(kw_mk_write(&s, KW_MK_MIX_Q4_K_M, 9, tmp("mk_q4km.gguf"), &e) == 0);
+    check_dense_mix(tmp("mk_q4km.gguf"), KW_TYPE_Q4_K, KW_TYPE_Q5_0, KW_TYPE_Q8_0, 15);
+
+    /* tied: token_embd takes output's Q6_K */
+    s = small_shape("qwen3");
+    KW_CHECK(kw_mk_write(&s, KW_MK_MIX_Q4_K_M, 9, tmp("mk_tied.gguf"), &e) == 0);
+    kw_gguf *g = kw_gguf_open(tmp("mk_tied.gguf"), &e);
+    KW_CHECK(g && type_of(g, "token_embd.weight") == KW_TYPE_Q6_K && type_of(g, "blk.0.attn_q.weight") == KW_TYPE_Q4_K);
+    kw_gguf_close(g);
+
+    /* 8 experts: attn_v, attn_k Q8_0, attn_output Q5_K, router F32, expert
+     * ffn_down by the layer in its name (4 layers: 2 and 3 get Q6_K) */
+    KW_CHECK(kw_mk_preset("tiny-moe", &s, &e) == 0);
+    s.n_ff_exp = 256;
+    KW_CHECK(kw_mk_write(&s, KW_TYPE_F16, 9, tmp("moe_src.gguf"), &e) == 0);
+    KW_CHECK_MSG(kw_mk_quantize_file(tmp("moe_src.gguf"), tmp("moe_q4km.gguf"), KW_MK_MIX_Q4_K_M, NULL, &e) == 0, "%s", e.msg);
+    g = kw_gguf_open(tmp("moe_q4km.gguf"), &e);
+    KW_CHECK(g != NULL);
+    if (g) {
+        for (int il = 0; il < 4; il++) {
+            char n[64];
+            snprintf(n, sizeof n, "blk.%d.attn_v.weight", il);
+            KW_CHECK_EQ_INT(type_of(g, n), KW_TYPE_Q8_0);
+            snprintf(n, sizeof n, "blk.%d.attn_k.weight", il);
+            KW_CHECK_EQ_INT(type_of(g, n), KW_TYPE_Q8_0);
+            snprintf(n, sizeof n, "blk.%d.attn_output.weight", il);
+            KW_CHECK_EQ_INT(type_of(g, n), KW_TYPE_Q5_K);
+            snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
+            KW_CHECK_EQ_INT(type_of(g, n), KW_TYPE_F32);
+            snprintf(n, sizeof n, "blk.%d.ffn_down_exps.weight", il);
+            KW_CHECK_EQ_INT(type_of(g, n), il >= 2 ? KW_TYPE_Q6_K : KW_TYPE_Q4_K);
+            snprintf(n, sizeof n, "blk.%d.ffn_up_exps.weight", il);
+            KW_CHECK_EQ_INT(type_of(g, n), KW_TYPE_Q4_K);
+        }
+        KW_CHECK_EQ_INT(type_of(g, "token_embd.weight"), KW_TYPE_Q4_K);
+        KW_CHECK_EQ_INT(type_of(g, "output.weight"), KW_TYPE_Q6_K);
+    }
+    kw_gguf_close(g);
+
+    /* The rule on names alone, given in reverse order (the layer order is
+     * numeric: blk.10 after blk.9): a Qwen3-8B-like 36 layers -> more bits
+     * on 0-3, 31-35 and 6 9 ... 30; an 80-layer GQA llama (70B class)
+     * gives its other attn_v Q5_K. */
+    enum { NL = 80 };
+    static char buf[2 * NL][40];
+    const char *names[2 * NL];
+    uint32_t dims[2 * NL], types[2 * NL];
+    int64_t ne0[2 * NL];
+    for (int pass = 0; pass < 2; pass++) {
+        int nl = pass ? 80 : 36;
+        for (int il = 0; il < nl; il++) {
+            int a = 2 * (nl - 1 - il);
+            snprintf(buf[a], sizeof buf[a], "blk.%d.attn_v.weight", il);
+            snprintf(buf[a + 1], sizeof buf[a + 1], "blk.%d.ffn_down.weight", il);
+            names[a] = buf[a];
+            names[a + 1] = buf[a + 1];
+            dims[a] = dims[a + 1] = 2;
+            ne0[a] = 4096;
+            ne0[a + 1] = 12288;
+        }
+        kw_mk_mix_model m = {"llama", nl, 64, 8, 0};
+        KW_CHECK(kw_mk_mix_types(KW_MK_MIX_Q4_K_M, &m, 2 * nl, names, dims, ne0, types, &e) == 0);
+        static const int more36[] = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 31, 32, 33, 34, 35};
+        int wrong = 0;
+        for (int il = 0; il < nl; il++) {
+            int a = 2 * (nl - 1 - il);
+            bool more = pass ? (il < 10 || il >= 70 || (il - 10) % 3 == 2) : in_list(il, more36, 18);
+            uint32_t v = more ? KW_TYPE_Q6_K : pass ? KW_TYPE_Q5_K : KW_TYPE_Q4_K;
+            uint32_t d = more ? KW_TYPE_Q6_K : KW_TYPE_Q4_K;
+            if (types[a] != v || types[a + 1] != d) wrong++;
+        }
+        KW_CHECK_EQ_INT(wrong, 0);
+    }
+    /* an expert tensor without a layer in its name is refused */
+    const char *bad[] = {"ffn_down_exps.weight"};
+    uint32_t bd[] = {3}, bt[1];
+    int64_t bn[] = {256};
+    kw_mk_mix_model mm = {"qwen3moe", 4, 8, 2, 8};
+    KW_CHECK(kw_mk_mix_types(KW_MK_MIX_Q4_K_M, &mm, 1, bad, bd, bn, bt, &e) == -1 && strstr(e.msg, "ffn_down_exps"));
+}
+
 int main(void) {
     test_vocab();
     test_arch_and_types();
     test_determinism();
     test_fallbacks_and_errors();
     test_quantize_file();
+    test_mixes();
     return kw_test_finish();
 }

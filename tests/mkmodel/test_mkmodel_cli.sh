@@ -33,6 +33,23 @@ info=$("$BIN" info -m "$tmp/a4.gguf" --json)
 check "quantize types" '[ "$(j "JSON.stringify(j.tensor_type_counts)" <<<"$info")" = "{\"F32\":9,\"Q4_0\":30}" ]'
 check "quantize keeps tokenizer" '[ "$(j "[j.n_vocab,j.chat_template,j.file_type].join()" <<<"$info")" = "1024,true,2" ]'
 
+# llama-quantize mixes (tiny: 4 layers, attn_v and ffn_down Q6_K on layers 2 and 3,
+# output Q6_K): the file loads and generates; mkmodel takes the names too
+"$BIN" mkmodel -q --preset tiny --type f16 --seed 3 -o "$tmp/f16.gguf"
+"$BIN" quantize "$tmp/f16.gguf" "$tmp/q4km.gguf" Q4_K_M 2>"$tmp/err"; rc=$?
+check "quantize q4_k_m exit 0" '[ $rc -eq 0 ] && grep -q "Q4_K_M" "$tmp/err"'
+info=$("$BIN" info -m "$tmp/q4km.gguf" --json)
+check "q4_k_m file type" '[ "$(j "j.file_type" <<<"$info")" = "15" ]'
+check "q4_k_m types" '[ "$(j "JSON.stringify(j.tensor_type_counts)" <<<"$info")" = "{\"F32\":9,\"Q4_K\":25,\"Q6_K\":5}" ]'
+out=$("$BIN" generate -m "$tmp/q4km.gguf" -p "hello" -n 8 --temp 0 2>/dev/null); rc=$?
+check "q4_k_m generates" '[ $rc -eq 0 ] && [ -n "$out" ]'
+"$BIN" mkmodel -q --preset tiny --type q5_k_m -o "$tmp/q5km.gguf"; rc=$?
+info=$("$BIN" info -m "$tmp/q5km.gguf" --json)
+check "mkmodel q5_k_m" '[ $rc -eq 0 ] && [ "$(j "JSON.stringify(j.tensor_type_counts)+j.file_type" <<<"$info")" = "{\"F32\":9,\"Q5_K\":25,\"Q6_K\":5}17" ]'
+out=$("$BIN" generate -m "$tmp/q5km.gguf" -p "hello" -n 8 --temp 0 2>/dev/null); rc=$?
+check "q5_k_m generates" '[ $rc -eq 0 ] && [ -n "$out" ]'
+check "quantize help names the mixes" '"$BIN" quantize --help | grep -q "q4_k_m"'
+
 "$BIN" mkmodel -o "$tmp/x.gguf" --preset huge 2>"$tmp/err"; rc=$?
 check "bad preset exit 2" '[ $rc -eq 2 ] && grep -q "unknown preset" "$tmp/err"'
 "$BIN" mkmodel -o "$tmp/x.gguf" --type q9_9 2>"$tmp/err"; rc=$?
