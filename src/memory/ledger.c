@@ -164,7 +164,7 @@ const char *kw_ledger_kind_label(kw_ledger_kind kind) {
     static const char *labels[KW_LEDGER_KIND_COUNT] = {
         "weights (mmap'd file + repacks)", "KV live (running sequences)", "KV cached (prompt cache)",
         "prefill workspace", "thread scratch", "tokenizer", "fixed overhead (process, libraries, server)",
-        "HTTP connections (max x 68 KiB + bodies)"};
+        "HTTP connections (max x 68 KiB + bodies + requests)"};
     return valid_kind(kind) ? labels[kind] : "?";
 }
 

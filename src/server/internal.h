@@ -150,6 +150,8 @@ int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_eng
  * with 400 context_length_exceeded (prompt_bound.c). 0 or -1 + e. */
 int kw_prompt_bytes_check(const kw_engine *eng, size_t bytes, const char *param, kw_http_error *e);
 int kw_chat_messages_check(const kw_engine *eng, const cJSON *root, kw_http_error *e);
+/* An upper bound of the bytes a cJSON tree of this body holds (prompt_bound.c). */
+uint64_t kw_json_tree_bound(const char *body, size_t len);
 /* After the prompt is set: the test replay, then empty / context / memory checks
  * (param names the prompt's field in errors). -1 + e. */
 int kw_job_check(kw_job *j, const cJSON *root, kw_engine *eng, const char *param, kw_http_error *e);

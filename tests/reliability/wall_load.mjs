@@ -120,4 +120,4 @@ async function main() {
   finish('reliability_wall_load', servers);
 }
 
-main().catch((e) => { console.error(e); finish('reliability_wall_load', servers); });
+main().catch((e) => { console.error(e); check(false, 'the test ran to its end', String(e)); finish('reliability_wall_load', servers); });
