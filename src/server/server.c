@@ -55,6 +55,7 @@ struct kw_server {
     uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
     kw_history *hist;             /* the budget over time (GET /v1/memory/history), or NULL */
+    kw_gcache *gcache;            /* compiled grammars for structured outputs (set with the engine) */
     void (*on_reload)(void *ctx); /* SIGHUP: kw_server_on_reload (run by kw_server_wait) */
     void *reload_ctx;
 #ifdef KW_TESTCTL
@@ -997,9 +998,12 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
     kw_chat_template_describe(&t, s->tpl_desc, sizeof s->tpl_desc);
     s->engine = e;
     s->sched = sched;
+    if (!s->gcache) s->gcache = kw_gcache_new(e, s->o.ledger);   /* set once: the engine is attached once */
     pthread_rwlock_unlock(&s->lk);
     return 0;
 }
+
+kw_gcache *kw_server_gcache(kw_server *s) { return s->gcache; }
 
 const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
 
@@ -1061,6 +1065,7 @@ void kw_server_stop(kw_server *s) {
         nanosleep(&ts, NULL);                            /* let streams send their last bytes */
     }
     if (s->d) MHD_stop_daemon(s->d);
+    kw_gcache_free(s->gcache);                           /* after every job (and its reference) is gone */
     kw_conntab_free(&s->tab);
     kw_history_stop(s->hist);
     pthread_rwlock_destroy(&s->lk);
