@@ -91,7 +91,8 @@ kw_grammar *kw_grammar_from_json_schema_cjson(const void *schema, const kw_json_
 kw_grammar *kw_grammar_json_object(const kw_json_schema_opts *opts, kw_err *err);
 
 void kw_grammar_free(kw_grammar *g);
-/* Sizes for logs and tests. */
+/* Sizes for logs and tests; kw_grammar_bytes: the memory the compiled grammar holds. */
+size_t kw_grammar_bytes(const kw_grammar *g);
 uint32_t kw_grammar_n_rules(const kw_grammar *g);
 uint32_t kw_grammar_n_states(const kw_grammar *g);
 
@@ -106,6 +107,10 @@ kw_grammar_vocab *kw_grammar_vocab_new(int32_t n, const char *const *bytes, cons
  * other specials as KW_GTOK_SPECIAL. */
 kw_grammar_vocab *kw_grammar_vocab_from_tokenizer(const struct kw_tokenizer *t, kw_err *err);
 void kw_grammar_vocab_free(kw_grammar_vocab *v);
+/* Memory the vocab holds, plus the most its shared cache of index walks may
+ * grow to (KW_GRAMMAR_VOCAB_CACHE_BYTES). */
+#define KW_GRAMMAR_VOCAB_CACHE_BYTES ((size_t)64 << 20)
+size_t kw_grammar_vocab_bytes(const kw_grammar_vocab *v);
 int32_t kw_grammar_vocab_size(const kw_grammar_vocab *v);
 /* Token id's bytes (*len of them; not NUL-terminated) and kind (KW_GTOK_*). */
 const char *kw_grammar_vocab_token(const kw_grammar_vocab *v, int32_t id, uint32_t *len);

@@ -15,6 +15,9 @@
  *   connections  HTTP: --max-connections x the bytes one open connection
  *              can hold (KW_SERVER_CONN_BYTES, server.h) + the --max-body
  *              allowance all buffered request bodies share
+ *   grammar    structured outputs: the grammar vocab, the cached compiled
+ *              grammars and their vocab indexes (moves with load: reserved
+ *              when a grammar is compiled, released when it is evicted)
  * Every line counts against the one limit. Lines are either set once at
  * startup (kw_ledger_set: weights, workspace, ...) or move with load
  * (kw_ledger_reserve / kw_ledger_release: KV of admitted requests). A
@@ -42,6 +45,7 @@ typedef enum kw_ledger_kind {
     KW_LEDGER_TOKENIZER,
     KW_LEDGER_OVERHEAD,
     KW_LEDGER_CONNECTIONS,
+    KW_LEDGER_GRAMMAR,
     KW_LEDGER_KIND_COUNT
 } kw_ledger_kind;
 

@@ -52,6 +52,28 @@ uint64_t kw_mem_total(void);                 /* sum over kinds */
 uint64_t kw_mem_total_peak(void);            /* high-water mark of the sum */
 const char *kw_mem_kind_name(kw_mem_kind kind);
 
+/* A thread's budget: the bounded work of one request on one thread (an HTTP
+ * thread parsing, rendering and tokenizing: docs/MEMORY.md, "Request
+ * handling"). While a budget is open on a thread, every kw_mem_alloc made
+ * there counts against its cap and fails (NULL) once the cap would be passed;
+ * blocks freed on that thread while it is open give their bytes back. Other
+ * allocators charge it with kw_mem_budget_take / kw_mem_budget_give (the
+ * server's JSON trees). Budgets do not nest: opening one closes the last. */
+typedef struct kw_mem_budget_stats {
+    uint64_t cap;        /* the cap it was opened with */
+    uint64_t peak;       /* most bytes held at once */
+    bool exceeded;       /* some allocation was refused */
+} kw_mem_budget_stats;
+void kw_mem_budget_open(uint64_t cap);
+/* Closes this thread's budget (out may be NULL). */
+void kw_mem_budget_close(kw_mem_budget_stats *out);
+/* Charges `bytes` to this thread's open budget. 0 and *gen = a token for
+ * kw_mem_budget_give (0 when no budget is open: nothing charged), or -1 when
+ * the cap would be passed (nothing charged; the budget is marked exceeded). */
+int kw_mem_budget_take(size_t bytes, uint64_t *gen);
+/* Gives back bytes taken under token gen, if that budget is still open on this thread. */
+void kw_mem_budget_give(size_t bytes, uint64_t gen);
+
 /* Allocations made to fail on purpose in tests: testctl.h (kw_mem_fail_nth, fault rules). */
 
 #endif

@@ -71,6 +71,8 @@ typedef struct kw_plan_opts {
     uint64_t overhead;          /* fixed process overhead; UINT64_MAX = default estimate */
     int32_t max_connections;    /* serve --max-connections; 0 = KW_SERVER_DEFAULT_MAX_CONNECTIONS */
     uint64_t max_body;          /* serve --max-body; 0 = KW_SERVER_DEFAULT_MAX_BODY */
+    int32_t http_threads;       /* serve --http-threads; 0 = KW_SERVER_DEFAULT_HTTP_THREADS */
+    uint64_t request_memory;    /* serve --request-memory (per HTTP thread); 0 = KW_SERVER_DEFAULT_REQUEST_MEMORY */
 } kw_plan_opts;
 
 void kw_plan_opts_default(kw_plan_opts *o);
@@ -96,7 +98,8 @@ typedef struct kw_plan {
     uint64_t ws_bytes[KW_PLAN_STEP_ROWS];
     /* the budget lines */
     uint64_t weights, tokenizer, overhead, live_kv;
-    uint64_t connections;           /* max_connections x KW_SERVER_CONN_BYTES + max_body (server.h) */
+    uint64_t connections;           /* max_connections x KW_SERVER_CONN_BYTES + max_body
+                                       + http_threads x request_memory (server.h) */
     uint64_t fixed;                 /* weights + workspace + tokenizer + overhead + connections */
     uint64_t needed;                /* fixed + live_kv */
     bool fits;
@@ -211,7 +214,9 @@ int kw_plan_probe(const char *model_path, int32_t tokens, uint32_t kv_type, int 
 uint64_t kw_plan_measured_overhead(void);
 /* The ledger's "connections" line: n open HTTP connections x the bytes one
  * may hold (KW_SERVER_CONN_BYTES, server.h) + the request bodies' shared
- * allowance (--max-body). n <= 0 and max_body 0 take the defaults. */
-uint64_t kw_plan_connections_bytes(int32_t n, uint64_t max_body);
+ * allowance (--max-body) + what each HTTP thread may hold handling a request
+ * (http_threads x --request-memory). n, http_threads <= 0 and max_body,
+ * request_memory 0 take the defaults. */
+uint64_t kw_plan_connections_bytes(int32_t n, uint64_t max_body, int32_t http_threads, uint64_t request_memory);
 
 #endif

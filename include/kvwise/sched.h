@@ -87,6 +87,8 @@ typedef struct kw_sched_event {
     int32_t stop_index;                 /* FINISH STOP by a stop string: its index in stop[] (else -1) */
 } kw_sched_event;
 
+enum { KW_GTHINK_NONE = 0, KW_GTHINK_OPEN = 1, KW_GTHINK_MAYBE = 2 };
+
 typedef struct kw_sched_req kw_sched_req;
 typedef void (*kw_sched_cb)(kw_sched_req *r, const kw_sched_event *ev);
 
@@ -103,6 +105,19 @@ struct kw_sched_req {
     bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     int client_fd;              /* polled for hang-up each step (-1 = none) */
     const char *tag;            /* a static label shown in kw_sched_list (the client API), or NULL */
+    /* Constrained decoding (grammar.h): the sequence's matcher, borrowed
+     * (the submitter frees it after FINISH), or NULL. Every sampled token is
+     * chosen under its mask and accepted into it; when the grammar is
+     * complete the answer ends (FINISH stop) without sampling an EOG; a
+     * stuck grammar ends it with an error. grammar_think says where the
+     * grammar starts: KW_GTHINK_NONE at the first token; KW_GTHINK_OPEN the
+     * prompt opened a think block: unconstrained until the text "</think>"
+     * (bytes of that token after it go to the matcher, blanks skipped);
+     * KW_GTHINK_MAYBE the answer may open one: the first token may also be
+     * think_tok (the "<think>" token), which makes it KW_GTHINK_OPEN. */
+    struct kw_grammar_matcher *grammar;
+    int grammar_think;
+    int32_t think_tok;
     kw_sched_cb on_event;
     void *user;
     /* set by the scheduler */
@@ -130,6 +145,8 @@ typedef struct kw_sched_stats {
     double forward_seconds, step_seconds;   /* time inside forward, and whole steps */
     uint64_t rejected[KW_REJECT_REASON_COUNT];  /* refusals by reason */
     uint64_t prompt_tokens, cached_tokens;  /* of admitted requests: all prompt tokens, and those from the cache */
+    uint64_t grammar_tokens;                /* tokens sampled under a grammar mask */
+    double grammar_seconds;                 /* time in computing and applying those masks and accepting the tokens */
 } kw_sched_stats;
 
 /* Starts the engine thread. The engine stays owned by the caller. */

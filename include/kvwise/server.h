@@ -25,13 +25,23 @@ struct kw_ledger;
  * rounded up to 68 KiB. Request bodies come on top: all bodies being read
  * or parsed share one allowance of --max-body bytes (a body that does not
  * fit beside the others gets 503). The ledger's "connections" line is
- * --max-connections x KW_SERVER_CONN_BYTES + --max-body (docs/MEMORY.md). */
+ * --max-connections x KW_SERVER_CONN_BYTES + --max-body, and the request
+ * handling of every HTTP thread: --http-threads x --request-memory, what one
+ * thread may hold while it parses a body, builds and renders the template
+ * context and tokenizes (a thread budget, memory.h; more gets 413) (docs/MEMORY.md). */
 #define KW_SERVER_CONN_POOL_BYTES (64u * 1024u)
 #define KW_SERVER_CONN_BYTES (68ull * 1024ull)
 /* Default --max-connections: every decode slot + a full default queue (8 +
  * 64) + pollers and idle keep-alive pools of a few clients, at 8.5 MiB. */
 #define KW_SERVER_DEFAULT_MAX_CONNECTIONS 128
 #define KW_SERVER_DEFAULT_MAX_BODY (16ull << 20)
+/* Default --request-memory (per HTTP thread) and --http-threads. A prompt
+ * that cannot fit the context is refused before it is tokenized or rendered
+ * (prompt_bound.c), so what is left to handle is bounded by the context:
+ * 16 MiB covers a 128k-token conversation's JSON tree, template context and
+ * tokenizer tables (docs/MEMORY.md, "Request handling"). */
+#define KW_SERVER_DEFAULT_REQUEST_MEMORY (16ull << 20)
+#define KW_SERVER_DEFAULT_HTTP_THREADS 2
 /* Places lent at once to new connections while the oldest idle or
  * incomplete ones, shut down to make room, are closing (the connections
  * line counts them: kw_plan_connections_bytes). */
@@ -58,6 +68,7 @@ typedef struct kw_server_opts {
     int max_client_connections;   /* open connections per client address; 0 = unlimited */
     int max_connections;          /* open connections in all; more are closed at once (0 = default) */
     int http_threads;
+    uint64_t request_memory_bytes;/* what one HTTP thread may hold handling a request (0 = default) */
     const char *chat_template;    /* --chat-template NAME|FILE or NULL */
     const char *model_alias;      /* id in /v1/models (default: the engine's) */
     const char *config_json;      /* GET /v1/config body (the effective settings) */

@@ -53,6 +53,9 @@ static void usage(FILE *f) {
         "  --overhead B               fixed process overhead (default: measured baseline + 16MiB)\n"
         "  --max-connections N        serve's open HTTP connections, each 68 KiB of the budget (default 128)\n"
         "  --max-body B               serve's request-body allowance, also in the budget (default 16MiB)\n"
+        "  --http-threads N           serve's HTTP threads (default 2); each may hold --request-memory\n"
+        "  --request-memory B         what serve lets one HTTP thread hold while it parses, renders and\n"
+        "                             tokenizes a request, in the budget per thread (default 16MiB)\n"
         "  --json                     machine-readable output (schema kvwise.plan/1, docs/PLAN.md)\n"
         "Sizes accept 4GiB, 512MB, 1.5G or plain bytes.\n");
 }
@@ -136,6 +139,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         else if (!strcmp(f, "--overhead")) { NEED(); if (parse_size(v, f, &a->o.overhead)) return 2; }
         else if (!strcmp(f, "--ctx") || !strcmp(f, "--ctx-size") || !strcmp(f, "-c")) { NEED(); if (parse_int(v, f, 1, 1 << 24, &a->o.ctx)) return 2; }
         else if (!strcmp(f, "--max-body")) { NEED(); if (parse_size(v, f, &a->o.max_body)) return 2; if (!a->o.max_body) { fprintf(stderr, "kvwise plan: --max-body must be > 0\n"); return 2; } }
+        else if (!strcmp(f, "--request-memory")) { NEED(); if (parse_size(v, f, &a->o.request_memory)) return 2; if (!a->o.request_memory) { fprintf(stderr, "kvwise plan: --request-memory must be > 0\n"); return 2; } }
+        else if (!strcmp(f, "--http-threads")) { NEED(); if (parse_int(v, f, 1, 64, &a->o.http_threads)) return 2; }
         else if (!strcmp(f, "--max-connections")) { NEED(); if (parse_int(v, f, 1, 100000, &a->o.max_connections)) return 2; }
         else if (!strcmp(f, "--concurrency") || !strcmp(f, "--decode-concurrency")) { NEED(); if (parse_int(v, f, 1, 4096, &a->o.concurrency)) return 2; }
         else if (!strcmp(f, "--prompt-concurrency")) { NEED(); if (parse_int(v, f, 1, 256, &a->o.prompt_concurrency)) return 2; }

@@ -78,7 +78,12 @@ static void usage(FILE *f) {
         "                           closed at once (default 128: every decode slot + a full queue + some\n"
         "                           idle keep-alive). Each may hold 68 KiB (its 64 KiB buffer pool), so\n"
         "                           N x 68 KiB + --max-body is a line of --memory-limit (\"HTTP connections\")\n"
-        "  --http-threads N         HTTP I/O threads (default 2)\n"
+        "  --http-threads N         HTTP I/O threads (default 2); each parses, renders and tokenizes the\n"
+        "                           requests it reads\n"
+        "  --request-memory B       what one HTTP thread may hold handling a request: its JSON tree, the\n"
+        "                           chat template's context and output, the tokenizer's tables (default\n"
+        "                           16MiB; more gets 413 request_too_large). --http-threads x B is part\n"
+        "                           of the \"HTTP connections\" line of --memory-limit\n"
         "model and context:\n"
         "  -m, --model PATH         GGUF model file\n"
         "  --alias NAME             model id reported by /v1/models and in responses\n"
@@ -167,6 +172,7 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddNumberToObject(c, "connection_bytes", (double)KW_SERVER_CONN_BYTES);
     cJSON_AddNumberToObject(c, "connection_shed_margin", KW_SERVER_SHED_MARGIN);
     cJSON_AddNumberToObject(c, "http_threads", o->http_threads);
+    cJSON_AddNumberToObject(c, "request_memory_bytes", (double)o->request_memory);
     cJSON_AddNumberToObject(c, "ctx_size", e->n_ctx);
     cJSON_AddNumberToObject(c, "decode_concurrency", o->decode_conc < e->n_slots ? o->decode_conc : e->n_slots);
     cJSON_AddNumberToObject(c, "prompt_concurrency", o->prompt_conc);
@@ -260,6 +266,8 @@ static int plan_memory(const serve_opts *o, const kw_ledger *led, kw_plan *p, kw
     po.overhead = kw_ledger_line(led, KW_LEDGER_OVERHEAD);
     po.max_connections = o->max_conns;
     po.max_body = o->max_body;
+    po.http_threads = o->http_threads;
+    po.request_memory = o->request_memory;
     if (kw_plan_compute(&m, &po, p, err) < 0) return -1;
     kw_plan_serve_opts f = {.kv_blocks = o->kv_blocks, .cache_seqs = o->cache_size, .cache_bytes = o->cache_bytes};
     return kw_plan_serve_sizing(p, &f, sz, err);
@@ -304,7 +312,8 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
     }
     kw_ledger *led = kw_ledger_create(o->memory_limit);
     if (!led) { kw_err_set(err, "out of memory"); return NULL; }
-    uint64_t overhead = kw_plan_measured_overhead(), conns = kw_plan_connections_bytes(o->max_conns, o->max_body);
+    uint64_t overhead = kw_plan_measured_overhead(), conns = kw_plan_connections_bytes(o->max_conns, o->max_body, o->http_threads,
+                                                                                         o->request_memory);
     if (kw_ledger_set(led, KW_LEDGER_OVERHEAD, overhead, NULL) < 0) {
         kw_plan_limit_error(err, o->memory_limit, NULL, 0, "the fixed overhead (process, libraries, server)", overhead);
         kw_ledger_destroy(led);
@@ -312,8 +321,11 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
     }
     if (kw_ledger_set(led, KW_LEDGER_CONNECTIONS, conns, NULL) < 0) {
         char what[200], body[32];
-        snprintf(what, sizeof what, "the HTTP connections (--max-connections %d x %llu bytes + --max-body %s)",
-                 o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES, kw_format_bytes(o->max_body, body, sizeof body));
+        char rq[32];
+        snprintf(what, sizeof what, "the HTTP connections (--max-connections %d x %llu bytes + --max-body %s + "
+                 "--http-threads %d x --request-memory %s)", o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES,
+                 kw_format_bytes(o->max_body, body, sizeof body), o->http_threads,
+                 kw_format_bytes(o->request_memory, rq, sizeof rq));
         kw_plan_limit_error(err, o->memory_limit, "the fixed overhead", overhead, what, conns);
         kw_ledger_destroy(led);
         return NULL;
@@ -539,7 +551,7 @@ int cmd_serve(int argc, char **argv) {
     kw_ledger *led = make_ledger(&o, &err);
     if (!led) { fprintf(stderr, "kvwise serve: %s\n", err.msg); return 1; }
     kw_server_opts so = {.host = o.host, .port = o.port, .api_key = o.api_key, .allowed_origins = o.origins,
-                         .max_body_bytes = o.max_body, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
+                         .max_body_bytes = o.max_body, .request_memory_bytes = o.request_memory, .timeout_s = o.timeout_s, .http_threads = o.http_threads,
                          .header_timeout_s = o.header_timeout_s, .body_timeout_s = o.body_timeout_s,
                          .allowed_hosts = o.allowed_hosts,
                          .max_client_connections = o.max_client_conns, .max_connections = o.max_conns,

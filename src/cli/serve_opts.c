@@ -36,6 +36,7 @@ static const opt table[] = {
     {{"max-client-connections", NULL, "max_client_connections", false}, K_INT, OFF(max_client_conns), 0, 100000},
     {{"max-connections", NULL, "max_connections", false}, K_INT, OFF(max_conns), 1, 100000},
     {{"http-threads", NULL, "http_threads", false}, K_INT, OFF(http_threads), 1, 64},
+    {{"request-memory", NULL, "request_memory_bytes", false}, K_BYTES, OFF(request_memory), 1, 0},
     {{"alias", NULL, "model_id", false}, K_STR, OFF(alias), 0, 0},
     {{"ctx-size", "-c", "ctx_size", false}, K_INT, OFF(ctx_size), 0, 1 << 24},
     {{"chat-template", NULL, "chat_template", false}, K_STR, OFF(chat_template), 0, 0},
@@ -72,6 +73,7 @@ static void set_defaults(serve_opts *o) {
                       .header_timeout_s = KW_SERVER_DEFAULT_HEADER_TIMEOUT, .body_timeout_s = KW_SERVER_DEFAULT_BODY_TIMEOUT,
                       .max_client_conns = -1, .max_conns = KW_SERVER_DEFAULT_MAX_CONNECTIONS,
                       .http_threads = 2, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
+                      .request_memory = KW_SERVER_DEFAULT_REQUEST_MEMORY,
                       .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};
 }
 

@@ -26,6 +26,7 @@ typedef struct serve_opts {
     int max_client_conns;       /* -1 = default: unlimited on loopback, 64 elsewhere */
     int max_conns;              /* open HTTP connections in all (a ledger line) */
     uint64_t max_body;
+    uint64_t request_memory;    /* per HTTP thread: the JSON tree, template and tokenizer work of a request */
     bool mlock, quiet_progress;
     /* memory (docs/MEMORY.md) */
     uint64_t memory_limit;      /* 0 = default: MemAvailable at start minus a reserve */

@@ -1059,6 +1059,15 @@ void kw_grammar_free(kw_grammar *g) {
     kw_mem_free(g);
 }
 
+size_t kw_grammar_bytes(const kw_grammar *g) {
+    const void *parts[] = {g, g->trans, g->st_rule, g->st_flags, g->st_ref_off, g->st_ref_n, g->refs, g->st_slot,
+                           g->rule_start, g->rule_min, g->rule_max, g->rule_loop, g->rule_nullable, g->rule_follow,
+                           g->names, g->rule_name};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) n += kw_mem_size(parts[i]);
+    return n;
+}
+
 uint32_t kw_grammar_n_rules(const kw_grammar *g) { return g->n_rules; }
 uint32_t kw_grammar_n_states(const kw_grammar *g) { return g->n_states; }
 

@@ -54,7 +54,7 @@ size_t kw_grammar_index_bytes(const kw_grammar_index *ix) {
 
 /* ---------- per-vocab slot cache ---------- */
 
-#define GV_CACHE_BYTES ((size_t)64 << 20)
+#define GV_CACHE_BYTES KW_GRAMMAR_VOCAB_CACHE_BYTES
 
 typedef struct ce {
     uint64_t h;

@@ -22,6 +22,13 @@ void kw_grammar_vocab_free(kw_grammar_vocab *v) {
 
 int32_t kw_grammar_vocab_size(const kw_grammar_vocab *v) { return v->n; }
 
+size_t kw_grammar_vocab_bytes(const kw_grammar_vocab *v) {
+    const void *parts[] = {v, v->kind, v->off, v->len, v->bytes, v->tb, v->td, v->te, v->tt, v->same_next, v->eog};
+    size_t n = KW_GRAMMAR_VOCAB_CACHE_BYTES;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) n += kw_mem_size(parts[i]);
+    return n;
+}
+
 const char *kw_grammar_vocab_token(const kw_grammar_vocab *v, int32_t id, uint32_t *len) {
     if (id < 0 || id >= v->n) { *len = 0; return ""; }
     *len = v->len[id];

@@ -35,6 +35,8 @@ void kw_plan_opts_default(kw_plan_opts *o) {
     o->overhead = UINT64_MAX;
     o->max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
     o->max_body = KW_SERVER_DEFAULT_MAX_BODY;
+    o->http_threads = KW_SERVER_DEFAULT_HTTP_THREADS;
+    o->request_memory = KW_SERVER_DEFAULT_REQUEST_MEMORY;
 }
 
 uint64_t kw_plan_default_memory_limit(uint64_t ram, bool measured, uint64_t reserve, uint64_t *reserve_out) {
@@ -55,11 +57,14 @@ uint64_t kw_plan_measured_overhead(void) {
     return kw_ledger_baseline_bytes() + KW_PLAN_SERVER_ALLOWANCE;
 }
 
-uint64_t kw_plan_connections_bytes(int32_t n, uint64_t max_body) {
+uint64_t kw_plan_connections_bytes(int32_t n, uint64_t max_body, int32_t http_threads, uint64_t request_memory) {
     if (n <= 0) n = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
     if (max_body == 0) max_body = KW_SERVER_DEFAULT_MAX_BODY;
+    if (http_threads <= 0) http_threads = KW_SERVER_DEFAULT_HTTP_THREADS;
+    if (request_memory == 0) request_memory = KW_SERVER_DEFAULT_REQUEST_MEMORY;
     /* + the places lent to new connections while shed ones close (server.h) */
-    return sat_add(sat_mul((uint64_t)n + KW_SERVER_SHED_MARGIN, KW_SERVER_CONN_BYTES), max_body);
+    return sat_add(sat_add(sat_mul((uint64_t)n + KW_SERVER_SHED_MARGIN, KW_SERVER_CONN_BYTES), max_body),
+                   sat_mul((uint64_t)http_threads, request_memory));
 }
 
 uint64_t kw_plan_kv_bytes_per_token(const kw_plan_model *m, uint32_t kv_type) {
@@ -159,6 +164,9 @@ static int check_opts(const kw_plan_model *m, kw_plan_opts *o, kw_err *err) {
     if (o->ctx < 1 || o->ctx > KW_PLAN_MAX_CTX) return kw_err_set(err, "plan: --ctx must be 1..%d (got %d)", KW_PLAN_MAX_CTX, o->ctx);
     if (o->max_connections == 0) o->max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
     if (o->max_body == 0) o->max_body = KW_SERVER_DEFAULT_MAX_BODY;
+    if (o->http_threads == 0) o->http_threads = KW_SERVER_DEFAULT_HTTP_THREADS;
+    if (o->request_memory == 0) o->request_memory = KW_SERVER_DEFAULT_REQUEST_MEMORY;
+    if (o->http_threads < 1 || o->http_threads > 64) return kw_err_set(err, "plan: --http-threads must be 1..64 (got %d)", o->http_threads);
     if (o->max_connections < 1 || o->max_connections > 100000)
         return kw_err_set(err, "plan: --max-connections must be 1..100000 (got %d)", o->max_connections);
     if (o->concurrency < 1 || o->concurrency > 4096) return kw_err_set(err, "plan: --concurrency must be 1..4096 (got %d)", o->concurrency);
@@ -317,7 +325,7 @@ int kw_plan_compute(const kw_plan_model *m, const kw_plan_opts *opts, kw_plan *p
     p->weights = m->resident_bytes;
     p->tokenizer = m->tokenizer_bytes;
     p->overhead = o->overhead == UINT64_MAX ? KW_PLAN_DEFAULT_OVERHEAD : o->overhead;
-    p->connections = kw_plan_connections_bytes(o->max_connections, o->max_body);
+    p->connections = kw_plan_connections_bytes(o->max_connections, o->max_body, o->http_threads, o->request_memory);
     p->live_kv = sat_mul((uint64_t)o->concurrency, p->seq_bytes);
     p->fixed = sat_add(sat_add(sat_add(p->weights, p->workspace_bytes), sat_add(p->tokenizer, p->overhead)),
                        p->connections);

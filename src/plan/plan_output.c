@@ -61,7 +61,11 @@ void kw_plan_serve_line(const kw_plan *p, const char *model_path, char *buf, siz
     if (n >= 0 && (size_t)n < cap && o->max_connections != KW_SERVER_DEFAULT_MAX_CONNECTIONS)
         n += snprintf(buf + n, cap - (size_t)n, " --max-connections %d", o->max_connections);
     if (n >= 0 && (size_t)n < cap && o->max_body != KW_SERVER_DEFAULT_MAX_BODY)
-        snprintf(buf + n, cap - (size_t)n, " --max-body %" PRIu64, o->max_body);
+        n += snprintf(buf + n, cap - (size_t)n, " --max-body %" PRIu64, o->max_body);
+    if (n >= 0 && (size_t)n < cap && o->http_threads != KW_SERVER_DEFAULT_HTTP_THREADS)
+        n += snprintf(buf + n, cap - (size_t)n, " --http-threads %d", o->http_threads);
+    if (n >= 0 && (size_t)n < cap && o->request_memory != KW_SERVER_DEFAULT_REQUEST_MEMORY)
+        snprintf(buf + n, cap - (size_t)n, " --request-memory %" PRIu64, o->request_memory);
 }
 
 int kw_plan_fill_ledger(const kw_plan *p, kw_ledger *l, kw_err *err) {
@@ -149,7 +153,7 @@ static void print_budget(const kw_plan_model *m, const kw_plan *p, FILE *out) {
         {"prefill workspace", p->workspace_bytes},
         {m->tokenizer_measured ? "tokenizer (measured)" : "tokenizer (estimate)", p->tokenizer},
         {"fixed overhead (process, libraries, server)", p->overhead},
-        {"HTTP connections (max x 68 KiB + bodies)", p->connections},
+        {"HTTP connections (max x 68 KiB + bodies + requests)", p->connections},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         fprintf(out, "  %-46s %12s\n", rows[i].what, kw_format_bytes(rows[i].v, a, sizeof a));
@@ -299,6 +303,8 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(jb, "connections", (double)p->connections);
     num(jb, "max_connections", (double)p->o.max_connections);
     num(jb, "max_body", (double)p->o.max_body);
+    num(jb, "http_threads", (double)p->o.http_threads);
+    num(jb, "request_memory", (double)p->o.request_memory);
     num(jb, "live_kv", (double)p->live_kv);
     num(jb, "fixed", (double)p->fixed);
     num(jb, "needed", (double)p->needed);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "kvwise/grammar.h"
 #include "kvwise/memory.h"
 #include "kvwise/sched.h"
 #include "kvwise/testctl.h"
@@ -32,6 +33,13 @@
 /* SEQ_COMMIT: finished (the request is gone), its last token still to be
  * fed so that the KV handed to the prompt cache covers every token. */
 typedef enum { SEQ_FREE = 0, SEQ_PREFILL, SEQ_DECODE, SEQ_COMMIT } seq_state;
+
+/* Where a sequence with a grammar is: under the mask, inside a think block
+ * (unconstrained until "</think>"), or at the first token of an answer that
+ * may open one. */
+enum { GPH_ON = 0, GPH_THINK, GPH_MAYBE };
+#define THINK_END "</think>"
+#define THINK_END_LEN 8
 
 typedef struct seq {
     seq_state st;
@@ -47,6 +55,8 @@ typedef struct seq {
     bool scripted_end;                         /* a plugged-in test sampler gave its last token */
     kw_reject_reason fail;                     /* an ERROR end caused by memory: KW_REJECT_NOMEM */
     double t_admit, t_first, t_last;           /* monotonic: admitted, first and latest token */
+    int gphase;                                /* GPH_* (a request with a grammar) */
+    char gtail[THINK_END_LEN]; int32_t n_gtail;/* GPH_THINK: the last bytes, for a "</think>" split over tokens */
 } seq;
 
 struct kw_sched {
@@ -65,6 +75,7 @@ struct kw_sched {
     int32_t *b_tok, *b_pos, *b_slot;
     bool *b_want;
     float *logits;
+    uint32_t *gmask;            /* one grammar mask, (n_vocab + 31) / 32 words */
     char *piece;
     kw_sched_stats st;          /* engine thread's own counters */
     kw_sched_stats pub;         /* a copy published under mu after every step */
@@ -209,6 +220,59 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
     q->st = SEQ_DECODE;
 }
 
+/* The grammar's mask applied to row (plus the "<think>" token where an
+ * answer may open a think block). -1 when the sequence was ended (stuck). */
+static int grammar_mask(kw_sched *s, seq *q, float *row) {
+    kw_sched_req *r = q->r;
+    kw_err err = {{0}};
+    int32_t n = kw_grammar_mask(r->grammar, s->gmask, &err);
+    if (n <= 0) {
+        char msg[sizeof err.msg + 16];
+        snprintf(msg, sizeof msg, "grammar: %s", n < 0 ? err.msg : "no token can continue the output");
+        seq_finish(s, (int32_t)(q - s->seqs), KW_FINISH_ERROR, msg);
+        return -1;
+    }
+    if (q->gphase == GPH_MAYBE && r->think_tok >= 0 && r->think_tok < s->e->n_vocab)
+        s->gmask[(uint32_t)r->think_tok >> 5] |= 1u << ((uint32_t)r->think_tok & 31);
+    kw_grammar_mask_apply(s->gmask, row, s->e->n_vocab);
+    return 0;
+}
+
+/* Token id into the grammar's state: accepted under the mask, or scanned
+ * for the end of the think block. *complete: nothing may follow. -1 when the
+ * matcher refuses it (the mask let through a token past a run-time limit). */
+static int grammar_advance(kw_sched *s, seq *q, int32_t id, bool *complete) {
+    kw_sched_req *r = q->r;
+    kw_err err = {{0}};
+    if (q->gphase == GPH_MAYBE) q->gphase = id == r->think_tok ? GPH_THINK : GPH_ON;
+    if (q->gphase == GPH_ON) {
+        if (kw_grammar_accept_token(r->grammar, id, &err) < 0) return -1;
+        *complete = kw_grammar_is_complete(r->grammar);
+        return 0;
+    }
+    /* GPH_THINK: look for "</think>" across the token boundary */
+    char buf[THINK_END_LEN + 272];
+    memcpy(buf, q->gtail, (size_t)q->n_gtail);
+    size_t n = s->e->piece(s->e, id, buf + q->n_gtail, 256, true);
+    if (n > 256) n = 256;
+    n += (size_t)q->n_gtail;
+    char *hit = NULL;
+    for (size_t i = 0; i + THINK_END_LEN <= n && !hit; i++)
+        if (!memcmp(buf + i, THINK_END, THINK_END_LEN)) hit = buf + i;
+    if (!hit) {
+        size_t keep = n < THINK_END_LEN - 1 ? n : THINK_END_LEN - 1;
+        memmove(q->gtail, buf + n - keep, keep);
+        q->n_gtail = (int32_t)keep;
+        return 0;
+    }
+    q->gphase = GPH_ON;
+    const char *rest = hit + THINK_END_LEN, *end = buf + n;
+    while (rest < end && (*rest == ' ' || *rest == '\n' || *rest == '\r' || *rest == '\t')) rest++;
+    if (rest < end && kw_grammar_accept_bytes(r->grammar, rest, (size_t)(end - rest), &err) < 0) return -1;
+    *complete = kw_grammar_is_complete(r->grammar);
+    return 0;
+}
+
 static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     seq *q = &s->seqs[slot];
     kw_sched_req *r = q->r;
@@ -216,13 +280,26 @@ static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     int32_t scripted = kw_testctl_sample(r, q->n_gen, &q->scripted_end);
     if (scripted == KW_TEST_SAMPLE_END) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     if (scripted >= 0) { seq_accept(s, slot, scripted); return; }
+    double tg = 0;
+    if (r->grammar && q->gphase != GPH_THINK) {
+        tg = now_s();
+        if (grammar_mask(s, q, row) < 0) return;
+    }
     kw_tok_logprob *lp = r->logprobs ? seq_new_lp(q) : NULL;
     /* the one sampler (sampler.h); OpenAI penalties count the generated tokens only */
     kw_sampler_params sp = {.temp = r->sp.temperature, .top_k = r->sp.top_k, .top_p = r->sp.top_p,
                             .min_p = r->sp.min_p, .repeat_penalty = 1.0f,
                             .presence_penalty = r->sp.presence_penalty, .frequency_penalty = r->sp.frequency_penalty};
     int32_t id = kw_sample(row, s->e->n_vocab, &sp, q->toks + q->n_prompt, q->n_gen, &q->rng, r->top_logprobs, lp);
+    bool complete = false;
+    if (r->grammar) {
+        int rc = grammar_advance(s, q, id, &complete);
+        if (tg > 0) { s->st.grammar_tokens++; s->st.grammar_seconds += now_s() - tg; }
+        if (rc < 0) { seq_finish(s, slot, KW_FINISH_ERROR, "grammar: the sampled token does not continue the output"); return; }
+    }
     seq_accept(s, slot, id);
+    /* the grammar admits nothing more: the answer is whole, end it as an EOG would */
+    if (complete && q->st == SEQ_DECODE && q->r == r) seq_finish(s, slot, KW_FINISH_STOP, NULL);
 }
 
 /* ---- admission ---------------------------------------------------------- */
@@ -420,6 +497,7 @@ static void admit_waiting(kw_sched *s) {
         q->rng = r->sp.has_seed ? r->sp.seed : (uint64_t)now_s() * 1000003u ^ r->id * 0x9E3779B97F4A7C15ull;
         q->row = -1;
         q->t_admit = now_s();
+        q->gphase = r->grammar_think == KW_GTHINK_OPEN ? GPH_THINK : r->grammar_think == KW_GTHINK_MAYBE ? GPH_MAYBE : GPH_ON;
         kw_textout_init(&q->tx, (const char *const *)r->stop, r->n_stop);
         for (int32_t i = 0; i < r->n_prompt; i++) seq_push_tok(q, r->prompt[i]);
         if (q->n_toks != r->n_prompt) { seq_finish(s, slot, KW_FINISH_ERROR, "out of memory"); continue; }
@@ -583,6 +661,7 @@ static void sched_free(kw_sched *s) {
     free(s->seqs);
     free(s->b_tok); free(s->b_pos); free(s->b_slot); free(s->b_want);
     kw_mem_free(s->logits);
+    free(s->gmask);
     free(s->piece);
     free(s->pub_run);
     pthread_mutex_destroy(&s->mu);
@@ -610,9 +689,10 @@ kw_sched *kw_sched_start(kw_engine *e, const kw_sched_opts *o, kw_err *err) {
     s->b_slot = malloc(sizeof(int32_t) * mb);
     s->b_want = malloc(sizeof(bool) * mb);
     s->piece = malloc(272);
+    s->gmask = malloc(sizeof(uint32_t) * (((size_t)e->n_vocab + 31) / 32));
     s->pub_run = calloc((size_t)s->n_slots, sizeof *s->pub_run);
     s->logits = kw_mem_alloc(KW_MEM_WORKSPACE, sizeof(float) * (size_t)rows * (size_t)e->n_vocab);
-    if (!s->seqs || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_want || !s->piece || !s->logits || !s->pub_run) {
+    if (!s->seqs || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_want || !s->piece || !s->logits || !s->pub_run || !s->gmask) {
         sched_free(s);
         kw_err_set(err, "scheduler: out of memory for %d logits rows", rows);
         return NULL;

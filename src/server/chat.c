@@ -211,6 +211,7 @@ kw_job *kw_job_new(struct kw_server *srv, kw_engine *eng, const kw_api *api, con
     j->srv = srv;
     j->api = api;
     j->req.client_fd = -1;
+    j->req.think_tok = -1;
     j->req.user = eng;
     j->created = (long)time(NULL);
     j->t_start = mono_now();
@@ -223,6 +224,7 @@ kw_job *kw_job_new(struct kw_server *srv, kw_engine *eng, const kw_api *api, con
 void kw_job_free(kw_job *j) {
     if (!j) return;
     free(j->req.prompt);
+    kw_job_grammar_free(j);
     for (int i = 0; i < KW_SCHED_MAX_STOP; i++) free(j->stop_store[i]);
     kw_sbuf_free(&j->out);
     kw_sbuf_free(&j->text);
@@ -496,6 +498,37 @@ static void set_cache_key(kw_job *j, const cJSON *root) {
     j->cache_key[o] = 0;
 }
 
+/* The "<think>" token when the vocab has it as one token, else -1. */
+static int32_t think_token(kw_engine *eng) {
+    int32_t *ids = NULL, id = -1;
+    size_t n = 0;
+    kw_err err = {{0}};
+    if (eng->tokenize(eng, "<think>", 7, false, 1, &ids, &n, &err) == 0 && n == 1) id = ids[0];
+    free(ids);
+    return id;
+}
+
+/* The answer's grammar (response_format / grammar, kw_job_parse_format) and
+ * where it starts: after the think block the prompt opened, or after one
+ * the answer may open when the template thinks; else at the first token. */
+static int output_grammar(kw_job *j, const cJSON *root, kw_engine *eng, const char *prompt, int choice,
+                          kw_http_error *e) {
+    if (kw_job_parse_format(j, root, e) < 0) return -1;
+    if (!j->req.grammar) return 0;
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 && choice != TC_NONE)
+        return kw_http_error_set(e, 400, "response_format", "unsupported_value",
+                                 "an output grammar (response_format / grammar) together with tools is not supported; "
+                                 "set tool_choice to \"none\" or drop the tools");
+    if (kw_toolparse_prompt_opens_think(prompt)) {
+        j->req.grammar_think = KW_GTHINK_OPEN;
+    } else if (strstr(prompt, "<think>") || (eng->chat_template && strstr(eng->chat_template, "<think>"))) {
+        j->req.think_tok = think_token(eng);
+        if (j->req.think_tok >= 0) j->req.grammar_think = KW_GTHINK_MAYBE;
+    }
+    return 0;
+}
+
 int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_engine *eng, kw_http_error *e) {
     int choice;
     const char *named;
@@ -534,12 +567,13 @@ int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_eng
         free(text); free(prefill); free(ids);
         return kw_http_error_set(e, 500, NULL, NULL, "out of memory");
     }
-    free(text);
-    free(prefill);
-    if (rc < 0) return kw_openai_error_400_or_oom(e, "messages", err.msg);
+    if (rc < 0) { free(text); free(prefill); return kw_openai_error_400_or_oom(e, "messages", err.msg); }
     j->req.prompt = ids;
     j->req.n_prompt = (int32_t)n_ids;
-    return 0;
+    rc = output_grammar(j, root, eng, text, choice, e);
+    free(text);
+    free(prefill);
+    return rc;
 }
 
 int kw_job_check(kw_job *j, const cJSON *root, kw_engine *eng, const char *param, kw_http_error *e) {

@@ -126,6 +126,7 @@ struct kw_job {
     int32_t reasoning_tokens;   /* deltas that went to the reasoning (kw_job_reasoning_tokens) */
     double t_start;             /* Ollama durations: when the job was made (monotonic s) */
     double t_admitted, t_first; /* ... when it got a slot, when the first token came */
+    struct gc_entry *gent;      /* structured outputs: the cached grammar req.grammar runs on (grammar_req.c) */
 };
 
 
@@ -150,6 +151,8 @@ int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_eng
  * with 400 context_length_exceeded (prompt_bound.c). 0 or -1 + e. */
 int kw_prompt_bytes_check(const kw_engine *eng, size_t bytes, const char *param, kw_http_error *e);
 int kw_chat_messages_check(const kw_engine *eng, const cJSON *root, kw_http_error *e);
+/* An upper bound of the bytes a cJSON tree of this body holds (prompt_bound.c). */
+uint64_t kw_json_tree_bound(const char *body, size_t len);
 /* After the prompt is set: the test replay, then empty / context / memory checks
  * (param names the prompt's field in errors). -1 + e. */
 int kw_job_check(kw_job *j, const cJSON *root, kw_engine *eng, const char *param, kw_http_error *e);
@@ -208,6 +211,42 @@ char *kw_ollama_version_json(void);
 char *kw_ollama_tags_json(const char *model_id, const char *model_path, long created);
 char *kw_ollama_show_json(const char *model_id, const char *model_path, const char *chat_template,
                           int32_t n_ctx, const char *body, size_t len, kw_http_error *e);
+
+/* ---- structured outputs (grammar_req.c) ------------------------------------- */
+
+/* The server's cache of compiled grammars and their vocab indexes (one per
+ * engine), memory on the ledger's grammar line. */
+typedef struct kw_gcache kw_gcache;
+typedef struct kw_gcache_stats {
+    uint64_t compiles, hits, refused, evictions;
+    double compile_seconds;     /* compiling and indexing, all compiles */
+    int entries;
+    uint64_t bytes;             /* vocab + entries, as reserved */
+} kw_gcache_stats;
+kw_gcache *kw_gcache_new(kw_engine *eng, struct kw_ledger *led);
+void kw_gcache_free(kw_gcache *c);
+kw_gcache_stats kw_gcache_get_stats(kw_gcache *c);
+struct gc_entry;
+void kw_gcache_release(kw_gcache *c, struct gc_entry *e);
+/* The server's grammar cache (NULL before an engine is attached). */
+kw_gcache *kw_server_gcache(struct kw_server *s);
+
+enum { KW_GK_JSON_SCHEMA = 0, KW_GK_JSON_OBJECT, KW_GK_GBNF, KW_GK_REGEX, KW_GK_LARK };
+/* Constrains j's answer by a grammar of kind KW_GK_* compiled from text
+ * (cached): j->req.grammar gets a fresh matcher. param names the request
+ * field in errors: 400 with the compiler's message (which names the
+ * unsupported feature or the limit hit), 503 out_of_memory when the budget
+ * has no room. 0 or -1 + e. */
+int kw_job_set_grammar(kw_job *j, int kind, const char *text, size_t len, bool strict, const char *param,
+                       kw_http_error *e);
+/* The same from a JSON Schema (cJSON; NULL: any JSON value) and an optional strict flag. */
+int kw_job_set_schema(kw_job *j, const cJSON *schema, const cJSON *strict, const char *param, kw_http_error *e);
+/* The canonical request's `response_format` ({type: text | json_object |
+ * json_schema, json_schema: {schema, strict}}) or `grammar` (GBNF text). 0
+ * when neither asks for a grammar. */
+int kw_job_parse_format(kw_job *j, const cJSON *root, kw_http_error *e);
+/* Frees the matcher and drops the cache reference (kw_job_free). */
+void kw_job_grammar_free(kw_job *j);
 
 #ifdef KW_TESTCTL
 /* serve --test-replay (replay_testctl.c): sets j's scripted output from the

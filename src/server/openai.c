@@ -5,7 +5,8 @@
  * SSE chunks (content, reasoning_content and tool_calls deltas, usage with
  * cached_tokens) or the final JSON, errors as {"error":{...}}, the
  * scheduler's refusal reasons as HTTP statuses (kw_openai_reason_status).
- * Unknown fields are ignored. */
+ * response_format and grammar constrain the answer (grammar_req.c), chat
+ * and completions alike. Unknown fields are ignored. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +176,7 @@ kw_job *kw_openai_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
         if (completion_prompt(root, eng, &ids, &n_ids, e) < 0) goto fail;
         j->req.prompt = ids;
         j->req.n_prompt = (int32_t)n_ids;
+        if (kw_job_parse_format(j, root, e) < 0) goto fail;
     }
     if (kw_job_check(j, root, eng, chat ? "messages" : "prompt", e) < 0) goto fail;
     if (!j->stream) {

@@ -5,7 +5,8 @@
  * handling"). A text of len bytes makes at least len / max_token_text tokens
  * (the engine's bound); a message renders to at least one token in every
  * chat format. Owns kw_prompt_bytes_check and kw_chat_messages_check
- * (internal.h). */
+ * (internal.h), and kw_json_tree_bound: what parsing a body will hold, charged
+ * to the thread's request budget before the parse (server.c). */
 #include <stdio.h>
 #include <string.h>
 #include "internal.h"
@@ -63,4 +64,23 @@ int kw_chat_messages_check(const kw_engine *eng, const cJSON *root, kw_http_erro
         return too_long(e, eng, "messages", what);
     }
     return kw_prompt_bytes_check(eng, bytes, "messages", e);
+}
+
+/* cJSON holds one node (64 bytes + the allocator's 16) per value and a copy
+ * of every key and string (their bytes, + 16 each): per value at most 64 + 16
+ * + 2 x 16 bytes besides the body's own bytes. Values are at most the commas
+ * + the containers opened + 1 (each comma separates two, each container
+ * holds its members); one pass over the body, strings skipped. */
+uint64_t kw_json_tree_bound(const char *body, size_t len) {
+    uint64_t values = 1;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = body[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = false;
+        } else if (ch == '"') in_str = true;
+        else if (ch == ',' || ch == '{' || ch == '[') values++;
+    }
+    return values * (64 + 16 + 2 * 16) + len;
 }

@@ -28,6 +28,7 @@
 #include "internal.h"
 #include "ui.h"
 #include "kvwise/footprint.h"
+#include "kvwise/memory.h"
 #include "kvwise/ledger.h"
 #include "kvwise/memview.h"
 #include "kvwise/testctl.h"
@@ -54,6 +55,7 @@ struct kw_server {
     uint64_t body_bytes;          /* request-body buffers held, at most o.max_body_bytes (atomic) */
     long started;
     kw_history *hist;             /* the budget over time (GET /v1/memory/history), or NULL */
+    kw_gcache *gcache;            /* compiled grammars for structured outputs (set with the engine) */
     void (*on_reload)(void *ctx); /* SIGHUP: kw_server_on_reload (run by kw_server_wait) */
     void *reload_ctx;
 #ifdef KW_TESTCTL
@@ -76,6 +78,7 @@ typedef struct conn {
     bool draining;                /* answered 413 already: the rest of the body is read and dropped */
     uint64_t drained;             /* body bytes dropped so far */
     size_t body_reserved;         /* bytes of the ledger's connections line held for the body */
+    uint64_t req_mem_peak;        /* most bytes its handling held in the thread's budget (the request log) */
     int phase;                    /* 0 reading, 1 waiting for the engine, 2 answered */
     kw_job *j;
     double t0;
@@ -343,6 +346,29 @@ static kw_job *parse_route(kw_server *s, conn *c, char **now, kw_http_error *e) 
     }
 }
 
+/* parse_route under this thread's request budget (--request-memory, memory.h):
+ * the JSON tree (its bound charged up front, kw_json_tree_bound), the
+ * template's arena and the tokenizer's tables count against it, so one
+ * request's handling never holds more than the ledger reserved for its
+ * thread. Past it: 413 naming the setting. */
+static kw_job *parse_in_budget(kw_server *s, conn *c, char **now, kw_http_error *e) {
+    kw_mem_budget_open(s->o.request_memory_bytes);
+    uint64_t tree = kw_json_tree_bound(c->body.p ? c->body.p : "", c->body.len), gen;
+    kw_job *j = kw_mem_budget_take(tree, &gen) == 0 ? parse_route(s, c, now, e) : NULL;
+    kw_mem_budget_stats st;
+    kw_mem_budget_close(&st);
+    c->req_mem_peak = st.peak ? st.peak : tree;
+    if (!j && !*now && st.exceeded) {
+        char cap[32], need[32];
+        *e = (kw_http_error){0};
+        kw_http_error_set(e, 413, NULL, "request_too_large",
+                          "handling this request needs more than the %s one HTTP thread may use for it (--request-memory; "
+                          "its JSON alone takes about %s): send a smaller body, or raise --request-memory",
+                          kw_format_bytes(st.cap, cap, sizeof cap), kw_format_bytes(tree, need, sizeof need));
+    }
+    return j;
+}
+
 static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc, conn *c) {
     kw_http_error e = {0};
     const kw_api *api = route_api(c->rt);
@@ -355,7 +381,7 @@ static enum MHD_Result start_generation(kw_server *s, struct MHD_Connection *mc,
     __atomic_add_fetch(&s->n_requests, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->n_api[c->rt == R_COUNT_TOKENS ? KW_API_COUNT_TOKENS : api->index], 1, __ATOMIC_RELAXED);
     char *now = NULL;
-    kw_job *j = parse_route(s, c, &now, &e);
+    kw_job *j = parse_in_budget(s, c, &now, &e);
     body_release(s, c);               /* parsed or refused: its bytes go back to the bodies' allowance now,
                                        * not when MHD reports the request done (the client may send its
                                        * next body first) */
@@ -784,10 +810,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         }
         if (!cancel && (j->finish == KW_FINISH_STOP || j->finish == KW_FINISH_LENGTH))
             __atomic_add_fetch(&s->n_ok, 1, __ATOMIC_RELAXED);
-        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s%s%s %.0f ms\n",
+        fprintf(stderr, "%s %s prompt=%d cached=%d completion=%d finish=%s%s req_mem=%.0fKiB%s%s %.0f ms\n",
                 j->api->name, j->stream ? "stream" : "json", j->prompt_tokens,
                 j->cached_tokens, j->completion_tokens, cancel ? "cancelled" : kw_openai_finish_reason(j),
-                j->log_note, j->route_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
+                j->log_note, (double)c->req_mem_peak / 1024.0, j->route_note, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", (now_s() - c->t0) * 1e3);
         job_unref(j);
     }
     body_release(s, c);
@@ -904,6 +930,7 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     s->alias = dup_or_null(o->model_alias);
     s->allowed_hosts = dup_or_null(o->allowed_hosts);
     if (!s->o.max_body_bytes) s->o.max_body_bytes = KW_SERVER_DEFAULT_MAX_BODY;
+    if (!s->o.request_memory_bytes) s->o.request_memory_bytes = KW_SERVER_DEFAULT_REQUEST_MEMORY;
     if (s->o.http_threads < 1) s->o.http_threads = 2;
     if (s->o.max_connections < 1) s->o.max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
     /* MHD splits the limit over its worker threads: each needs at least one */
@@ -971,9 +998,12 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
     kw_chat_template_describe(&t, s->tpl_desc, sizeof s->tpl_desc);
     s->engine = e;
     s->sched = sched;
+    if (!s->gcache) s->gcache = kw_gcache_new(e, s->o.ledger);   /* set once: the engine is attached once */
     pthread_rwlock_unlock(&s->lk);
     return 0;
 }
+
+kw_gcache *kw_server_gcache(kw_server *s) { return s->gcache; }
 
 const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
 
@@ -1035,6 +1065,7 @@ void kw_server_stop(kw_server *s) {
         nanosleep(&ts, NULL);                            /* let streams send their last bytes */
     }
     if (s->d) MHD_stop_daemon(s->d);
+    kw_gcache_free(s->gcache);                           /* after every job (and its reference) is gone */
     kw_conntab_free(&s->tab);
     kw_history_stop(s->hist);
     pthread_rwlock_destroy(&s->lk);

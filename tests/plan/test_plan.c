@@ -213,8 +213,8 @@ static void test_budget_and_cache(void) {
     KW_CHECK(p.workspace_bytes > 0);
     /* the server's batch: 1 decoding sequence + one 512-token prefill chunk */
     KW_CHECK_EQ_INT(p.workspace_bytes, kw_plan_workspace_bytes(&m, 1 + 512, 8192, 2));
-    /* HTTP connections: 128 (default) x 68 KiB + the 16 MiB body allowance */
-    KW_CHECK_EQ_INT(p.connections, (128ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 16 * MiB);
+    /* HTTP connections: 128 (default) x 68 KiB + the 16 MiB body allowance + 2 HTTP threads x 16 MiB */
+    KW_CHECK_EQ_INT(p.connections, (128ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 16 * MiB + 2 * 16 * MiB);
     KW_CHECK_EQ_INT(p.fixed, p.weights + p.workspace_bytes + p.tokenizer + p.overhead + p.connections);
     KW_CHECK_EQ_INT(p.live_kv, 147456ULL * 8192);
     KW_CHECK_EQ_INT(p.needed, p.fixed + p.live_kv);
@@ -283,18 +283,21 @@ static bool has_warning(const kw_plan *p, const char *s) {
  * plan from fitting, exactly at the boundary. */
 static void test_connections_line(void) {
     KW_CHECK_EQ_INT(KW_SERVER_CONN_BYTES, 68 * 1024);
-    KW_CHECK_EQ_INT(kw_plan_connections_bytes(0, 0), (128ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 16 * MiB);
-    KW_CHECK_EQ_INT(kw_plan_connections_bytes(10, 1 * MiB), (10ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 1 * MiB);
-    KW_CHECK_EQ_INT(kw_plan_connections_bytes(100000, UINT64_MAX), UINT64_MAX);     /* saturates */
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(0, 0, 0, 0), (128ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 16 * MiB + 32 * MiB);
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(10, 1 * MiB, 3, 2 * MiB), (10ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 1 * MiB + 6 * MiB);
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(100000, UINT64_MAX, 1, 1), UINT64_MAX);     /* saturates */
+    KW_CHECK_EQ_INT(kw_plan_connections_bytes(1, 1, 64, UINT64_MAX), UINT64_MAX);
     kw_plan_model m;
     KW_CHECK(load(QWEN3_8B, 16400000000ULL, &m) == 0);
     kw_plan_opts o = opts(32 * GiB, 8192);
     o.max_connections = 1000;
     o.max_body = 4 * MiB;
+    o.http_threads = 3;
+    o.request_memory = 8 * MiB;
     kw_plan p;
     kw_err err;
     KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);
-    KW_CHECK_EQ_INT(p.connections, (1000ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 4 * MiB);
+    KW_CHECK_EQ_INT(p.connections, (1000ULL + KW_SERVER_SHED_MARGIN) * 68 * 1024 + 4 * MiB + 3 * 8 * MiB);
     kw_ledger *l = kw_ledger_create(p.memory_limit);
     KW_CHECK(kw_plan_fill_ledger(&p, l, &err) == 0);
     KW_CHECK_EQ_INT(kw_ledger_line(l, KW_LEDGER_CONNECTIONS), p.connections);
@@ -302,7 +305,8 @@ static void test_connections_line(void) {
     kw_ledger_destroy(l);
     char line[1024];
     kw_plan_serve_line(&p, "m.gguf", line, sizeof line);
-    KW_CHECK_MSG(strstr(line, " --max-connections 1000 --max-body 4194304") != NULL, "%s", line);
+    KW_CHECK_MSG(strstr(line, " --max-connections 1000 --max-body 4194304 --http-threads 3 --request-memory 8388608") != NULL,
+                 "%s", line);
     /* a limit of exactly what 1000 connections need fits; 1001 are one connection short */
     o.memory_limit = p.needed;
     KW_CHECK(kw_plan_compute(&m, &o, &p, &err) == 0);

@@ -52,7 +52,9 @@ async function main() {
   check(perConn >= 64 * 1024, 'per-connection bytes cover at least MHD\'s 64 KiB pool', perConn);
   const mem = (await request(port, 'GET', '/v1/memory')).json;
   const line = mem?.budget?.lines?.connections?.bytes;
-  check(margin > 0 && line === (K + margin) * perConn + MAX_BODY, `ledger line "connections" = (${K} + ${margin}) x ${perConn} + ${MAX_BODY}`, line);
+  const threads = cfg?.http_threads, reqMem = cfg?.request_memory_bytes;
+  check(threads >= 1 && reqMem > 0 && margin > 0 && line === (K + margin) * perConn + MAX_BODY + threads * reqMem,
+    `ledger line "connections" = (${K} + ${margin}) x ${perConn} + ${MAX_BODY} + ${threads} HTTP threads x ${reqMem} (--request-memory)`, line);
   check(/HTTP connections/.test(srv.log()), 'the startup ledger table shows the connections line');
   const warm = await request(port, 'POST', '/v1/chat/completions', { body: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 } });
   check(warm.status === 200, 'warm-up request served', warm.status);
