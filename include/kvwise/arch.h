@@ -31,9 +31,11 @@
 #include "kvwise/common.h"
 
 /* What a layer's token mixer is. Each kind has its own tensors and its own
- * per-sequence memory. (Room: a gated delta net with a recurrent state.) */
+ * per-sequence memory. */
 typedef enum kw_mixer_kind {
     KW_MIXER_ATTENTION = 0,     /* causal softmax attention over a KV cache */
+    KW_MIXER_GDN,               /* gated delta net: linear attention with a fixed-size recurrent state per
+                                   sequence (conv inputs + one d x d matrix per value head); no KV cache */
     KW_MIXER_KINDS
 } kw_mixer_kind;
 
@@ -77,6 +79,9 @@ typedef enum kw_layer_tensor {
     KW_LT_FFN_NORM, KW_LT_FFN_GATE, KW_LT_FFN_UP, KW_LT_FFN_DOWN,
     KW_LT_FFN_ROUTER, KW_LT_FFN_GATE_EXPS, KW_LT_FFN_UP_EXPS, KW_LT_FFN_DOWN_EXPS,
     KW_LT_FFN_SHEXP_GATE_INP, KW_LT_FFN_GATE_SHEXP, KW_LT_FFN_UP_SHEXP, KW_LT_FFN_DOWN_SHEXP,
+    /* gated delta net (KW_MIXER_GDN) */
+    KW_LT_SSM_QKV, KW_LT_SSM_Z, KW_LT_SSM_BETA, KW_LT_SSM_ALPHA, KW_LT_SSM_CONV, KW_LT_SSM_DT_BIAS, KW_LT_SSM_A,
+    KW_LT_SSM_NORM, KW_LT_SSM_OUT,
     KW_LT_COUNT
 } kw_layer_tensor;
 
@@ -88,6 +93,7 @@ typedef enum kw_tensor_role {
     KW_ROLE_EXPERTS,            /* 3-D [ne0, ne1, n_expert]: one matrix per expert, any supported
                                    type, read in place from the mapping (never repacked: the experts
                                    no token uses stay mapped but not resident) */
+    KW_ROLE_CONV,               /* 2-D F32 [taps, channels] read as stored (a depthwise convolution's filters) */
 } kw_tensor_role;
 
 /* A dimension of a tensor, in terms of the hyper-parameters. */
@@ -103,6 +109,12 @@ typedef enum kw_dim {
     KW_DIM_EXPERTS,             /* n_expert */
     KW_DIM_FF_EXP,              /* n_ff_exp: the width of one routed expert */
     KW_DIM_FF_SHEXP,            /* n_ff_shexp: the width of the shared expert */
+    KW_DIM_Q_GATED,             /* 2 * n_head * head_dim_k: per head hd query values then hd gate values */
+    KW_DIM_SSM_CONV,            /* conv_dim = 2 * ssm_n_group * ssm_d_state + ssm_d_inner (q, k, v channels) */
+    KW_DIM_SSM_INNER,           /* ssm_d_inner = ssm_dt_rank * ssm_d_state (value_dim) */
+    KW_DIM_SSM_HEADS,           /* ssm_dt_rank: the number of value heads */
+    KW_DIM_SSM_STATE,           /* ssm_d_state: the head dimension of keys and values */
+    KW_DIM_SSM_KERNEL,          /* ssm_d_conv: the taps of the causal convolution */
 } kw_dim;
 
 /* One tensor of a layer: blk.<i>.<name>, shape [ne0, ne1] in GGUF order
@@ -147,6 +159,7 @@ typedef struct kw_arch_desc {
     kw_ffn_kind ffn;
     const kw_tensor_spec *mixer_tensors[KW_MIXER_KINDS]; /* per mixer kind, in the order the forward pass reads them */
     const kw_tensor_spec *ffn_tensors;                   /* the feed-forward block's, likewise */
+    bool attn_output_gate;                               /* attn_q also yields a per-element gate: out *= sigmoid(gate) */
     kw_arch_defaults defaults;
 } kw_arch_desc;
 

@@ -50,6 +50,18 @@ typedef struct kw_hparams {
     int32_t n_ff_shexp;         /* expert_shared_feed_forward_length (default n_ff); 0 without a shared expert */
     bool has_shared_expert;     /* layers have the gated shared expert (KW_FEAT_SHARED_EXPERT) */
     uint64_t expert_bytes;      /* bytes of all expert tensors (KW_ROLE_EXPERTS) of all layers */
+    /* gated delta net layers (KW_MIXER_GDN); 0 when the schedule has none */
+    int32_t n_rec_layers;       /* layers with a recurrent state */
+    int32_t ssm_d_state;        /* ssm.state_size: head dim of keys and values */
+    int32_t ssm_n_group;        /* ssm.group_count: key heads */
+    int32_t ssm_dt_rank;        /* ssm.time_step_rank: value heads (a multiple of the key heads) */
+    int32_t ssm_d_inner;        /* ssm.inner_size = ssm_dt_rank * ssm_d_state */
+    int32_t ssm_d_conv;         /* ssm.conv_kernel: convolution taps */
+    uint64_t rec_state_bytes;   /* F32 recurrent state of one sequence over all GDN layers:
+                                   (d_conv-1)*conv_dim + dt_rank*d_state^2 values per layer */
+    int32_t rope_sections[4];   /* rope.dimension_sections (0s when absent) */
+    bool attn_gated;            /* the descriptor's attn_output_gate */
+    int32_t n_nextn_layers;     /* nextn_predict_layers: trailing MTP blocks, not bound and not run */
 } kw_hparams;
 
 int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err);

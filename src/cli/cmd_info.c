@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "kvwise/arch.h"
 #include "kvwise/gguf.h"
+#include "kvwise/model.h"
 #include "kvwise/tensor.h"
 
 typedef struct model_summary {
@@ -89,6 +90,26 @@ static void summarize(const kw_gguf *g, model_summary *s) {
     }
 }
 
+/* The layer layout of a hybrid (a descriptor whose schedule mixes two
+ * mixers): which layers keep a KV cache, which a recurrent state. Nothing
+ * for a file the loader would refuse or a single-mixer architecture. */
+static void print_layout(const kw_gguf *g) {
+    kw_hparams hp;
+    kw_err err = {{0}};
+    if (kw_hparams_from_gguf(g, &hp, &err) != 0 || hp.n_rec_layers == 0) return;
+    printf("layout        %d attention (KV cache):", hp.n_kv_layers);
+    for (int32_t il = 0; il < hp.n_layer; il++)
+        if (kw_mixer_has_kv(kw_arch_layer_mixer(hp.arch, hp.layer_interval, il))) printf(" %d", il);
+    printf("\n              %d gated delta net (recurrent state, %s per sequence):", hp.n_rec_layers,
+           kw_format_bytes(hp.rec_state_bytes, (char[32]){0}, 32));
+    for (int32_t il = 0; il < hp.n_layer; il++)
+        if (!kw_mixer_has_kv(kw_arch_layer_mixer(hp.arch, hp.layer_interval, il))) printf(" %d", il);
+    printf("\n");
+    if (hp.n_nextn_layers) printf("              %d MTP (nextn) layers after them: loaded, not run\n", hp.n_nextn_layers);
+    printf("ssm           state %d, key heads %d, value heads %d, conv %d\n", hp.ssm_d_state, hp.ssm_n_group,
+           hp.ssm_dt_rank, hp.ssm_d_conv);
+}
+
 static void print_text(const kw_gguf *g, const char *path, const model_summary *s) {
     char b1[32], b2[32];
     printf("file          %s\n", path);
@@ -97,6 +118,7 @@ static void print_text(const kw_gguf *g, const char *path, const model_summary *
     printf("architecture  %s\n", s->arch ? s->arch : "(missing general.architecture)");
     printf("name          %s\n", s->name ? s->name : "(none)");
     printf("layers        %lld\n", (long long)s->n_layer);
+    print_layout(g);
     printf("embedding     %lld\n", (long long)s->n_embd);
     printf("heads         %lld (kv %lld), head_dim %lld\n", (long long)s->n_head, (long long)s->n_head_kv, (long long)s->head_dim);
     printf("ffn           %lld\n", (long long)s->n_ff);

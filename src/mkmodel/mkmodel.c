@@ -24,6 +24,7 @@
 #define STD_MATRIX 0.02f
 #define STD_BIAS 0.02f
 #define STD_NORM_GAIN 0.05f
+#define STD_CONV 0.3f
 
 /* ---- presets ---- */
 
@@ -66,6 +67,21 @@ static int apply_arch(kw_mk_shape *s, kw_err *err) {
     else if (s->n_expert < 1 || s->n_expert_used < 1 || s->n_ff_exp < 1)
         return kw_err_set(err, "architecture %s is a mixture of experts: it needs --experts, --experts-used and --ff-exp",
                           s->arch);
+    if (a->layers.interval_key && s->n_layer < a->layers.interval_default)
+        return kw_err_set(err, "architecture %s needs at least %d layers (%s = %d)", s->arch, a->layers.interval_default,
+                          a->layers.interval_key, a->layers.interval_default);
+    bool gdn = a->layers.mixer == KW_MIXER_GDN || a->layers.every_nth == KW_MIXER_GDN;
+    if (!gdn) s->ssm_d_state = s->ssm_n_group = s->ssm_dt_rank = s->ssm_d_conv = 0;
+    else {
+        if (!s->ssm_d_state) s->ssm_d_state = s->head_dim;
+        if (!s->ssm_n_group) s->ssm_n_group = s->n_head_kv;
+        if (!s->ssm_dt_rank) s->ssm_dt_rank = s->n_head;
+        if (!s->ssm_d_conv) s->ssm_d_conv = 4;
+        if (s->ssm_d_state < 1 || s->ssm_n_group < 1 || s->ssm_dt_rank % s->ssm_n_group || s->ssm_d_conv < 2 ||
+            s->ssm_d_conv > 64)
+            return kw_err_set(err, "delta net shape: state %d, key heads %d, value heads %d (a multiple), conv %d (2..64)",
+                              s->ssm_d_state, s->ssm_n_group, s->ssm_dt_rank, s->ssm_d_conv);
+    }
     return 0;
 }
 
@@ -184,6 +200,11 @@ static kw_hparams shape_hparams(const kw_mk_shape *s) {
     hp.n_expert = s->n_expert;
     hp.n_expert_used = s->n_expert_used;
     hp.n_ff_exp = s->n_ff_exp;
+    hp.ssm_d_state = s->ssm_d_state;
+    hp.ssm_n_group = s->ssm_n_group;
+    hp.ssm_dt_rank = s->ssm_dt_rank;
+    hp.ssm_d_inner = s->ssm_dt_rank * s->ssm_d_state;
+    hp.ssm_d_conv = s->ssm_d_conv;
     return hp;
 }
 
@@ -202,6 +223,8 @@ static int add_layer_tensors(mk_list *l, const kw_arch_desc *a, const kw_tensor_
             rc |= add(l, n, t->what == KW_LT_FFN_ROUTER ? KW_TYPE_F32 : wtype, ne0, ne1, 0, STD_MATRIX);
         else if (t->role == KW_ROLE_EXPERTS) rc |= add3(l, n, wtype, ne0, ne1, hp->n_expert, 0, STD_MATRIX);
         else if (t->role == KW_ROLE_NORM) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 1, STD_NORM_GAIN);
+        else if (t->role == KW_ROLE_CONV) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 0, STD_CONV);
+        else if (t->what == KW_LT_SSM_A) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, -1, STD_NORM_GAIN); /* a decay rate < 0 */
         else rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 0, STD_BIAS);
     }
     return rc;
@@ -311,6 +334,15 @@ static void set_model_kvs(kw_gguf_writer *w, const kw_mk_shape *s, uint32_t wtyp
         set_arch_u32(w, a, "expert_count", (uint32_t)s->n_expert);
         set_arch_u32(w, a, "expert_used_count", (uint32_t)s->n_expert_used);
         set_arch_u32(w, a, "expert_feed_forward_length", (uint32_t)s->n_ff_exp);
+    }
+    const kw_arch_desc *d = kw_arch_find(a);
+    if (d && d->layers.interval_key) set_arch_u32(w, a, d->layers.interval_key, (uint32_t)d->layers.interval_default);
+    if (s->ssm_d_state > 0) {
+        set_arch_u32(w, a, "ssm.state_size", (uint32_t)s->ssm_d_state);
+        set_arch_u32(w, a, "ssm.group_count", (uint32_t)s->ssm_n_group);
+        set_arch_u32(w, a, "ssm.time_step_rank", (uint32_t)s->ssm_dt_rank);
+        set_arch_u32(w, a, "ssm.inner_size", (uint32_t)(s->ssm_dt_rank * s->ssm_d_state));
+        set_arch_u32(w, a, "ssm.conv_kernel", (uint32_t)s->ssm_d_conv);
     }
 }
 

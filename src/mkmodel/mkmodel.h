@@ -23,6 +23,10 @@ typedef struct kw_mk_shape {
     bool qk_norm;           /* per-head RMSNorm of q and k */
     /* mixture of experts (an architecture whose ffn is KW_FFN_MOE); 0 otherwise */
     int32_t n_expert, n_expert_used, n_ff_exp;
+    /* gated delta net layers (a hybrid schedule, qwen35); 0 = derived by
+     * kw_mk_shape_check: state head_dim, key heads n_head_kv, value heads
+     * n_head, conv 4. Left 0 for an architecture without such layers. */
+    int32_t ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_conv;
     const char *hf_tokenizer; /* NULL, or a directory with a Hugging Face tokenizer.json
                                  (+ tokenizer_config.json): its vocab, specials and chat
                                  template replace the trained ones; n_vocab becomes its size */

@@ -11,7 +11,11 @@
  * ik_llama.cpp loads it (../shared/conformance/ARCHITECTURES.md): the
  * router ffn_gate_inp [n_embd, n_expert] and the experts as 3-D tensors
  * ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps
- * [n_ff_exp, n_embd, n_expert]. */
+ * [n_ff_exp, n_embd, n_expert].
+ * qwen35 (Qwen3.5 dense) is a hybrid as ik_llama.cpp loads it: layer i is
+ * gated full attention when (i+1) % full_attention_interval == 0 (default
+ * 4), else a gated delta net; attn_q yields query and gate interleaved per
+ * head; the pre-FFN norm is named post_attention_norm. */
 #include "kvwise/arch.h"
 #include "kvwise/model.h"
 #include <pthread.h>
@@ -39,6 +43,45 @@ static const kw_tensor_spec k_attention_tensors[] = {
 /* The dense SwiGLU block with its pre-norm. */
 static const kw_tensor_spec k_dense_ffn_tensors[] = {
     {"ffn_norm.weight", KW_LT_FFN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
+    {"ffn_gate.weight", KW_LT_FFN_GATE, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF, KW_FEAT_CORE},
+    {"ffn_up.weight", KW_LT_FFN_UP, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF, KW_FEAT_CORE},
+    {"ffn_down.weight", KW_LT_FFN_DOWN, KW_ROLE_MATRIX, KW_DIM_FF, KW_DIM_EMBD, KW_FEAT_CORE},
+    {NULL, 0, 0, 0, 0, 0},
+};
+
+/* The gated full attention of qwen35: attn_q gives, per head, hd query
+ * values then hd gate values; q/k per-head norms are core. */
+static const kw_tensor_spec k_gated_attention_tensors[] = {
+    {"attn_norm.weight", KW_LT_ATTN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
+    {"attn_q.weight", KW_LT_ATTN_Q, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_Q_GATED, KW_FEAT_CORE},
+    {"attn_k.weight", KW_LT_ATTN_K, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_K, KW_FEAT_CORE},
+    {"attn_v.weight", KW_LT_ATTN_V, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_V, KW_FEAT_CORE},
+    {"attn_q_norm.weight", KW_LT_ATTN_Q_NORM, KW_ROLE_NORM, KW_DIM_HEAD_K, KW_DIM_1, KW_FEAT_QK_NORM},
+    {"attn_k_norm.weight", KW_LT_ATTN_K_NORM, KW_ROLE_NORM, KW_DIM_HEAD_K, KW_DIM_1, KW_FEAT_QK_NORM},
+    {"attn_output.weight", KW_LT_ATTN_OUT, KW_ROLE_MATRIX, KW_DIM_ATTN_OUT, KW_DIM_EMBD, KW_FEAT_CORE},
+    {NULL, 0, 0, 0, 0, 0},
+};
+
+/* The gated delta net: pre-norm, the fused q/k/v projection and z, beta
+ * and alpha, the convolution filters, dt bias and the decay rate A (stored
+ * as A, negative, not A_log), the output norm gain, the output projection. */
+static const kw_tensor_spec k_gdn_tensors[] = {
+    {"attn_norm.weight", KW_LT_ATTN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
+    {"attn_qkv.weight", KW_LT_SSM_QKV, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_CONV, KW_FEAT_CORE},
+    {"attn_gate.weight", KW_LT_SSM_Z, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_INNER, KW_FEAT_CORE},
+    {"ssm_beta.weight", KW_LT_SSM_BETA, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_HEADS, KW_FEAT_CORE},
+    {"ssm_alpha.weight", KW_LT_SSM_ALPHA, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_HEADS, KW_FEAT_CORE},
+    {"ssm_conv1d.weight", KW_LT_SSM_CONV, KW_ROLE_CONV, KW_DIM_SSM_KERNEL, KW_DIM_SSM_CONV, KW_FEAT_CORE},
+    {"ssm_dt.bias", KW_LT_SSM_DT_BIAS, KW_ROLE_BIAS, KW_DIM_SSM_HEADS, KW_DIM_1, KW_FEAT_CORE},
+    {"ssm_a", KW_LT_SSM_A, KW_ROLE_BIAS, KW_DIM_SSM_HEADS, KW_DIM_1, KW_FEAT_CORE},
+    {"ssm_norm.weight", KW_LT_SSM_NORM, KW_ROLE_NORM, KW_DIM_SSM_STATE, KW_DIM_1, KW_FEAT_CORE},
+    {"ssm_out.weight", KW_LT_SSM_OUT, KW_ROLE_MATRIX, KW_DIM_SSM_INNER, KW_DIM_EMBD, KW_FEAT_CORE},
+    {NULL, 0, 0, 0, 0, 0},
+};
+
+/* qwen35's dense SwiGLU block: its pre-norm is named post_attention_norm. */
+static const kw_tensor_spec k_dense_ffn_post_norm_tensors[] = {
+    {"post_attention_norm.weight", KW_LT_FFN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
     {"ffn_gate.weight", KW_LT_FFN_GATE, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF, KW_FEAT_CORE},
     {"ffn_up.weight", KW_LT_FFN_UP, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF, KW_FEAT_CORE},
     {"ffn_down.weight", KW_LT_FFN_DOWN, KW_ROLE_MATRIX, KW_DIM_FF, KW_DIM_EMBD, KW_FEAT_CORE},
@@ -98,6 +141,20 @@ static const kw_arch_desc k_archs[] = {
         .mixer_tensors = {[KW_MIXER_ATTENTION] = k_attention_tensors},
         .ffn_tensors = k_moe_ffn_tensors,
         .defaults = {.context_length = 4096, .rms_eps = 1e-5f, .rope_freq_base = 10000.0f},
+    },
+    {
+        .gguf_name = "qwen35",
+        .hf_model_types = {"qwen3_5", "qwen3_5_text", NULL},
+        .rope = KW_ROPE_NEOX,
+        .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_ABSENT, [KW_FEAT_QK_NORM] = KW_REQUIRED,
+                     [KW_FEAT_SHARED_EXPERT] = KW_ABSENT},
+        .layers = {.mixer = KW_MIXER_GDN, .every_nth = KW_MIXER_ATTENTION, .interval_key = "full_attention_interval",
+                   .interval_default = 4},
+        .ffn = KW_FFN_DENSE,
+        .mixer_tensors = {[KW_MIXER_ATTENTION] = k_gated_attention_tensors, [KW_MIXER_GDN] = k_gdn_tensors},
+        .ffn_tensors = k_dense_ffn_post_norm_tensors,
+        .attn_output_gate = true,
+        .defaults = {.context_length = 4096, .rms_eps = 1e-6f, .rope_freq_base = 10000000.0f},
     },
 };
 
@@ -195,6 +252,12 @@ int64_t kw_dim_size(kw_dim d, const struct kw_hparams *hp) {
     case KW_DIM_EXPERTS: return hp->n_expert;
     case KW_DIM_FF_EXP: return hp->n_ff_exp;
     case KW_DIM_FF_SHEXP: return hp->n_ff_shexp;
+    case KW_DIM_Q_GATED: return 2 * (int64_t)hp->n_head * hp->head_dim_k;
+    case KW_DIM_SSM_CONV: return 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+    case KW_DIM_SSM_INNER: return hp->ssm_d_inner;
+    case KW_DIM_SSM_HEADS: return hp->ssm_dt_rank;
+    case KW_DIM_SSM_STATE: return hp->ssm_d_state;
+    case KW_DIM_SSM_KERNEL: return hp->ssm_d_conv;
     }
     return 0;
 }

@@ -157,6 +157,12 @@ kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int3
         kw_err_set(err, "ctx: batch size %d / context %d out of range", max_tokens, max_ctx);
         return NULL;
     }
+    if (m->hp.n_rec_layers > 0) {
+        /* loaded and planned, not yet run: the gated delta net mixer has no forward pass here */
+        kw_err_set(err, "ctx: %s: %d of its %d layers are gated delta net layers, which kvwise does not run yet "
+                   "(loading, info and plan work)", m->hp.arch_name, m->hp.n_rec_layers, m->hp.n_layer);
+        return NULL;
+    }
     kw_ctx *c = calloc(1, sizeof *c);
     if (!c) { kw_err_set(err, "ctx: out of memory"); return NULL; }
     c->m = m;

@@ -104,15 +104,77 @@ static int read_rope(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err 
     return 0;
 }
 
+/* The trailing multi-token-prediction blocks (nextn_predict_layers): they
+ * count in block_count but are not part of the main stack, so n_layer
+ * leaves them out; their blk.N.* tensors stay in the mapping unbound (for
+ * speculative decoding later). */
+static int read_nextn(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
+    int64_t v;
+    if (!arch_int(g, arch, "nextn_predict_layers", &v) || v == 0) return 0;
+    if (v < 0 || v >= hp->n_layer)
+        return kw_err_set(err, "metadata %s.nextn_predict_layers = %lld is out of range (0..%d)", arch, (long long)v,
+                          hp->n_layer - 1);
+    hp->n_nextn_layers = (int32_t)v;
+    hp->n_layer -= hp->n_nextn_layers;
+    return 0;
+}
+
 /* The interval of the descriptor's every-Nth-layer rule, and the layers
- * whose mixer keeps a KV cache. */
+ * whose mixer keeps a KV cache / a recurrent state. */
 static int read_layer_schedule(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
     const kw_layer_schedule *ls = &hp->arch->layers;
     hp->layer_interval = ls->interval_default;
     if (ls->interval_key && opt_int(g, arch, ls->interval_key, hp->n_layer, &hp->layer_interval, err)) return -1;
-    hp->n_kv_layers = 0;
-    for (int32_t il = 0; il < hp->n_layer; il++)
-        hp->n_kv_layers += kw_mixer_has_kv(kw_arch_layer_mixer(hp->arch, hp->layer_interval, il));
+    hp->n_kv_layers = hp->n_rec_layers = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        kw_mixer_kind k = kw_arch_layer_mixer(hp->arch, hp->layer_interval, il);
+        hp->n_kv_layers += kw_mixer_has_kv(k);
+        hp->n_rec_layers += k == KW_MIXER_GDN;
+    }
+    return 0;
+}
+
+/* The gated delta net keys (ik_llama.cpp's names; all required when the
+ * schedule has such a layer): value heads a multiple of key heads, the
+ * inner size = value heads x state size. */
+static int read_gdn(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
+    if (hp->n_rec_layers == 0) return 0;
+    if (need_int(g, arch, "ssm.state_size", 1 << 12, &hp->ssm_d_state, err) ||
+        need_int(g, arch, "ssm.group_count", 1 << 12, &hp->ssm_n_group, err) ||
+        need_int(g, arch, "ssm.time_step_rank", 1 << 12, &hp->ssm_dt_rank, err) ||
+        need_int(g, arch, "ssm.inner_size", 1 << 20, &hp->ssm_d_inner, err) ||
+        need_int(g, arch, "ssm.conv_kernel", 64, &hp->ssm_d_conv, err))
+        return -1;
+    if (hp->ssm_dt_rank % hp->ssm_n_group)
+        return kw_err_set(err, "metadata %s.ssm.time_step_rank %d is not a multiple of ssm.group_count %d", arch,
+                          hp->ssm_dt_rank, hp->ssm_n_group);
+    if ((int64_t)hp->ssm_dt_rank * hp->ssm_d_state != hp->ssm_d_inner)
+        return kw_err_set(err, "metadata %s.ssm.inner_size %d is not time_step_rank %d x state_size %d", arch,
+                          hp->ssm_d_inner, hp->ssm_dt_rank, hp->ssm_d_state);
+    uint64_t conv_dim = (uint64_t)kw_dim_size(KW_DIM_SSM_CONV, hp);
+    uint64_t per_layer = (uint64_t)(hp->ssm_d_conv - 1) * conv_dim +
+                         (uint64_t)hp->ssm_dt_rank * (uint64_t)hp->ssm_d_state * (uint64_t)hp->ssm_d_state;
+    hp->rec_state_bytes = per_layer * sizeof(float) * (uint64_t)hp->n_rec_layers;
+    return 0;
+}
+
+/* rope.dimension_sections: four INT32/UINT32 counts of the IMROPE position
+ * channels (ARCHITECTURES.md); 0s when absent. */
+static int read_rope_sections(const kw_gguf *g, const char *arch, kw_hparams *hp, kw_err *err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", arch);
+    const kw_gguf_kv *kv = kw_gguf_find(g, key);
+    if (!kv) return 0;
+    if (kv->type != KW_GGUF_ARRAY || (kv->arr_type != KW_GGUF_INT32 && kv->arr_type != KW_GGUF_UINT32) ||
+        kv->arr_n < 1 || kv->arr_n > 4)
+        return kw_err_set(err, "metadata %s must be an array of 1..4 integers", key);
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        int32_t v;
+        memcpy(&v, (const uint8_t *)kv->arr_data + 4 * i, 4);
+        if (v < 0 || v > hp->rope_dim) return kw_err_set(err, "metadata %s[%llu] = %d is out of range", key,
+                                                         (unsigned long long)i, v);
+        hp->rope_sections[i] = v;
+    }
     return 0;
 }
 
@@ -204,9 +266,11 @@ int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err) {
     if (arch_float(g, arch, "attention.layer_norm_rms_epsilon", &eps) && !(eps > 0.0 && eps < 1.0))
         return kw_err_set(err, "metadata %s.attention.layer_norm_rms_epsilon = %g is out of range", arch, eps);
     hp->rms_eps = (float)eps;
-    if (read_rope(g, arch, hp, err) || read_vocab_size(g, arch, hp, err) || read_layer_schedule(g, arch, hp, err) ||
+    if (read_rope(g, arch, hp, err) || read_rope_sections(g, arch, hp, err) || read_vocab_size(g, arch, hp, err) ||
+        read_nextn(g, arch, hp, err) || read_layer_schedule(g, arch, hp, err) || read_gdn(g, arch, hp, err) ||
         read_moe(g, arch, hp, err))
         return -1;
+    hp->attn_gated = hp->arch->attn_output_gate;
     hp->tied_output = kw_gguf_find_tensor(g, "output.weight") == NULL;
     hp->has_qkv_bias = has_feature(g, hp, KW_FEAT_QKV_BIAS);
     hp->has_qk_norm = has_feature(g, hp, KW_FEAT_QK_NORM);
@@ -255,14 +319,17 @@ static int bind_matrix(const kw_gguf *g, const char *name, int64_t rows, int64_t
     return 0;
 }
 
-/* Binds an F32 vector of n values; *v = NULL when absent and optional. */
-static int bind_vec(const kw_gguf *g, const char *name, int64_t n, bool required, kw_vec *v, kw_err *err) {
+/* Binds an F32 array of [ne0, ne1] values read as stored (ne1 = 1: a
+ * vector); *v = NULL when absent and optional. */
+static int bind_f32(const kw_gguf *g, const char *name, int64_t ne0, int64_t ne1, bool required, kw_vec *v, kw_err *err) {
     *v = NULL;
     const kw_gguf_tensor *t = find_tensor(g, name, required, err);
     if (!t) return required ? -1 : 0;
     if (t->type != KW_TYPE_F32)
-        return kw_err_set(err, "tensor %s has type %s; 1-D tensors must be f32", name, kw_type_name(t->type));
-    if (check_shape(t, name, n, 1, err)) return -1;
+        return kw_err_set(err, "tensor %s has type %s; %s must be f32", name, kw_type_name(t->type),
+                          ne1 > 1 ? "convolution filters" : "1-D tensors");
+    if (check_shape(t, name, ne0, ne1, err)) return -1;
+    int64_t n = ne0 * ne1;
     if (t->nbytes < (uint64_t)n * sizeof(float))
         return kw_err_set(err, "tensor %s: %llu bytes of data, expected %llu", name,
                           (unsigned long long)t->nbytes, (unsigned long long)n * sizeof(float));
@@ -270,6 +337,11 @@ static int bind_vec(const kw_gguf *g, const char *name, int64_t n, bool required
         return kw_err_set(err, "tensor %s: data is not 4-byte aligned", name);
     *v = (kw_vec)t->data;
     return 0;
+}
+
+/* Binds an F32 vector of n values; *v = NULL when absent and optional. */
+static int bind_vec(const kw_gguf *g, const char *name, int64_t n, bool required, kw_vec *v, kw_err *err) {
+    return bind_f32(g, name, n, 1, required, v, err);
 }
 
 /* A 3-D expert tensor `name`: n matrices of rows x cols, read in place. */
@@ -318,6 +390,15 @@ static const layer_slot k_slots[KW_LT_COUNT] = {
     [KW_LT_FFN_GATE_EXPS] = {offsetof(kw_layer, gate_exps), SLOT_EXPERTS},
     [KW_LT_FFN_UP_EXPS] = {offsetof(kw_layer, up_exps), SLOT_EXPERTS},
     [KW_LT_FFN_DOWN_EXPS] = {offsetof(kw_layer, down_exps), SLOT_EXPERTS},
+    [KW_LT_SSM_QKV] = {offsetof(kw_layer, w_qkv), SLOT_MATRIX},
+    [KW_LT_SSM_Z] = {offsetof(kw_layer, w_z), SLOT_MATRIX},
+    [KW_LT_SSM_BETA] = {offsetof(kw_layer, w_beta), SLOT_MATRIX},
+    [KW_LT_SSM_ALPHA] = {offsetof(kw_layer, w_alpha), SLOT_MATRIX},
+    [KW_LT_SSM_CONV] = {offsetof(kw_layer, ssm_conv), SLOT_VEC},
+    [KW_LT_SSM_DT_BIAS] = {offsetof(kw_layer, ssm_dt_bias), SLOT_VEC},
+    [KW_LT_SSM_A] = {offsetof(kw_layer, ssm_a), SLOT_VEC},
+    [KW_LT_SSM_NORM] = {offsetof(kw_layer, ssm_norm), SLOT_VEC},
+    [KW_LT_SSM_OUT] = {offsetof(kw_layer, w_ssm_out), SLOT_MATRIX},
 };
 
 static slot_kind role_slot(kw_tensor_role r) {
@@ -338,7 +419,7 @@ static int bind_spec(const kw_gguf *g, const kw_hparams *hp, int il, const kw_te
         return kw_err_set(err, "tensor %s: the architecture table and the layer disagree on its kind", n);
     void *field = (char *)L + s->offset;
     int64_t ne0 = kw_dim_size(t->ne0, hp), ne1 = kw_dim_size(t->ne1, hp);
-    if (s->kind == SLOT_VEC) return bind_vec(g, n, ne0, p == KW_REQUIRED, field, err);
+    if (s->kind == SLOT_VEC) return bind_f32(g, n, ne0, ne1, p == KW_REQUIRED, field, err);
     if (p == KW_OPTIONAL && !kw_gguf_find_tensor(g, n)) return 0;
     if (s->kind == SLOT_EXPERTS) return bind_experts(g, n, ne1, ne0, hp->n_expert, field, err);
     return bind_matrix(g, n, ne1, ne0, field, err);

@@ -20,6 +20,14 @@ typedef struct kw_layer {
     /* mixture of experts (KW_FFN_MOE) */
     kw_matrix w_router;         /* ffn_gate_inp: [n_expert][n_embd], the router logits */
     kw_experts gate_exps, up_exps, down_exps;   /* read in place from the mapping */
+    /* gated delta net (KW_MIXER_GDN) */
+    kw_matrix w_qkv;            /* attn_qkv: [conv_dim][n_embd], q | k | v channels */
+    kw_matrix w_z;              /* attn_gate: [d_inner][n_embd], the output gate z */
+    kw_matrix w_beta, w_alpha;  /* [dt_rank][n_embd] */
+    kw_vec ssm_conv;            /* ssm_conv1d: [conv_dim][d_conv] taps, tap d_conv-1 on the current token */
+    kw_vec ssm_dt_bias, ssm_a;  /* [dt_rank]; ssm_a is the decay rate A itself (negative) */
+    kw_vec ssm_norm;            /* [d_state], the gated output norm's gain */
+    kw_matrix w_ssm_out;        /* ssm_out: [n_embd][d_inner] */
     void *pack_block;           /* the repacked copies of the layer's matrices, one block (model.c pack_weights) */
 } kw_layer;
 

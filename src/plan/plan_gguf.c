@@ -137,6 +137,13 @@ int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     m->n_experts = m->hp.n_expert;
     m->n_experts_used = m->hp.n_expert_used;
     m->expert_bytes = m->hp.expert_bytes;
+    if (m->hp.n_rec_layers > 0) {   /* gated delta net layers: conv inputs + one d x d state per value head, F32 */
+        m->n_linear_layers = m->hp.n_rec_layers;
+        m->linear_state_bytes = m->hp.rec_state_bytes;
+        snprintf(m->linear_formula, sizeof m->linear_formula,
+                 "4 B x ((%d-1) x %lld conv + %d x %d^2 state) per layer", m->hp.ssm_d_conv,
+                 (long long)kw_dim_size(KW_DIM_SSM_CONV, &m->hp), m->hp.ssm_dt_rank, m->hp.ssm_d_state);
+    }
     m->main_type = dominant_type(g);
     m->tokenizer_bytes = measure_tokenizer(g, &m->tokenizer_measured);
     return 0;

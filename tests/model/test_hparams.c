@@ -31,7 +31,9 @@ static void check_manifest_entry(const cJSON *e) {
     KW_CHECK_EQ_INT(hp.n_head_kv, jint(e, "n_head_kv"));
     KW_CHECK_EQ_INT(hp.head_dim_k, jint(e, "head_dim"));
     KW_CHECK_EQ_INT(hp.head_dim_v, jint(e, "head_dim"));
-    KW_CHECK_EQ_INT(hp.rope_dim, jint(e, "head_dim"));
+    /* partial rotary (qwen35): the file's rope.dimension_count, else the whole head */
+    const cJSON *rd = cJSON_GetObjectItem(e, "rope_dimension_count");
+    KW_CHECK_EQ_INT(hp.rope_dim, rd ? jint(e, "rope_dimension_count") : jint(e, "head_dim"));
     KW_CHECK_EQ_INT(hp.n_ff, jint(e, "n_ff"));
     KW_CHECK_EQ_INT(hp.n_vocab, jint(e, "n_vocab"));
     KW_CHECK_EQ_INT(hp.n_ctx_train, jint(e, "n_ctx_train"));
@@ -42,7 +44,14 @@ static void check_manifest_entry(const cJSON *e) {
     KW_CHECK_EQ_INT(hp.n_params, (uint64_t)cJSON_GetObjectItem(e, "n_params")->valuedouble);
     /* llama pairs RoPE dims (2i, 2i+1), the qwen family (i, i+d/2); only qwen3 and qwen3moe have q/k norms */
     KW_CHECK_EQ_INT(hp.rope_neox, strcmp(hp.arch_name, "llama") != 0);
-    KW_CHECK_EQ_INT(hp.has_qk_norm, !strcmp(hp.arch_name, "qwen3") || !strcmp(hp.arch_name, "qwen3moe"));
+    KW_CHECK_EQ_INT(hp.has_qk_norm, !strcmp(hp.arch_name, "qwen3") || !strcmp(hp.arch_name, "qwen3moe") ||
+                                        !strcmp(hp.arch_name, "qwen35"));
+    /* hybrids: the recurrent layers and their state per sequence as the manifest counts them */
+    const cJSON *rs = cJSON_GetObjectItem(e, "recurrent_state_per_seq");
+    KW_CHECK_EQ_INT(hp.n_rec_layers, rs ? jint(rs, "n_recurrent_layers") : 0);
+    KW_CHECK_EQ_INT(hp.rec_state_bytes, rs ? (uint64_t)jint(rs, "bytes_f32") : 0);
+    const cJSON *kvt = cJSON_GetObjectItem(e, "kv_per_token");
+    if (kvt) KW_CHECK_EQ_INT(hp.n_kv_layers, jint(kvt, "n_kv_layers"));
     const cJSON *moe = cJSON_GetObjectItem(e, "moe");   /* mixture of experts: the expert shape */
     KW_CHECK_EQ_INT(hp.n_expert, moe ? jint(moe, "n_expert") : 0);
     KW_CHECK_EQ_INT(hp.n_expert_used, moe ? jint(moe, "n_expert_used") : 0);
@@ -79,7 +88,7 @@ static void test_manifest(void) {
         if (kw_arch_find(cJSON_GetObjectItem(e, "arch")->valuestring)) { check_manifest_entry(e); n++; }
         else { check_unsupported_entry(e); unsupported++; }
     }
-    KW_CHECK_EQ_INT(n, 10);
+    KW_CHECK_EQ_INT(n, 12);
     cJSON_Delete(arr);
     free(text);
 }

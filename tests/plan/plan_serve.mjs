@@ -98,6 +98,13 @@ for (const e of manifest) {
     // serve could not start: the plan must refuse the model too, for the same reason
     const why = (/kvwise serve: (.*)/.exec(r.refused.split('\n').filter((l) => l.startsWith('kvwise serve: ')).pop() || '') || [])[1];
     const p = plan(model, 512, 0);
+    if (why && why.includes('which kvwise does not run yet')) {
+      // a mixer that loads and plans but has no forward pass yet (the gated delta net): serve
+      // names it; the plan still sizes the model
+      check(p.status === 0, `${e.file}: serve refused it (${why}); the plan still plans it (${p.err})`);
+      refused++;
+      continue;
+    }
     check(p.status !== 0 && why && p.err.includes(why), `${e.file}: serve refused it (${why}); the plan refuses it the same way (${p.err})`);
     refused++;
     continue;

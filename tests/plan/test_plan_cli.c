@@ -208,9 +208,14 @@ static void test_conformance_models(void) {
         KW_CHECK_MSG(cJSON_IsString(kts) && !strcmp(kts->valuestring, kw_kv_type_name(kt)), "%s: kv_type %s, want %s", file,
                      cJSON_IsString(kts) ? kts->valuestring : "?", kw_kv_type_name(kt));
         double row = kt == KW_TYPE_KV_I16 ? hd * 2 + 4 : hd * 2;
-        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token"), n_layer * 2 * kvh * row);
-        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token_q8_0"), (int)hd % 32 ? 0 : n_layer * 2 * kvh * hd / 32 * 34);
-        KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 2048 * n_layer * 2 * kvh * row);
+        /* a hybrid keeps KV only in its attention layers, and a fixed state in the others (manifest) */
+        const cJSON *kvt = cJSON_GetObjectItem(e, "kv_per_token"), *rs = cJSON_GetObjectItem(e, "recurrent_state_per_seq");
+        double n_kv = kvt ? cJSON_GetObjectItem(kvt, "n_kv_layers")->valuedouble : n_layer;
+        KW_CHECK_EQ_INT(num_at(j, "model", "n_kv_layers"), n_kv);
+        KW_CHECK_EQ_INT(num_at(j, "model", "n_linear_layers"), rs ? cJSON_GetObjectItem(rs, "n_recurrent_layers")->valuedouble : 0);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token"), n_kv * 2 * kvh * row);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token_q8_0"), (int)hd % 32 ? 0 : n_kv * 2 * kvh * hd / 32 * 34);
+        KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 2048 * n_kv * 2 * kvh * row);
         double w = num_at(j, "model", "weight_bytes"), r = num_at(j, "model", "read_bytes_per_token");
         KW_CHECK_MSG(tied ? r == w : r < w, "%s: read %.0f of %.0f", file, r, w);
         KW_CHECK_NEAR(num_at(j, "speed", "decode_tok_s"), 20e9 / r, 1e-6);
