@@ -102,7 +102,7 @@ static int apply_arch(kw_mk_shape *s, kw_err *err) {
     }
     s->ssm_state = s->ssm_groups = s->ssm_heads = s->ssm_conv = s->attn_interval = s->rope_dim = 0;
     const kw_arch_desc *a = kw_arch_find(s->arch);
-    if (!a) return kw_err_set(err, "unknown architecture '%s' (supported: %s, qwen35)", s->arch, kw_arch_supported_list());
+    if (!a) return kw_err_set(err, "unknown architecture '%s' (supported: %s)", s->arch, kw_arch_supported_list());
     s->qkv_bias = kw_arch_presence(a, KW_FEAT_QKV_BIAS) == KW_REQUIRED;
     s->qk_norm = kw_arch_presence(a, KW_FEAT_QK_NORM) == KW_REQUIRED;
     if (a->ffn != KW_FFN_MOE) s->n_expert = s->n_expert_used = s->n_ff_exp = 0;
