@@ -265,15 +265,18 @@ static cJSON *usage_json(kw_job *j) {
     return u;
 }
 
-static cJSON *chunk_base(kw_job *j) {
+/* The fields every OpenAI response object opens with; `object` names its kind. */
+static cJSON *response_head(kw_job *j, const char *object) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->model);
     cJSON_AddStringToObject(o, "system_fingerprint", "kvwise-" KW_VERSION);
     return o;
 }
+
+static cJSON *chunk_base(kw_job *j) { return response_head(j, j->chat ? "chat.completion.chunk" : "text_completion"); }
 
 static void sse_emit(kw_job *j, cJSON *chunk) {
     char *s = cJSON_PrintUnformatted(chunk);
@@ -421,12 +424,7 @@ static void stream_finish(kw_job *j, const kw_sched_event *ev) {
 const char *kw_openai_finish_reason(kw_job *j) { return finish_reason(j, j->finish); }
 
 static char *openai_final_json(kw_job *j) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->chat ? "chat.completion" : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)j->created);
-    cJSON_AddStringToObject(o, "model", j->model);
-    cJSON_AddStringToObject(o, "system_fingerprint", "kvwise-" KW_VERSION);
+    cJSON *o = response_head(j, j->chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);

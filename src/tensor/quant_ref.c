@@ -26,6 +26,15 @@ static inline int nearest_int(float f) {
 #define H2F(h) kw_f16_to_f32(h)
 #define F2H(f) kw_f32_to_f16(f)
 
+/* The value of largest magnitude among x[0..n), the first on a tie (0 when
+ * all are zero): the _0 formats and Q8_K scale by it with its sign. */
+static float signed_max(const float *x, int n) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; j++)
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    return max;
+}
+
 /* ---------------- legacy 32-value formats ---------------- */
 
 static void dequant_q4_0(const void *src, float *y, int64_t nb) {
@@ -42,9 +51,7 @@ static void dequant_q4_0(const void *src, float *y, int64_t nb) {
 static void quant_q4_0(const float *x, void *dst, int64_t nb) {
     kw_block_q4_0 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float amax = 0, max = 0;
-        for (int j = 0; j < KW_QK; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        float max = signed_max(x, KW_QK);
         float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f;
         b[i].d = F2H(d);
         for (int j = 0; j < KW_QK / 2; j++) {
@@ -121,9 +128,7 @@ static void pack_q5(const uint8_t *q, uint8_t *qs, uint8_t qh_out[4]) {
 static void quant_q5_0(const float *x, void *dst, int64_t nb) {
     kw_block_q5_0 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float amax = 0, max = 0;
-        for (int j = 0; j < KW_QK; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        float max = signed_max(x, KW_QK);
         float d = max / -16, id = d != 0 ? 1.0f / d : 0.0f;
         uint8_t q[KW_QK];
         for (int j = 0; j < KW_QK; j++) q[j] = (uint8_t)KW_MIN(31, (int8_t)(x[j] * id + 16.5f));
@@ -512,10 +517,8 @@ static void dequant_q6_K(const void *src, float *y, int64_t nb) {
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb) {
     kw_block_q8_K *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < KW_QK_K; j++)
-            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
-        if (!amax) {
+        float max = signed_max(x, KW_QK_K);
+        if (!max) {
             memset(&b[i], 0, sizeof b[i]);
             continue;
         }
@@ -541,25 +544,19 @@ static void dequant_q8_K(const void *src, float *y, int64_t nb) {
 static void dequant_f32(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * 4); }
 static void quant_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * 4); }
 
-static void dequant_f16(const void *src, float *y, int64_t n) {
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) y[i] = kw_f16_to_f32(h[i]);
+/* F16 and BF16 (bf16 set): one value a block, converted one by one. */
+static void dequant_half(const uint16_t *h, float *y, int64_t n, bool bf16) {
+    for (int64_t i = 0; i < n; i++) y[i] = bf16 ? kw_bf16_to_f32(h[i]) : kw_f16_to_f32(h[i]);
 }
 
-static void quant_f16(const float *x, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_f16(x[i]);
+static void quant_half(const float *x, uint16_t *h, int64_t n, bool bf16) {
+    for (int64_t i = 0; i < n; i++) h[i] = bf16 ? kw_f32_to_bf16(x[i]) : kw_f32_to_f16(x[i]);
 }
 
-static void dequant_bf16(const void *src, float *y, int64_t n) {
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) y[i] = kw_bf16_to_f32(h[i]);
-}
-
-static void quant_bf16(const float *x, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_bf16(x[i]);
-}
+static void dequant_f16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, false); }
+static void quant_f16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, false); }
+static void dequant_bf16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, true); }
+static void quant_bf16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, true); }
 
 /* Each computable type's reference conversions of nb blocks (a block of F32,
  * F16 or BF16 is one value); a type without an entry converts nothing. */
