@@ -67,6 +67,8 @@ static void usage(FILE *f) {
         "                   multiple of key heads); layer i is attention when (i+1) %% N == 0;\n"
         "                   rotated dims per attention head. --arch qwen35 on another preset:\n"
         "                   head dim, kv heads, heads, 4, head_dim/4 unless given\n"
+        "  --mtp            hybrids: add one multi-token-prediction layer after the others\n"
+        "                   (gated attention + FFN + blk.N.nextn.*; block_count counts it)\n"
         "  --tied / --untied   output.weight absent (tied to token_embd) or present\n"
         "  --name S         general.name\n"
         "  --hf-tokenizer DIR  use the Hugging Face tokenizer in DIR (tokenizer.json and\n"
@@ -93,7 +95,7 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL, *hf_dir = NULL;
     unsigned long long seed = 1;
     int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0, n_exp = 0, n_used = 0, ff_exp = 0;
-    int32_t ssm_state = 0, ssm_groups = 0, ssm_heads = 0, interval = 0, rope_dim = 0;
+    int32_t ssm_state = 0, ssm_groups = 0, ssm_heads = 0, interval = 0, rope_dim = 0, mtp = -1;
     int tied = -1;
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
@@ -109,6 +111,7 @@ int cmd_mkmodel(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--tied")) tied = 1;
         else if (!strcmp(a, "--untied")) tied = 0;
+        else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
         else if (!v) { fprintf(stderr, "kvwise mkmodel: unknown option or missing value: '%s'\n", a); usage(stderr); return 2; }
         else if (ip) { if (parse_int(a, v, ip)) return 2; i++; }
@@ -145,8 +148,8 @@ int cmd_mkmodel(int argc, char **argv) {
     if (n_used) s.n_expert_used = n_used;
     if (ff_exp) s.n_ff_exp = ff_exp;
     if (tied >= 0) s.tied = tied;
-    if ((ssm_state || ssm_groups || ssm_heads || interval || rope_dim) && !kw_mk_is_hybrid(s.arch)) {
-        fprintf(stderr, "kvwise mkmodel: --ssm-*, --attn-interval and --rope-dim apply to a hybrid (--arch qwen35), not %s\n",
+    if ((ssm_state || ssm_groups || ssm_heads || interval || rope_dim || mtp > 0) && !kw_mk_is_hybrid(s.arch)) {
+        fprintf(stderr, "kvwise mkmodel: --ssm-*, --attn-interval, --rope-dim and --mtp apply to a hybrid (--arch qwen35), not %s\n",
                 s.arch);
         return 2;
     }
@@ -155,6 +158,7 @@ int cmd_mkmodel(int argc, char **argv) {
     if (ssm_heads) s.ssm_heads = ssm_heads;
     if (interval) s.attn_interval = interval;
     if (rope_dim) s.rope_dim = rope_dim;
+    if (mtp > 0) s.n_mtp = mtp;
     if (name) snprintf(s.name, sizeof s.name, "%s", name);
     if (hf_dir && vocab) { fprintf(stderr, "kvwise mkmodel: --vocab cannot be combined with --hf-tokenizer (the vocab is the tokenizer's)\n"); return 2; }
     s.hf_tokenizer = hf_dir;

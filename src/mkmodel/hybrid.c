@@ -1,8 +1,9 @@
 /* hybrid.c - the Qwen3.5 hybrid layout mkmodel writes (hybrid.h): which
  * layers are gated delta nets and which gated full attention, the tensors
  * of each with their shapes and initial distributions, the shape checks,
- * and the qwen35.* metadata (rotary sections, ssm.*, the attention
- * interval), as ../shared/conformance/ARCHITECTURES.md describes them and
+ * the optional multi-token-prediction (MTP) layer after the main ones, and
+ * the qwen35.* metadata (rotary sections, ssm.*, the attention interval,
+ * nextn_predict_layers), as ../shared/conformance/ARCHITECTURES.md describes them and
  * ik_llama.cpp loads them.
  *
  * Initial values: matrices N(0, 0.02^2) and norm gains 1 + N(0, 0.05^2) as
@@ -29,7 +30,7 @@ bool kw_mk_is_hybrid(const char *arch) { return arch && !strcmp(arch, "qwen35");
 int32_t kw_mk_hybrid_rope_dim(const kw_mk_shape *s) { return s->rope_dim > 0 ? s->rope_dim : s->head_dim; }
 
 bool kw_mk_hybrid_is_attention(const kw_mk_shape *s, int il) {
-    return s->attn_interval > 0 && (il + 1) % s->attn_interval == 0;
+    return il >= s->n_layer || (s->attn_interval > 0 && (il + 1) % s->attn_interval == 0);
 }
 
 void kw_mk_hybrid_sections(int32_t n_rot, int32_t out[4]) {
@@ -49,6 +50,8 @@ int kw_mk_hybrid_check(const kw_mk_shape *s, kw_err *err) {
     if (s->ssm_conv > 16) return kw_err_set(err, "ssm conv kernel %d out of range (1..16)", s->ssm_conv);
     if ((int64_t)s->ssm_state * s->ssm_heads > (1 << 20) || (int64_t)s->ssm_state * s->ssm_groups > (1 << 20))
         return kw_err_set(err, "shape too large");
+    if (s->n_mtp < 0 || s->n_mtp > 1)
+        return kw_err_set(err, "mtp layers %d out of range (0..1: the MTP tensors are read from the last layer)", s->n_mtp);
     if (s->attn_interval < 1 || s->attn_interval > 1024)
         return kw_err_set(err, "attention interval %d out of range (1..1024)", s->attn_interval);
     int32_t n_rot = kw_mk_hybrid_rope_dim(s);
@@ -105,6 +108,12 @@ int kw_mk_hybrid_layer(const kw_mk_shape *s, int il, kw_mk_emit_fn emit, void *c
     rc |= emit(ctx, lname(n, sizeof n, il, "ffn_gate.weight"), E, F, 0, STD_MATRIX);
     rc |= emit(ctx, lname(n, sizeof n, il, "ffn_up.weight"), E, F, 0, STD_MATRIX);
     rc |= emit(ctx, lname(n, sizeof n, il, "ffn_down.weight"), F, E, 0, STD_MATRIX);
+    if (il >= s->n_layer) {   /* MTP: the projection of [embedding, hidden] and its norms */
+        rc |= emit(ctx, lname(n, sizeof n, il, "nextn.eh_proj.weight"), 2 * E, E, 0, STD_MATRIX);
+        rc |= emit(ctx, lname(n, sizeof n, il, "nextn.enorm.weight"), E, 1, 1, STD_NORM_GAIN);
+        rc |= emit(ctx, lname(n, sizeof n, il, "nextn.hnorm.weight"), E, 1, 1, STD_NORM_GAIN);
+        rc |= emit(ctx, lname(n, sizeof n, il, "nextn.shared_head_norm.weight"), E, 1, 1, STD_NORM_GAIN);
+    }
     return rc;
 }
 
@@ -127,4 +136,5 @@ void kw_mk_hybrid_kvs(kw_gguf_writer *w, const kw_mk_shape *s) {
     set_u32(w, a, "ssm.time_step_rank", (uint32_t)s->ssm_heads);
     set_u32(w, a, "ssm.inner_size", (uint32_t)(s->ssm_state * s->ssm_heads));
     set_u32(w, a, "full_attention_interval", (uint32_t)s->attn_interval);
+    if (s->n_mtp > 0) set_u32(w, a, "nextn_predict_layers", (uint32_t)s->n_mtp);
 }

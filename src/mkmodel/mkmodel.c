@@ -100,7 +100,7 @@ static int apply_arch(kw_mk_shape *s, kw_err *err) {
         hybrid_defaults(s);
         return 0;
     }
-    s->ssm_state = s->ssm_groups = s->ssm_heads = s->ssm_conv = s->attn_interval = s->rope_dim = 0;
+    s->ssm_state = s->ssm_groups = s->ssm_heads = s->ssm_conv = s->attn_interval = s->rope_dim = s->n_mtp = 0;
     const kw_arch_desc *a = kw_arch_find(s->arch);
     if (!a) return kw_err_set(err, "unknown architecture '%s' (supported: %s)", s->arch, kw_arch_supported_list());
     s->qkv_bias = kw_arch_presence(a, KW_FEAT_QKV_BIAS) == KW_REQUIRED;
@@ -266,7 +266,7 @@ static int build_list(const kw_mk_shape *s, uint32_t wtype, mk_list *l) {
     if (!s->tied) rc |= add(l, "output.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
     if (kw_mk_is_hybrid(s->arch)) {
         emit_ctx c = {l, wtype};
-        for (int i = 0; i < s->n_layer && rc == 0; i++) rc |= kw_mk_hybrid_layer(s, i, emit_tensor, &c);
+        for (int i = 0; i < s->n_layer + s->n_mtp && rc == 0; i++) rc |= kw_mk_hybrid_layer(s, i, emit_tensor, &c);
         return rc ? -1 : 0;
     }
     const kw_arch_desc *a = kw_arch_find(s->arch);
@@ -291,7 +291,8 @@ static int apply_target(mk_list *l, const kw_mk_shape *s, uint32_t wtype, kw_err
         dims[i] = (uint32_t)l->t[i].n_dims;
         ne0[i] = l->t[i].ne[0];
     }
-    kw_mk_mix_model m = {s->arch, s->n_layer, s->n_head, s->n_head_kv, s->n_expert};
+    /* the mixes count the file's layers (block_count), MTP ones included */
+    kw_mk_mix_model m = {s->arch, s->n_layer + s->n_mtp, s->n_head, s->n_head_kv, s->n_expert};
     if (!rc) rc = kw_mk_mix_types(wtype, &m, n, names, dims, ne0, types, err);
     for (int i = 0; i < n && !rc; i++) l->t[i].type = types[i] == KW_MK_KEEP ? KW_TYPE_F32 : types[i];
     free(names);
@@ -354,7 +355,7 @@ static void set_model_kvs(kw_gguf_writer *w, const kw_mk_shape *s, uint32_t wtyp
     kw_gguf_writer_set_u32(w, "general.quantization_version", 2);
     set_arch_u32(w, a, "context_length", (uint32_t)s->n_ctx);
     set_arch_u32(w, a, "embedding_length", (uint32_t)s->n_embd);
-    set_arch_u32(w, a, "block_count", (uint32_t)s->n_layer);
+    set_arch_u32(w, a, "block_count", (uint32_t)(s->n_layer + s->n_mtp));
     set_arch_u32(w, a, "feed_forward_length", (uint32_t)s->n_ff);
     set_arch_u32(w, a, "attention.head_count", (uint32_t)s->n_head);
     set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)s->n_head_kv);

@@ -30,6 +30,8 @@ typedef struct kw_mk_shape {
     int32_t ssm_conv;       /* taps of its causal convolution (ssm.conv_kernel) */
     int32_t attn_interval;  /* layer i is full attention when (i + 1) % attn_interval == 0 */
     int32_t rope_dim;       /* rotated dims per attention head (rope.dimension_count); 0: head_dim */
+    int32_t n_mtp;          /* multi-token-prediction layers after the n_layer main ones (0 or 1):
+                               block_count = n_layer + n_mtp, nextn_predict_layers = n_mtp */
     const char *hf_tokenizer; /* NULL, or a directory with a Hugging Face tokenizer.json
                                  (+ tokenizer_config.json): its vocab, specials and chat
                                  template replace the trained ones; n_vocab becomes its size */

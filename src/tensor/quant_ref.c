@@ -73,22 +73,24 @@ static void dequant_q4_1(const void *src, float *y, int64_t nb) {
     }
 }
 
-static void min_max(const float *x, int n, float *mn, float *mx) {
+/* The _1 formats' step: x[0..n) spread from its minimum (*mn) over levels
+ * steps; *id is 1/step (0 when the step is 0). */
+static float min_step(const float *x, int n, float levels, float *mn, float *id) {
     float lo = FLT_MAX, hi = -FLT_MAX;
     for (int j = 0; j < n; j++) {
         if (x[j] < lo) lo = x[j];
         if (x[j] > hi) hi = x[j];
     }
+    float d = (hi - lo) / levels;
     *mn = lo;
-    *mx = hi;
+    *id = d != 0 ? 1.0f / d : 0.0f;
+    return d;
 }
 
 static void quant_q4_1(const float *x, void *dst, int64_t nb) {
     kw_block_q4_1 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float mn, mx;
-        min_max(x, KW_QK, &mn, &mx);
-        float d = (mx - mn) / 15, id = d != 0 ? 1.0f / d : 0.0f;
+        float mn, id, d = min_step(x, KW_QK, 15, &mn, &id);
         b[i].d = F2H(d);
         b[i].m = F2H(mn);
         for (int j = 0; j < KW_QK / 2; j++) {
@@ -150,9 +152,7 @@ static void dequant_q5_1(const void *src, float *y, int64_t nb) {
 static void quant_q5_1(const float *x, void *dst, int64_t nb) {
     kw_block_q5_1 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float mn, mx;
-        min_max(x, KW_QK, &mn, &mx);
-        float d = (mx - mn) / 31, id = d != 0 ? 1.0f / d : 0.0f;
+        float mn, id, d = min_step(x, KW_QK, 31, &mn, &id);
         uint8_t q[KW_QK];
         for (int j = 0; j < KW_QK; j++) q[j] = (uint8_t)((x[j] - mn) * id + 0.5f);
         b[i].d = F2H(d);
@@ -392,19 +392,31 @@ static void quant_q4_K(const float *x, void *dst, int64_t nb) {
     }
 }
 
+/* Q4_K/Q5_K sub-blocks 2j and 2j+1 of a super-block with scale d and min
+ * scale dmin: each one's step and min. */
+typedef struct k4_pair { float d1, m1, d2, m2; } k4_pair;
+
+static k4_pair k4_pair_at(const uint8_t *scales, int j, float d, float dmin) {
+    uint8_t sc, m;
+    k4_pair p;
+    kw_get_scale_min_k4(2 * j, scales, &sc, &m);
+    p.d1 = d * sc;
+    p.m1 = dmin * m;
+    kw_get_scale_min_k4(2 * j + 1, scales, &sc, &m);
+    p.d2 = d * sc;
+    p.m2 = dmin * m;
+    return p;
+}
+
 static void dequant_q4_K(const void *src, float *y, int64_t nb) {
     const kw_block_q4_K *b = src;
     for (int64_t i = 0; i < nb; i++) {
         float d = H2F(b[i].d), min = H2F(b[i].dmin);
         const uint8_t *q = b[i].qs;
         for (int j = 0; j < 4; j++, q += 32) {
-            uint8_t sc, m;
-            kw_get_scale_min_k4(2 * j, b[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = min * m;
-            kw_get_scale_min_k4(2 * j + 1, b[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+            k4_pair p = k4_pair_at(b[i].scales, j, d, min);
+            for (int l = 0; l < 32; l++) *y++ = p.d1 * (q[l] & 0xF) - p.m1;
+            for (int l = 0; l < 32; l++) *y++ = p.d2 * (q[l] >> 4) - p.m2;
         }
     }
 }
@@ -437,13 +449,9 @@ static void dequant_q5_K(const void *src, float *y, int64_t nb) {
         const uint8_t *ql = b[i].qs, *qh = b[i].qh;
         uint8_t u1 = 1, u2 = 2;
         for (int j = 0; j < 4; j++, ql += 32) {
-            uint8_t sc, m;
-            kw_get_scale_min_k4(2 * j, b[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = min * m;
-            kw_get_scale_min_k4(2 * j + 1, b[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            k4_pair p = k4_pair_at(b[i].scales, j, d, min);
+            for (int l = 0; l < 32; l++) *y++ = p.d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - p.m1;
+            for (int l = 0; l < 32; l++) *y++ = p.d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - p.m2;
             u1 = (uint8_t)(u1 << 2);
             u2 = (uint8_t)(u2 << 2);
         }

@@ -76,6 +76,20 @@ check "qwen35 custom shape" '[ "$(j "[j.arch,j.n_layer,j.rope_dim,j.n_tensors].j
 check "ssm option on llama refused" '[ $rc -eq 2 ] && grep -q "ssm" "$tmp/err" && [ ! -e "$tmp/x.gguf" ]'
 "$BIN" mkmodel -q --preset qwen35-tiny --ssm-heads 3 -o "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
 check "qwen35 bad heads refused" '[ $rc -eq 2 ] && grep -q "multiple of ssm groups" "$tmp/err"'
+# re-encoding a hybrid: f32 -> Q4_K_M gives the bytes mkmodel writes in Q4_K_M directly
+# (same rows, same mix rules: ssm_conv1d and the 1-D tensors stay F32)
+"$BIN" mkmodel -q --preset qwen35-tiny --type f32 -o "$tmp/q35f.gguf"
+"$BIN" mkmodel -q --preset qwen35-tiny --type q4_k_m -o "$tmp/q35m.gguf"
+"$BIN" quantize "$tmp/q35f.gguf" "$tmp/q35r.gguf" q4_k_m 2>/dev/null; rc=$?
+check "qwen35 quantize = direct" '[ $rc -eq 0 ] && cmp -s "$tmp/q35m.gguf" "$tmp/q35r.gguf"'
+"$BIN" mkmodel -q --preset qwen35-tiny --mtp --type f32 -o "$tmp/q35tf.gguf"
+"$BIN" mkmodel -q --preset qwen35-tiny --mtp --type q4_k_m -o "$tmp/q35tm.gguf"
+"$BIN" quantize "$tmp/q35tf.gguf" "$tmp/q35tr.gguf" q4_k_m 2>/dev/null; rc=$?
+check "qwen35 mtp quantize = direct" '[ $rc -eq 0 ] && cmp -s "$tmp/q35tm.gguf" "$tmp/q35tr.gguf"'
+info=$("$BIN" info -m "$tmp/q35tm.gguf" --json)
+check "qwen35 mtp layers" '[ "$(j "[j.n_layer,j.n_tensors].join()" <<<"$info")" = "9,124" ]'
+"$BIN" mkmodel -q --preset tiny --mtp -o "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
+check "mtp on llama refused" '[ $rc -eq 2 ] && grep -q "mtp" "$tmp/err"'
 check "mkmodel help lists qwen35" '"$BIN" mkmodel --help | grep -q "qwen3.5-27b"'
 check "mkmodel help" '"$BIN" mkmodel --help | grep -q "llama3.2-1b"'
 check "quantize help" '"$BIN" quantize --help | grep -q "TYPE"'

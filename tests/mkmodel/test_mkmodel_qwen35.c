@@ -4,7 +4,7 @@
  * ../shared/conformance/ARCHITECTURES.md, in every weight type mkmodel
  * writes; the initial distributions of the delta-net tensors; the
  * presets' shapes; the defaults --arch qwen35 takes from a plain preset;
- * determinism; and shape errors. */
+ * the optional MTP layer; determinism; and shape errors. */
 #include "testutil.h"
 #include <math.h>
 #include <stdio.h>
@@ -73,7 +73,8 @@ static void check_file(const char *path, const kw_mk_shape *s, uint32_t wtype, b
     KW_CHECK_MSG(g != NULL, "%s", e.msg);
     if (!g) return;
     KW_CHECK(!strcmp(kw_gguf_get_str(g, "general.architecture"), "qwen35"));
-    KW_CHECK_EQ_INT(key_int(g, "block_count"), s->n_layer);
+    KW_CHECK_EQ_INT(key_int(g, "block_count"), s->n_layer + s->n_mtp);
+    KW_CHECK_EQ_INT(key_int(g, "nextn_predict_layers"), s->n_mtp ? s->n_mtp : -1);   /* absent without MTP */
     KW_CHECK_EQ_INT(key_int(g, "embedding_length"), s->n_embd);
     KW_CHECK_EQ_INT(key_int(g, "feed_forward_length"), s->n_ff);
     KW_CHECK_EQ_INT(key_int(g, "attention.head_count"), s->n_head);
@@ -98,13 +99,21 @@ static void check_file(const char *path, const kw_mk_shape *s, uint32_t wtype, b
         KW_CHECK(!memcmp(v, want, sizeof want));
         KW_CHECK_EQ_INT(v[0] + v[1] + v[2] + v[3], s->rope_dim / 2);   /* every rotated pair has a channel */
     }
-    int n_attn = 0;
-    for (int il = 0; il < s->n_layer; il++) {
-        bool attn = (il + 1) % s->attn_interval == 0;
+    int n_attn = 0, n_all = s->n_layer + s->n_mtp;
+    for (int il = 0; il < n_all; il++) {
+        bool attn = il >= s->n_layer || (il + 1) % s->attn_interval == 0;
         n_attn += attn;
         check_layer(g, s, il, attn);
+        bool mtp = il >= s->n_layer;
+        KW_CHECK_MSG((lt(g, il, "nextn.enorm.weight") != NULL) == mtp, "layer %d", il);
+        if (mtp) {
+            int64_t E = s->n_embd;
+            KW_CHECK(shape_is(lt(g, il, "nextn.eh_proj.weight"), 2 * E, E));
+            KW_CHECK(shape_is(lt(g, il, "nextn.enorm.weight"), E, 1) && shape_is(lt(g, il, "nextn.hnorm.weight"), E, 1));
+            KW_CHECK(shape_is(lt(g, il, "nextn.shared_head_norm.weight"), E, 1));
+        }
     }
-    uint64_t want_tensors = 2 + !s->tied + (uint64_t)n_attn * 11 + (uint64_t)(s->n_layer - n_attn) * 14;
+    uint64_t want_tensors = 2 + !s->tied + (uint64_t)n_attn * 11 + (uint64_t)(n_all - n_attn) * 14 + (uint64_t)s->n_mtp * 4;
     KW_CHECK_EQ_INT((int64_t)g->n_tensors, (int64_t)want_tensors);
     KW_CHECK((kw_gguf_find_tensor(g, "output.weight") == NULL) == s->tied);
     int bad = 0;
@@ -240,6 +249,25 @@ static void test_defaults_and_errors(void) {
     check_file(tmp("q35-i3.gguf"), &s, KW_TYPE_F16, true);
 }
 
+/* One MTP layer after the 8 main ones: blk.8 is gated attention with the
+ * nextn tensors; block_count 9, nextn_predict_layers 1. */
+static void test_mtp(void) {
+    kw_err e = {{0}};
+    kw_mk_shape s;
+    kw_mk_preset("qwen35-tiny", &s, &e);
+    KW_CHECK(s.n_mtp == 0);
+    s.n_mtp = 1;
+    KW_CHECK_MSG(kw_mk_write(&s, KW_TYPE_Q8_0, 2, tmp("q35-mtp.gguf"), &e) == 0, "%s", e.msg);
+    check_file(tmp("q35-mtp.gguf"), &s, KW_TYPE_Q8_0, true);
+    KW_CHECK_MSG(kw_mk_write(&s, KW_MK_MIX_Q4_K_M, 2, tmp("q35-mtp-m.gguf"), &e) == 0, "%s", e.msg);
+    check_file(tmp("q35-mtp-m.gguf"), &s, KW_MK_MIX_Q4_K_M, false);
+    s.n_mtp = 2;
+    KW_CHECK(kw_mk_shape_check(&s, &e) == -1 && strstr(e.msg, "mtp layers 2"));
+    s.n_mtp = 1;
+    snprintf(s.arch, sizeof s.arch, "qwen3");
+    KW_CHECK(kw_mk_shape_check(&s, &e) == 0 && s.n_mtp == 0);   /* a plain architecture has none */
+}
+
 static void test_determinism(void) {
     kw_err e = {{0}};
     kw_mk_shape s;
@@ -265,6 +293,7 @@ int main(void) {
     test_values();
     test_presets();
     test_defaults_and_errors();
+    test_mtp();
     test_determinism();
     return kw_test_finish();
 }
