@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <pthread.h>
+#include <time.h>
 
 #define KW_VERSION "0.1.0"
 
@@ -37,6 +39,12 @@ int kw_err_set(kw_err *err, const char *fmt, ...) KW_PRINTF(2, 3);
 int kw_parse_bytes(const char *s, uint64_t *out, kw_err *err);
 /* Monotonic seconds (CLOCK_MONOTONIC): for intervals, rates and ages. */
 double kw_mono_s(void);
+/* The moment `seconds` from now on `clock` (the clock the condition
+ * variable was made with): the deadline pthread_cond_timedwait takes. */
+struct timespec kw_deadline_after(clockid_t clock, double seconds);
+/* Stops a worker thread that waits on cv under mu while *stop is false:
+ * sets *stop under mu, wakes it, and joins it when it was started. */
+void kw_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, bool *stop, pthread_t th, bool started);
 /* Formats bytes as "3.11 GiB" into buf; returns buf. */
 const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap);
 

@@ -142,9 +142,7 @@ static int generate(const kw_run_opts *o, const gen_opts *g, kw_model *m, double
 out:
     free(piece);
     kw_sampler_free(smp);
-    kw_session_free(s);
-    kw_run_prompt_free(&pr);
-    return rc;
+    return kw_run_end(s, &pr, rc);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -152,9 +150,10 @@ int cmd_generate(int argc, char **argv) {
     gen_opts g = {.n_predict = 128};
     kw_sampler_params_default(&g.sp);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        int rc = kw_run_parse_common(&o, argc, argv, &i);
-        if (rc == 0) rc = parse_sampling(&o, &g, argc, argv, &i);
+        kw_run_arg_kind k = kw_run_arg(&o, argc, argv, &i, usage);
+        if (k == KW_RUN_ARG_TAKEN) continue;
+        if (k != KW_RUN_ARG_OWN) return k == KW_RUN_ARG_HELP ? 0 : 2;
+        int rc = parse_sampling(&o, &g, argc, argv, &i);
         if (rc < 0) return 2;
         if (rc == 0) { fprintf(stderr, "kvwise generate: unknown option '%s' (see --help)\n", argv[i]); return 2; }
     }

@@ -84,9 +84,7 @@ static int run(const kw_run_opts *o, kw_model *m, const char *tokens_arg, bool a
     fprintf(stderr, "kvwise logits: %zu tokens, wrote %d row(s) x %d floats to %s\n", n, rows, n_vocab, out);
     rc = 0;
 out:
-    kw_session_free(s);
-    kw_run_prompt_free(&pr);
-    return rc;
+    return kw_run_end(s, &pr, rc);
 }
 
 int cmd_logits(int argc, char **argv) {
@@ -95,10 +93,9 @@ int cmd_logits(int argc, char **argv) {
     bool all = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        int rc = kw_run_parse_common(&o, argc, argv, &i);
-        if (rc < 0) return 2;
-        if (rc > 0) continue;
+        kw_run_arg_kind k = kw_run_arg(&o, argc, argv, &i, usage);
+        if (k == KW_RUN_ARG_TAKEN) continue;
+        if (k != KW_RUN_ARG_OWN) return k == KW_RUN_ARG_HELP ? 0 : 2;
         if (!strcmp(a, "--all")) all = true;
         else if ((!strcmp(a, "--tokens") || !strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
             if (!strcmp(a, "--tokens")) tokens = argv[++i];

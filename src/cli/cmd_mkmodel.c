@@ -10,6 +10,7 @@
 #include "kvwise/arch.h"
 #include "kvwise/progress.h"
 #include "kvwise/tensor.h"
+#include "mkmodel/hybrid.h"
 #include "mkmodel/mkmodel.h"
 
 /* "  --arch A   llama | qwen2 (q/k/v biases) | ...": every architecture of
@@ -18,6 +19,7 @@ static void print_arch_choices(FILE *f) {
     fprintf(f, "  --arch A         ");
     for (int i = 0; i < kw_arch_count(); i++) {
         const kw_arch_desc *a = kw_arch_at(i);
+        if (kw_mk_is_hybrid(a->gguf_name)) continue;   /* listed below with the hybrids */
         fprintf(f, "%s%s", i ? " | " : "", a->gguf_name);
         int n = 0;
         for (int k = KW_FEAT_CORE + 1; k < KW_FEATURES; k++)
@@ -25,7 +27,7 @@ static void print_arch_choices(FILE *f) {
                 fprintf(f, "%s%s", n++ ? ", " : " (", kw_feature_label((kw_feature)k));
         if (n) fprintf(f, ")");
     }
-    fprintf(f, "\n");
+    fprintf(f, " | qwen35 (Qwen3.5 hybrid: gated delta nets, gated attention every 4th layer)\n");
 }
 
 static void usage(FILE *f) {
@@ -41,7 +43,11 @@ static void usage(FILE *f) {
         "                   qwen3-30b-a3b (48x2048, 128 experts of width 768, 8 per token, vocab\n"
         "                   151936: 30.5B weights, 32 GB of q8_0), qwen3moe-bench (the benchmark\n"
         "                   shape: 6 of those layers, vocab 24576: 3.8B weights of which 0.39B\n"
-        "                   are read per token, as in Qwen3-30B-A3B; 4.1 GB of q8_0)\n"
+        "                   are read per token, as in Qwen3-30B-A3B; 4.1 GB of q8_0);\n"
+        "                   Qwen3.5 hybrids (qwen35): qwen35-tiny (8x256, layers 3 and 7 gated\n"
+        "                   attention 4 heads/2 kv of 64, delta nets 2 key/4 value heads of 64,\n"
+        "                   ff 512, vocab 1024), qwen3.5-0.8b, qwen3.5-9b, qwen3.5-27b (the\n"
+        "                   published text shapes, vocab 248320; docs/GGUF.md lists them)\n"
         "  --type T         weight matrices: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k, or\n"
         "                   llama-quantize's per-tensor mixes q4_k_m q5_k_m q6_k (as `kvwise\n"
         "                   quantize --help` lists); default f16; norms, biases and the MoE\n"
@@ -56,6 +62,13 @@ static void usage(FILE *f) {
         "  --experts N  --experts-used N  --ff-exp N\n"
         "                   mixture of experts (qwen3moe): experts per layer, experts each token\n"
         "                   uses, the width of one expert\n"
+        "  --ssm-state N  --ssm-groups N  --ssm-heads N  --attn-interval N  --rope-dim N\n"
+        "                   hybrids (qwen35): delta-net head dim, key heads, value heads (a\n"
+        "                   multiple of key heads); layer i is attention when (i+1) %% N == 0;\n"
+        "                   rotated dims per attention head. --arch qwen35 on another preset:\n"
+        "                   head dim, kv heads, heads, 4, head_dim/4 unless given\n"
+        "  --mtp            hybrids: add one multi-token-prediction layer after the others\n"
+        "                   (gated attention + FFN + blk.N.nextn.*; block_count counts it)\n"
         "  --tied / --untied   output.weight absent (tied to token_embd) or present\n"
         "  --name S         general.name\n"
         "  --hf-tokenizer DIR  use the Hugging Face tokenizer in DIR (tokenizer.json and\n"
@@ -82,6 +95,7 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL, *hf_dir = NULL;
     unsigned long long seed = 1;
     int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0, n_exp = 0, n_used = 0, ff_exp = 0;
+    int32_t ssm_state = 0, ssm_groups = 0, ssm_heads = 0, interval = 0, rope_dim = 0, mtp = -1;
     int tied = -1;
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
@@ -90,10 +104,14 @@ int cmd_mkmodel(int argc, char **argv) {
         int32_t *ip = !strcmp(a, "--layers") ? &layers : !strcmp(a, "--embd") ? &embd : !strcmp(a, "--ff") ? &ff
                     : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--kv-heads") ? &kv : !strcmp(a, "--head-dim") ? &hd
                     : !strcmp(a, "--vocab") ? &vocab : !strcmp(a, "--ctx") ? &ctx : !strcmp(a, "--experts") ? &n_exp
-                    : !strcmp(a, "--experts-used") ? &n_used : !strcmp(a, "--ff-exp") ? &ff_exp : NULL;
+                    : !strcmp(a, "--experts-used") ? &n_used : !strcmp(a, "--ff-exp") ? &ff_exp
+                    : !strcmp(a, "--ssm-state") ? &ssm_state : !strcmp(a, "--ssm-groups") ? &ssm_groups
+                    : !strcmp(a, "--ssm-heads") ? &ssm_heads : !strcmp(a, "--attn-interval") ? &interval
+                    : !strcmp(a, "--rope-dim") ? &rope_dim : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--tied")) tied = 1;
         else if (!strcmp(a, "--untied")) tied = 0;
+        else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = true;
         else if (!v) { fprintf(stderr, "kvwise mkmodel: unknown option or missing value: '%s'\n", a); usage(stderr); return 2; }
         else if (ip) { if (parse_int(a, v, ip)) return 2; i++; }
@@ -130,6 +148,17 @@ int cmd_mkmodel(int argc, char **argv) {
     if (n_used) s.n_expert_used = n_used;
     if (ff_exp) s.n_ff_exp = ff_exp;
     if (tied >= 0) s.tied = tied;
+    if ((ssm_state || ssm_groups || ssm_heads || interval || rope_dim || mtp > 0) && !kw_mk_is_hybrid(s.arch)) {
+        fprintf(stderr, "kvwise mkmodel: --ssm-*, --attn-interval, --rope-dim and --mtp apply to a hybrid (--arch qwen35), not %s\n",
+                s.arch);
+        return 2;
+    }
+    if (ssm_state) s.ssm_state = ssm_state;
+    if (ssm_groups) s.ssm_groups = ssm_groups;
+    if (ssm_heads) s.ssm_heads = ssm_heads;
+    if (interval) s.attn_interval = interval;
+    if (rope_dim) s.rope_dim = rope_dim;
+    if (mtp > 0) s.n_mtp = mtp;
     if (name) snprintf(s.name, sizeof s.name, "%s", name);
     if (hf_dir && vocab) { fprintf(stderr, "kvwise mkmodel: --vocab cannot be combined with --hf-tokenizer (the vocab is the tokenizer's)\n"); return 2; }
     s.hf_tokenizer = hf_dir;

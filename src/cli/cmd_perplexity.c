@@ -95,9 +95,7 @@ static int run(const kw_run_opts *o, kw_model *m, long max_chunks) {
     printf("perplexity: %.4f +/- %.4f over %zu scored tokens (%zu chunks of %d)\n", ppl, err_ppl, count, n_chunks, ctx);
     rc = 0;
 out:
-    kw_session_free(s);
-    kw_run_prompt_free(&pr);
-    return rc;
+    return kw_run_end(s, &pr, rc);
 }
 
 int cmd_perplexity(int argc, char **argv) {
@@ -105,10 +103,9 @@ int cmd_perplexity(int argc, char **argv) {
     long max_chunks = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        int rc = kw_run_parse_common(&o, argc, argv, &i);
-        if (rc < 0) return 2;
-        if (rc > 0) continue;
+        kw_run_arg_kind k = kw_run_arg(&o, argc, argv, &i, usage);
+        if (k == KW_RUN_ARG_TAKEN) continue;
+        if (k != KW_RUN_ARG_OWN) return k == KW_RUN_ARG_HELP ? 0 : 2;
         if (!strcmp(a, "--chunks") && i + 1 < argc) {
             if (kw_run_int(&o, a, argv[++i], 1, 1 << 30, &max_chunks)) return 2;
         } else { fprintf(stderr, "kvwise perplexity: unknown or incomplete option '%s' (see --help)\n", a); return 2; }

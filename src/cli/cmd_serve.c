@@ -320,8 +320,7 @@ static kw_ledger *make_ledger(serve_opts *o, kw_err *err) {
         return NULL;
     }
     if (kw_ledger_set(led, KW_LEDGER_CONNECTIONS, conns, NULL) < 0) {
-        char what[200], body[32];
-        char rq[32];
+        char what[200], body[32], rq[32];
         snprintf(what, sizeof what, "the HTTP connections (--max-connections %d x %llu bytes + --max-body %s + "
                  "--http-threads %d x --request-memory %s)", o->max_conns, (unsigned long long)KW_SERVER_CONN_BYTES,
                  kw_format_bytes(o->max_body, body, sizeof body), o->http_threads,

@@ -176,6 +176,18 @@ void kw_run_prompt_free(kw_run_prompt *p) {
     *p = (kw_run_prompt){0};
 }
 
+int kw_run_end(kw_session *s, kw_run_prompt *p, int rc) {
+    kw_session_free(s);
+    kw_run_prompt_free(p);
+    return rc;
+}
+
+kw_run_arg_kind kw_run_arg(kw_run_opts *o, int argc, char **argv, int *i, void (*usage)(FILE *)) {
+    if (!strcmp(argv[*i], "-h") || !strcmp(argv[*i], "--help")) { usage(stdout); return KW_RUN_ARG_HELP; }
+    int rc = kw_run_parse_common(o, argc, argv, i);
+    return rc < 0 ? KW_RUN_ARG_BAD : rc > 0 ? KW_RUN_ARG_TAKEN : KW_RUN_ARG_OWN;
+}
+
 kw_session *kw_run_session(const kw_run_opts *o, const kw_model *m, int32_t default_ctx) {
     kw_session_opts so = {.n_ctx = o->ctx ? o->ctx : default_ctx, .max_batch = o->batch, .kv_type = o->kv_type,
                           .n_threads = o->threads};

@@ -22,6 +22,11 @@ typedef struct kw_run_opts {
  * Returns 1 if consumed, 0 if not a common option, -1 on a bad value
  * (message printed). */
 int kw_run_parse_common(kw_run_opts *o, int argc, char **argv, int *i);
+/* One argument of a model-running command, argv[*i]: -h/--help (usage
+ * printed to stdout), a common option (consumed as kw_run_parse_common
+ * does), a bad common value (message printed) or the command's own. */
+typedef enum { KW_RUN_ARG_OWN, KW_RUN_ARG_TAKEN, KW_RUN_ARG_HELP, KW_RUN_ARG_BAD } kw_run_arg_kind;
+kw_run_arg_kind kw_run_arg(kw_run_opts *o, int argc, char **argv, int *i, void (*usage)(FILE *));
 /* Text of the common options for --help. */
 const char *kw_run_common_help(void);
 
@@ -40,6 +45,8 @@ typedef struct kw_run_prompt { char *text; size_t len; int32_t *ids; size_t n; }
  * as the vocab says unless --no-bos): 0, or -1 with the message printed. */
 int kw_run_prompt_read(const kw_run_opts *o, const kw_model *m, kw_run_prompt *p);
 void kw_run_prompt_free(kw_run_prompt *p);
+/* The end of a command's run: frees its session and prompt, returns rc. */
+int kw_run_end(kw_session *s, kw_run_prompt *p, int rc);
 kw_session *kw_run_session(const kw_run_opts *o, const kw_model *m, int32_t default_ctx);
 double kw_run_now_ms(void);
 

@@ -72,7 +72,7 @@ static void set_defaults(serve_opts *o) {
                       .prefill_step = 512, .kv_type = "auto", .kv_block_tokens = 32, .timeout_s = 600,
                       .header_timeout_s = KW_SERVER_DEFAULT_HEADER_TIMEOUT, .body_timeout_s = KW_SERVER_DEFAULT_BODY_TIMEOUT,
                       .max_client_conns = -1, .max_conns = KW_SERVER_DEFAULT_MAX_CONNECTIONS,
-                      .http_threads = 2, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
+                      .http_threads = KW_SERVER_DEFAULT_HTTP_THREADS, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
                       .request_memory = KW_SERVER_DEFAULT_REQUEST_MEMORY,
                       .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};
 }

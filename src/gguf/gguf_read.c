@@ -316,16 +316,33 @@ static int parse_header(cursor *c, kw_gguf *g) {
     return 0;
 }
 
+/* Entry i of the growing array *arr (capacity *cap), room made for it; NULL
+ * with "out of memory reading <list>" when there is none. */
+static void *grow_entry(cursor *c, void **arr, uint64_t *cap, uint64_t i, size_t elem, const char *list) {
+    if (grow(arr, cap, i, elem)) {
+        kw_err_set(c->err, "out of memory reading %s", list);
+        return NULL;
+    }
+    return (char *)*arr + i * elem;
+}
+
+/* Reads the name of entry i of a list, refusing an empty one: errors say
+ * "<entry> i<suffix>: ..." while reading and "<entry> i: empty <noun>"
+ * when it is empty. */
+static int read_entry_name(cursor *c, kw_str *name, uint64_t i, const char *entry, const char *suffix, const char *noun) {
+    char what[192];
+    snprintf(what, sizeof what, "%s %llu%s", entry, (unsigned long long)i, suffix);
+    if (read_string(c, name, what)) return -1;
+    if (name->len == 0) return kw_err_set(c->err, "%s %llu: empty %s", entry, (unsigned long long)i, noun);
+    return 0;
+}
+
 static int parse_metadata(cursor *c, kw_gguf *g) {
     for (uint64_t i = 0; i < g->n_kv; i++) {
-        if (grow((void **)&g->kv, &c->g->kv_cap, i, sizeof(kw_gguf_kv)))
-            return kw_err_set(c->err, "out of memory reading metadata");
-        kw_gguf_kv *kv = &g->kv[i];
+        kw_gguf_kv *kv = grow_entry(c, (void **)&g->kv, &c->g->kv_cap, i, sizeof *kv, "metadata");
+        if (!kv || read_entry_name(c, &kv->key, i, "metadata key", "", "key")) return -1;
         char what[192];
-        snprintf(what, sizeof what, "metadata key %llu", (unsigned long long)i);
-        if (read_string(c, &kv->key, what)) return -1;
         snprintf(what, sizeof what, "metadata key %llu (%s)", (unsigned long long)i, show(c, 0, &kv->key));
-        if (kv->key.len == 0) return kw_err_set(c->err, "metadata key %llu: empty key", (unsigned long long)i);
         uint64_t t;
         if (read_uint(c, 4, &t, what)) return -1;
         if (!vtype_valid((uint32_t)t) || t > UINT32_MAX)
@@ -376,13 +393,9 @@ static int check_type_and_shape(cursor *c, kw_gguf_tensor *t) {
 
 static int parse_tensor_infos(cursor *c, kw_gguf *g) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        if (grow((void **)&g->tensors, &c->g->tensor_cap, i, sizeof(kw_gguf_tensor)))
-            return kw_err_set(c->err, "out of memory reading tensor descriptors");
-        kw_gguf_tensor *t = &g->tensors[i];
+        kw_gguf_tensor *t = grow_entry(c, (void **)&g->tensors, &c->g->tensor_cap, i, sizeof *t, "tensor descriptors");
+        if (!t || read_entry_name(c, &t->name, i, "tensor", " name", "name")) return -1;
         char what[192];
-        snprintf(what, sizeof what, "tensor %llu name", (unsigned long long)i);
-        if (read_string(c, &t->name, what)) return -1;
-        if (t->name.len == 0) return kw_err_set(c->err, "tensor %llu: empty name", (unsigned long long)i);
         snprintf(what, sizeof what, "tensor %s", show(c, 0, &t->name));
         uint64_t nd;
         if (read_uint(c, 4, &nd, what)) return -1;

@@ -9,8 +9,10 @@
  * own random stream (seeded from the model seed, the tensor's index and
  * the row), so rows can be generated in any order or chunking and the file
  * is byte-identical for the same seed. Rows are quantized with the
- * reference quantizer (kw_quantize_row). */
+ * reference quantizer (kw_quantize_row). The Qwen3.5 hybrids (qwen35)
+ * take their layer layout, checks and extra metadata from hybrid.c. */
 #include "mkmodel.h"
+#include "hybrid.h"
 #include "kvwise/arch.h"
 #include "kvwise/gguf.h"
 #include "kvwise/hfimport.h"
@@ -24,7 +26,6 @@
 #define STD_MATRIX 0.02f
 #define STD_BIAS 0.02f
 #define STD_NORM_GAIN 0.05f
-#define STD_CONV 0.3f
 
 /* ---- presets ---- */
 
@@ -38,12 +39,23 @@ typedef struct preset { const char *name; kw_mk_shape s; } preset;
 /* The mixture-of-experts part of a shape: experts, experts per token, expert width. */
 #define MOE(n_exp, used, ff_exp) .n_expert = n_exp, .n_expert_used = used, .n_ff_exp = ff_exp
 
+/* The delta-net part of a hybrid shape: key/value head dim, key heads,
+ * value heads, convolution taps, attention interval, rotary dims. */
+#define HYBRID(state, groups, heads, conv, interval, rot)                                                             \
+    .ssm_state = state, .ssm_groups = groups, .ssm_heads = heads, .ssm_conv = conv, .attn_interval = interval,      \
+    .rope_dim = rot
+
 /* The MoE presets: a tiny one for tests; Qwen3-30B-A3B's shape (48 layers,
  * 128 experts of width 768, 8 per token, 30.5B weights of which 3.3B are
  * read per token); and the benchmark shape, 6 of its layers with a 24576
  * vocab so that the share read per token stays about Qwen3-30B-A3B's
  * (390M of 3.84B weights, 10.2%, against 3.0B of 30.5B, 9.9%) in 4.1 GB of
- * Q8_0 (2.3 GB of Q4_K_M) that this machine's disk and memory hold. */
+ * Q8_0 (2.3 GB of Q4_K_M) that this machine's disk and memory hold.
+ * The Qwen3.5 presets (docs/GGUF.md, "Qwen3.5 hybrids", gives the sources):
+ * qwen35-tiny, 8 layers (3 and 7 attention) of 256 with delta-net heads of
+ * 64 (ik_llama.cpp's batched delta-net kernel is right only for 64 and
+ * 128); 0.8B, 9B and 27B with the published Qwen3.5 text shapes (no MTP
+ * layer, no vision tower). */
 static const preset k_presets[] = {
     {"tiny", SHAPE("llama", "kvwise-tiny-random", 4, 256, 8, 2, 32, 768, 1024, 2048, 10000.0f, 1e-5f, false)},
     {"llama3.2-1b", SHAPE("llama", "kvwise-llama3.2-1b-random", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true)},
@@ -55,10 +67,40 @@ static const preset k_presets[] = {
                              1000000.0f, 1e-6f, false), MOE(128, 8, 768)}},
     {"qwen3moe-bench", {SHAPE_FIELDS("qwen3moe", "kvwise-qwen3moe-bench-random", 6, 2048, 32, 4, 128, 6144, 24576, 40960,
                               1000000.0f, 1e-6f, false), MOE(128, 8, 768)}},
+    {"qwen35-tiny", {SHAPE_FIELDS("qwen35", "kvwise-qwen35-tiny-random", 8, 256, 4, 2, 64, 512, 1024, 4096, 10000000.0f,
+                           1e-6f, false), HYBRID(64, 2, 4, 4, 4, 16)}},
+    {"qwen3.5-0.8b", {SHAPE_FIELDS("qwen35", "kvwise-qwen3.5-0.8b-random", 24, 1024, 8, 2, 256, 3584, 248320, 262144,
+                            10000000.0f, 1e-6f, true), HYBRID(128, 16, 16, 4, 4, 64)}},
+    {"qwen3.5-9b", {SHAPE_FIELDS("qwen35", "kvwise-qwen3.5-9b-random", 32, 4096, 16, 4, 256, 12288, 248320, 262144,
+                          10000000.0f, 1e-6f, false), HYBRID(128, 16, 32, 4, 4, 64)}},
+    {"qwen3.5-27b", {SHAPE_FIELDS("qwen35", "kvwise-qwen3.5-27b-random", 64, 5120, 24, 4, 256, 17408, 248320, 262144,
+                           10000000.0f, 1e-6f, false), HYBRID(128, 16, 48, 4, 4, 64)}},
 };
+
+/* A hybrid shape made from a plain one (--arch qwen35 on another preset):
+ * the fields it lacks follow the attention shape (delta-net heads of
+ * head_dim, as many key heads as KV heads and value heads as query heads,
+ * 4 taps, attention every 4th layer, a quarter of each head rotated, as in
+ * Qwen3.5). */
+static void hybrid_defaults(kw_mk_shape *s) {
+    if (!s->ssm_state) s->ssm_state = s->head_dim;
+    if (!s->ssm_groups) s->ssm_groups = s->n_head_kv;
+    if (!s->ssm_heads) s->ssm_heads = s->n_head;
+    if (!s->ssm_conv) s->ssm_conv = 4;
+    if (!s->attn_interval) s->attn_interval = 4;
+    if (!s->rope_dim) s->rope_dim = s->head_dim / 4 / 2 * 2 > 0 ? s->head_dim / 4 / 2 * 2 : s->head_dim;
+}
 
 /* The tensor groups of s->arch that mkmodel writes: the required ones. */
 static int apply_arch(kw_mk_shape *s, kw_err *err) {
+    if (kw_mk_is_hybrid(s->arch)) {
+        s->qkv_bias = false;
+        s->qk_norm = true;
+        s->n_expert = s->n_expert_used = s->n_ff_exp = 0;
+        hybrid_defaults(s);
+        return 0;
+    }
+    s->ssm_state = s->ssm_groups = s->ssm_heads = s->ssm_conv = s->attn_interval = s->rope_dim = s->n_mtp = 0;
     const kw_arch_desc *a = kw_arch_find(s->arch);
     if (!a) return kw_err_set(err, "unknown architecture '%s' (supported: %s)", s->arch, kw_arch_supported_list());
     s->qkv_bias = kw_arch_presence(a, KW_FEAT_QKV_BIAS) == KW_REQUIRED;
@@ -67,21 +109,6 @@ static int apply_arch(kw_mk_shape *s, kw_err *err) {
     else if (s->n_expert < 1 || s->n_expert_used < 1 || s->n_ff_exp < 1)
         return kw_err_set(err, "architecture %s is a mixture of experts: it needs --experts, --experts-used and --ff-exp",
                           s->arch);
-    if (a->layers.interval_key && s->n_layer < a->layers.interval_default)
-        return kw_err_set(err, "architecture %s needs at least %d layers (%s = %d)", s->arch, a->layers.interval_default,
-                          a->layers.interval_key, a->layers.interval_default);
-    bool gdn = a->layers.mixer == KW_MIXER_GDN || a->layers.every_nth == KW_MIXER_GDN;
-    if (!gdn) s->ssm_d_state = s->ssm_n_group = s->ssm_dt_rank = s->ssm_d_conv = 0;
-    else {
-        if (!s->ssm_d_state) s->ssm_d_state = s->head_dim;
-        if (!s->ssm_n_group) s->ssm_n_group = s->n_head_kv;
-        if (!s->ssm_dt_rank) s->ssm_dt_rank = s->n_head;
-        if (!s->ssm_d_conv) s->ssm_d_conv = 4;
-        if (s->ssm_d_state < 1 || s->ssm_n_group < 1 || s->ssm_dt_rank % s->ssm_n_group || s->ssm_d_conv < 2 ||
-            s->ssm_d_conv > 64)
-            return kw_err_set(err, "delta net shape: state %d, key heads %d, value heads %d (a multiple), conv %d (2..64)",
-                              s->ssm_d_state, s->ssm_n_group, s->ssm_dt_rank, s->ssm_d_conv);
-    }
     return 0;
 }
 
@@ -89,7 +116,7 @@ int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err) {
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
         if (name && !strcmp(name, k_presets[i].name)) { *out = k_presets[i].s; return apply_arch(out, err); }
     return kw_err_set(err, "unknown preset '%s' (presets: tiny, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, tiny-moe, "
-                      "qwen3-30b-a3b, qwen3moe-bench)", name ? name : "");
+                      "qwen3-30b-a3b, qwen3moe-bench, qwen35-tiny, qwen3.5-0.8b, qwen3.5-9b, qwen3.5-27b)", name ? name : "");
 }
 
 int kw_mk_shape_check(kw_mk_shape *s, kw_err *err) {
@@ -106,7 +133,7 @@ int kw_mk_shape_check(kw_mk_shape *s, kw_err *err) {
     if (s->n_expert_used > s->n_expert || s->n_expert > 4096)
         return kw_err_set(err, "experts used (%d) must be 1..experts (%d), experts at most 4096", s->n_expert_used, s->n_expert);
     if ((int64_t)s->n_embd * s->n_ff_exp * s->n_expert > (1ll << 36)) return kw_err_set(err, "shape too large");
-    return 0;
+    return kw_mk_is_hybrid(s->arch) ? kw_mk_hybrid_check(s, err) : 0;
 }
 
 /* ---- types ---- */
@@ -200,11 +227,6 @@ static kw_hparams shape_hparams(const kw_mk_shape *s) {
     hp.n_expert = s->n_expert;
     hp.n_expert_used = s->n_expert_used;
     hp.n_ff_exp = s->n_ff_exp;
-    hp.ssm_d_state = s->ssm_d_state;
-    hp.ssm_n_group = s->ssm_n_group;
-    hp.ssm_dt_rank = s->ssm_dt_rank;
-    hp.ssm_d_inner = s->ssm_dt_rank * s->ssm_d_state;
-    hp.ssm_d_conv = s->ssm_d_conv;
     return hp;
 }
 
@@ -223,20 +245,32 @@ static int add_layer_tensors(mk_list *l, const kw_arch_desc *a, const kw_tensor_
             rc |= add(l, n, t->what == KW_LT_FFN_ROUTER ? KW_TYPE_F32 : wtype, ne0, ne1, 0, STD_MATRIX);
         else if (t->role == KW_ROLE_EXPERTS) rc |= add3(l, n, wtype, ne0, ne1, hp->n_expert, 0, STD_MATRIX);
         else if (t->role == KW_ROLE_NORM) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 1, STD_NORM_GAIN);
-        else if (t->role == KW_ROLE_CONV) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 0, STD_CONV);
-        else if (t->what == KW_LT_SSM_A) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, -1, STD_NORM_GAIN); /* a decay rate < 0 */
         else rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 0, STD_BIAS);
     }
     return rc;
 }
 
+/* A hybrid layer's tensor (hybrid.c) into the list: the target picks the
+ * types later (apply_target). */
+typedef struct emit_ctx { mk_list *l; uint32_t wtype; } emit_ctx;
+
+static int emit_tensor(void *ctx, const char *name, int64_t ne0, int64_t ne1, float mean, float std) {
+    emit_ctx *c = ctx;
+    return add(c->l, name, c->wtype, ne0, ne1, mean, std);
+}
+
 static int build_list(const kw_mk_shape *s, uint32_t wtype, mk_list *l) {
-    const kw_arch_desc *a = kw_arch_find(s->arch);
-    kw_hparams hp = shape_hparams(s);
     int64_t E = s->n_embd;
     int rc = add(l, "token_embd.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
     rc |= add(l, "output_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
     if (!s->tied) rc |= add(l, "output.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
+    if (kw_mk_is_hybrid(s->arch)) {
+        emit_ctx c = {l, wtype};
+        for (int i = 0; i < s->n_layer + s->n_mtp && rc == 0; i++) rc |= kw_mk_hybrid_layer(s, i, emit_tensor, &c);
+        return rc ? -1 : 0;
+    }
+    const kw_arch_desc *a = kw_arch_find(s->arch);
+    kw_hparams hp = shape_hparams(s);
     for (int i = 0; i < s->n_layer && rc == 0; i++) {
         rc |= add_layer_tensors(l, a, kw_arch_mixer_tensors(a, kw_arch_layer_mixer(a, a->layers.interval_default, i)), &hp, i, wtype);
         rc |= add_layer_tensors(l, a, a->ffn_tensors, &hp, i, wtype);
@@ -257,7 +291,8 @@ static int apply_target(mk_list *l, const kw_mk_shape *s, uint32_t wtype, kw_err
         dims[i] = (uint32_t)l->t[i].n_dims;
         ne0[i] = l->t[i].ne[0];
     }
-    kw_mk_mix_model m = {s->arch, s->n_layer, s->n_head, s->n_head_kv, s->n_expert};
+    /* the mixes count the file's layers (block_count), MTP ones included */
+    kw_mk_mix_model m = {s->arch, s->n_layer + s->n_mtp, s->n_head, s->n_head_kv, s->n_expert};
     if (!rc) rc = kw_mk_mix_types(wtype, &m, n, names, dims, ne0, types, err);
     for (int i = 0; i < n && !rc; i++) l->t[i].type = types[i] == KW_MK_KEEP ? KW_TYPE_F32 : types[i];
     free(names);
@@ -320,13 +355,13 @@ static void set_model_kvs(kw_gguf_writer *w, const kw_mk_shape *s, uint32_t wtyp
     kw_gguf_writer_set_u32(w, "general.quantization_version", 2);
     set_arch_u32(w, a, "context_length", (uint32_t)s->n_ctx);
     set_arch_u32(w, a, "embedding_length", (uint32_t)s->n_embd);
-    set_arch_u32(w, a, "block_count", (uint32_t)s->n_layer);
+    set_arch_u32(w, a, "block_count", (uint32_t)(s->n_layer + s->n_mtp));
     set_arch_u32(w, a, "feed_forward_length", (uint32_t)s->n_ff);
     set_arch_u32(w, a, "attention.head_count", (uint32_t)s->n_head);
     set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)s->n_head_kv);
     set_arch_u32(w, a, "attention.key_length", (uint32_t)s->head_dim);
     set_arch_u32(w, a, "attention.value_length", (uint32_t)s->head_dim);
-    set_arch_u32(w, a, "rope.dimension_count", (uint32_t)s->head_dim);
+    set_arch_u32(w, a, "rope.dimension_count", (uint32_t)(s->rope_dim > 0 ? s->rope_dim : s->head_dim));
     set_arch_u32(w, a, "vocab_size", (uint32_t)s->n_vocab);
     set_arch_f32(w, a, "rope.freq_base", s->rope_base);
     set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps);
@@ -335,15 +370,7 @@ static void set_model_kvs(kw_gguf_writer *w, const kw_mk_shape *s, uint32_t wtyp
         set_arch_u32(w, a, "expert_used_count", (uint32_t)s->n_expert_used);
         set_arch_u32(w, a, "expert_feed_forward_length", (uint32_t)s->n_ff_exp);
     }
-    const kw_arch_desc *d = kw_arch_find(a);
-    if (d && d->layers.interval_key) set_arch_u32(w, a, d->layers.interval_key, (uint32_t)d->layers.interval_default);
-    if (s->ssm_d_state > 0) {
-        set_arch_u32(w, a, "ssm.state_size", (uint32_t)s->ssm_d_state);
-        set_arch_u32(w, a, "ssm.group_count", (uint32_t)s->ssm_n_group);
-        set_arch_u32(w, a, "ssm.time_step_rank", (uint32_t)s->ssm_dt_rank);
-        set_arch_u32(w, a, "ssm.inner_size", (uint32_t)(s->ssm_dt_rank * s->ssm_d_state));
-        set_arch_u32(w, a, "ssm.conv_kernel", (uint32_t)s->ssm_d_conv);
-    }
+    if (kw_mk_is_hybrid(a)) kw_mk_hybrid_kvs(w, s);
 }
 
 static void set_tokenizer_kvs(kw_gguf_writer *w, const kw_mk_vocab *v) {

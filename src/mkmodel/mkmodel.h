@@ -23,10 +23,15 @@ typedef struct kw_mk_shape {
     bool qk_norm;           /* per-head RMSNorm of q and k */
     /* mixture of experts (an architecture whose ffn is KW_FFN_MOE); 0 otherwise */
     int32_t n_expert, n_expert_used, n_ff_exp;
-    /* gated delta net layers (a hybrid schedule, qwen35); 0 = derived by
-     * kw_mk_shape_check: state head_dim, key heads n_head_kv, value heads
-     * n_head, conv 4. Left 0 for an architecture without such layers. */
-    int32_t ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_conv;
+    /* gated-delta-net hybrids (qwen35, hybrid.h); 0 for the other architectures */
+    int32_t ssm_state;      /* head dim of the delta net's keys and values (ssm.state_size) */
+    int32_t ssm_groups;     /* its key heads (ssm.group_count) */
+    int32_t ssm_heads;      /* its value heads (ssm.time_step_rank), a multiple of ssm_groups */
+    int32_t ssm_conv;       /* taps of its causal convolution (ssm.conv_kernel) */
+    int32_t attn_interval;  /* layer i is full attention when (i + 1) % attn_interval == 0 */
+    int32_t rope_dim;       /* rotated dims per attention head (rope.dimension_count); 0: head_dim */
+    int32_t n_mtp;          /* multi-token-prediction layers after the n_layer main ones (0 or 1):
+                               block_count = n_layer + n_mtp, nextn_predict_layers = n_mtp */
     const char *hf_tokenizer; /* NULL, or a directory with a Hugging Face tokenizer.json
                                  (+ tokenizer_config.json): its vocab, specials and chat
                                  template replace the trained ones; n_vocab becomes its size */
@@ -34,12 +39,14 @@ typedef struct kw_mk_shape {
 } kw_mk_shape;
 
 /* Fills *out with a preset ("tiny", "llama3.2-1b", "qwen2.5-0.5b",
- * "qwen3-0.6b", "tiny-moe", "qwen3-30b-a3b", "qwen3moe-bench"); returns -1
- * (err lists the names) if unknown. */
+ * "qwen3-0.6b", "tiny-moe", "qwen3-30b-a3b", "qwen3moe-bench", and the
+ * Qwen3.5 hybrids "qwen35-tiny", "qwen3.5-0.8b", "qwen3.5-9b",
+ * "qwen3.5-27b"); returns -1 (err lists the names) if unknown. */
 int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err);
 /* Sets the tensor-group flags from the architecture's descriptor (after
  * --arch changed); checks the shape is consistent. An architecture the
- * table lacks is refused with the list of those it has. */
+ * table lacks is refused with the list of those it has, except the
+ * hybrids mkmodel lays out itself (hybrid.h: qwen35). */
 int kw_mk_shape_check(kw_mk_shape *s, kw_err *err);
 
 /* The byte-level BPE vocabulary (GPT-2 byte-to-unicode strings). */

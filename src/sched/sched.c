@@ -741,11 +741,7 @@ void kw_sched_cancel(kw_sched *s, kw_sched_req *r) {
 
 void kw_sched_stop(kw_sched *s) {
     if (!s) return;
-    pthread_mutex_lock(&s->mu);
-    s->stopping = true;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    if (s->started) pthread_join(s->th, NULL);
+    kw_thread_stop(&s->mu, &s->cv, &s->stopping, s->th, s->started);
     sched_free(s);
 }
 

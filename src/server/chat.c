@@ -70,6 +70,13 @@ int kw_json_int(const cJSON *root, const char *key, double lo, double hi, int64_
     return 1;
 }
 
+int kw_json_float(const cJSON *root, const char *key, double lo, double hi, float *out, kw_http_error *e) {
+    double d;
+    int rc = kw_json_number(root, key, lo, hi, &d, e);
+    if (rc > 0) *out = (float)d;
+    return rc;
+}
+
 int kw_json_bool(const cJSON *root, const char *key, bool *out, kw_http_error *e) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v || cJSON_IsNull(v)) return 0;
@@ -115,18 +122,13 @@ cJSON *kw_json_string_n(const char *s, size_t n) {
 }
 
 int kw_parse_model_sampling(const cJSON *root, kw_job *j, double temp_max, kw_http_error *e) {
-    double d;
-    int rc;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
         return kw_http_error_set(e, 400, "model", "invalid_type", "'model' must be a string");
     j->req.sp.temperature = 1.0f;
     j->req.sp.top_p = 1.0f;
-    if ((rc = kw_json_number(root, "temperature", 0, temp_max, &d, e)) < 0) return -1;
-    if (rc) j->req.sp.temperature = (float)d;
-    if ((rc = kw_json_number(root, "top_p", 0, 1, &d, e)) < 0) return -1;
-    if (rc) j->req.sp.top_p = (float)d;
-    return 0;
+    if (kw_json_float(root, "temperature", 0, temp_max, &j->req.sp.temperature, e) < 0) return -1;
+    return kw_json_float(root, "top_p", 0, 1, &j->req.sp.top_p, e) < 0 ? -1 : 0;
 }
 
 cJSON *kw_canon_call(const char *id, const char *name, const char *args) {

@@ -141,10 +141,7 @@ static void *reaper_main(void *arg) {
     kw_conntab *t = arg;
     pthread_mutex_lock(&t->mu);
     while (!t->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        struct timespec ts = kw_deadline_after(CLOCK_REALTIME, 0.25);
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
         double now = mono_s();
         for (int i = 0; i < t->cap; i++) {
@@ -175,11 +172,7 @@ int kw_conntab_init(kw_conntab *t, int cap, double header_timeout, double body_t
 
 void kw_conntab_free(kw_conntab *t) {
     if (!t->slot) return;
-    pthread_mutex_lock(&t->mu);
-    t->stop = true;
-    pthread_cond_signal(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    if (t->reaper_on) pthread_join(t->reaper, NULL);
+    kw_thread_stop(&t->mu, &t->cv, &t->stop, t->reaper, t->reaper_on);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
     free(t->slot);

@@ -65,12 +65,7 @@ static void *sampler(void *arg) {
     kw_history *h = arg;
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        long ns = (long)(h->interval_s * 1e9);
-        until.tv_sec += ns / 1000000000L;
-        until.tv_nsec += ns % 1000000000L;
-        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        struct timespec until = kw_deadline_after(CLOCK_MONOTONIC, h->interval_s);
         while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &until) == 0) {}
         if (h->stop) break;
         pthread_mutex_unlock(&h->mu);
@@ -109,11 +104,7 @@ kw_history *kw_history_start(struct kw_ledger *l, double interval_s, int capacit
 
 void kw_history_stop(kw_history *h) {
     if (!h) return;
-    pthread_mutex_lock(&h->mu);
-    h->stop = true;
-    pthread_cond_signal(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    pthread_join(h->th, NULL);
+    kw_thread_stop(&h->mu, &h->cv, &h->stop, h->th, true);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     kw_mem_free(h->ring);

@@ -160,6 +160,8 @@ int kw_job_check(kw_job *j, const cJSON *root, kw_engine *eng, const char *param
 int kw_json_number(const cJSON *obj, const char *key, double lo, double hi, double *out, kw_http_error *e);
 int kw_json_int(const cJSON *obj, const char *key, double lo, double hi, int64_t *out, kw_http_error *e);
 int kw_json_bool(const cJSON *obj, const char *key, bool *out, kw_http_error *e);
+/* A number field stored as a float into *out when present (left as it is when absent). */
+int kw_json_float(const cJSON *obj, const char *key, double lo, double hi, float *out, kw_http_error *e);
 /* Stop strings from v (a string or a list of strings; param names it). -1 + e. */
 int kw_job_set_stop(kw_job *j, const cJSON *v, const char *param, kw_http_error *e);
 /* The request body as a JSON object, or NULL + a 400 (not JSON / not an object). */

@@ -62,23 +62,17 @@ char *kw_http_error_json(const kw_http_error *e) {
 
 static int parse_sampling(const cJSON *root, kw_job *j, kw_http_error *e) {
     kw_sampling *sp = &j->req.sp;
-    double d;
     int64_t i;
     int rc;
     sp->temperature = 1.0f;
     sp->top_p = 1.0f;
-    if ((rc = kw_json_number(root, "temperature", 0, 2, &d, e)) < 0) return -1;
-    if (rc) sp->temperature = (float)d;
-    if ((rc = kw_json_number(root, "top_p", 0, 1, &d, e)) < 0) return -1;
-    if (rc) sp->top_p = (float)d;
-    if ((rc = kw_json_number(root, "min_p", 0, 1, &d, e)) < 0) return -1;
-    if (rc) sp->min_p = (float)d;
+    if (kw_json_float(root, "temperature", 0, 2, &sp->temperature, e) < 0) return -1;
+    if (kw_json_float(root, "top_p", 0, 1, &sp->top_p, e) < 0) return -1;
+    if (kw_json_float(root, "min_p", 0, 1, &sp->min_p, e) < 0) return -1;
     if ((rc = kw_json_int(root, "top_k", -1e9, 1e9, &i, e)) < 0) return -1;
     if (rc) sp->top_k = i > 0 ? (int32_t)i : 0;          /* <= 0 (vLLM's -1): off */
-    if ((rc = kw_json_number(root, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
-    if (rc) sp->presence_penalty = (float)d;
-    if ((rc = kw_json_number(root, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
-    if (rc) sp->frequency_penalty = (float)d;
+    if (kw_json_float(root, "presence_penalty", -2, 2, &sp->presence_penalty, e) < 0) return -1;
+    if (kw_json_float(root, "frequency_penalty", -2, 2, &sp->frequency_penalty, e) < 0) return -1;
     if ((rc = kw_json_int(root, "seed", -9.2e18, 9.2e18, &i, e)) < 0) return -1;
     if (rc) { sp->seed = (uint64_t)i; sp->has_seed = true; }
     if ((rc = kw_json_int(root, "n", 1, 1e9, &i, e)) < 0) return -1;
@@ -265,15 +259,18 @@ static cJSON *usage_json(kw_job *j) {
     return u;
 }
 
-static cJSON *chunk_base(kw_job *j) {
+/* The fields every OpenAI response object opens with; `object` names its kind. */
+static cJSON *response_head(kw_job *j, const char *object) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->model);
     cJSON_AddStringToObject(o, "system_fingerprint", "kvwise-" KW_VERSION);
     return o;
 }
+
+static cJSON *chunk_base(kw_job *j) { return response_head(j, j->chat ? "chat.completion.chunk" : "text_completion"); }
 
 static void sse_emit(kw_job *j, cJSON *chunk) {
     char *s = cJSON_PrintUnformatted(chunk);
@@ -421,12 +418,7 @@ static void stream_finish(kw_job *j, const kw_sched_event *ev) {
 const char *kw_openai_finish_reason(kw_job *j) { return finish_reason(j, j->finish); }
 
 static char *openai_final_json(kw_job *j) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->chat ? "chat.completion" : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)j->created);
-    cJSON_AddStringToObject(o, "model", j->model);
-    cJSON_AddStringToObject(o, "system_fingerprint", "kvwise-" KW_VERSION);
+    cJSON *o = response_head(j, j->chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);

@@ -931,7 +931,7 @@ kw_server *kw_server_start(const kw_server_opts *o, kw_err *err) {
     s->allowed_hosts = dup_or_null(o->allowed_hosts);
     if (!s->o.max_body_bytes) s->o.max_body_bytes = KW_SERVER_DEFAULT_MAX_BODY;
     if (!s->o.request_memory_bytes) s->o.request_memory_bytes = KW_SERVER_DEFAULT_REQUEST_MEMORY;
-    if (s->o.http_threads < 1) s->o.http_threads = 2;
+    if (s->o.http_threads < 1) s->o.http_threads = KW_SERVER_DEFAULT_HTTP_THREADS;
     if (s->o.max_connections < 1) s->o.max_connections = KW_SERVER_DEFAULT_MAX_CONNECTIONS;
     /* MHD splits the limit over its worker threads: each needs at least one */
     if (s->o.max_connections < s->o.http_threads) s->o.http_threads = s->o.max_connections;

@@ -146,6 +146,23 @@ size_t tpl_utf8_len(unsigned char c) {
     return 1;
 }
 
+static const char TPL_ESCAPES[][2] = {
+    {'"', '"'}, {'\\', '\\'}, {'b', '\b'}, {'f', '\f'}, {'n', '\n'}, {'r', '\r'}, {'t', '\t'},
+};
+
+char tpl_escape_char(char letter) {
+    for (size_t i = 0; i < sizeof TPL_ESCAPES / sizeof TPL_ESCAPES[0]; i++)
+        if (TPL_ESCAPES[i][0] == letter) return TPL_ESCAPES[i][1];
+    return 0;
+}
+
+char tpl_escape_letter(char c) {
+    if ((unsigned char)c >= 0x20 && c != '"' && c != '\\') return 0;   /* most text: nothing to look up */
+    for (size_t i = 0; i < sizeof TPL_ESCAPES / sizeof TPL_ESCAPES[0]; i++)
+        if (TPL_ESCAPES[i][1] == c) return TPL_ESCAPES[i][0];
+    return 0;
+}
+
 /* JavaScript WhiteSpace + LineTerminator: \t \n \v \f \r space U+00A0 U+1680
  * U+2000..U+200A U+2028 U+2029 U+202F U+205F U+3000 U+FEFF */
 static int is_js_space_cp(uint32_t cp) {

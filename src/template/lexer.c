@@ -276,19 +276,9 @@ static size_t lex_string(lexer *L, size_t pos, char quote, size_t start) {
                 put_utf8(&b, cp);
                 continue;
             }
-            char c;
-            switch (e) {
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'v': c = '\v'; break;
-            case '\'': c = '\''; break;
-            case '"': c = '"'; break;
-            case '\\': c = '\\'; break;
-            default: lex_fail(L, pos - 2, "unexpected escaped character in a string");
-            }
+            /* the JSON escapes, and \v and \' as Python strings have them */
+            char c = e == 'v' ? '\v' : e == '\'' ? '\'' : tpl_escape_char(e);
+            if (!c) lex_fail(L, pos - 2, "unexpected escaped character in a string");
             tpl_buf_putc(&b, c);
             continue;
         }

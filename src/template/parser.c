@@ -116,6 +116,32 @@ static tpl_node *parse_primary(parser *P);
 static tpl_node *parse_any(parser *P);
 
 /* ---- expressions ---------------------------------------------------------- */
+/* Consumes token t (the current one) as a node of the given kind holding
+ * its text. */
+static tpl_node *take_leaf(parser *P, tpl_node_kind kind, const tpl_tok *t) {
+    P->cur++;
+    tpl_node *n = new_node(P, kind, t->off);
+    n->s = t->s;
+    n->slen = t->len;
+    return n;
+}
+
+/* The items of a list literal [a, b, ...] (vals NULL) or of a dict literal
+ * {k: v, ...}, from the opening bracket (the current token) to the closing
+ * one; a trailing comma is allowed. */
+static void parse_items(parser *P, tpl_tok_type close, nvec *keys, nvec *vals) {
+    P->cur++;
+    while (!is(P, close)) {
+        nvec_push(P, keys, parse_expression(P));
+        if (vals) {
+            expect(P, TK_COLON, "':' between key and value");
+            nvec_push(P, vals, parse_expression(P));
+        }
+        if (is(P, TK_COMMA)) P->cur++;
+    }
+    P->cur++;
+}
+
 static tpl_node *parse_sequence(parser *P, bool primary) {
     uint32_t off = peek(P, 0)->off;
     tpl_node *first = primary ? parse_primary(P) : parse_expression(P);
@@ -435,40 +461,23 @@ static tpl_node *parse_primary(parser *P) {
         n->slen = b.n;
         break;
     }
-    case TK_IDENT:
-        P->cur++;
-        n = new_node(P, N_IDENT, t->off);
-        n->s = t->s;
-        n->slen = t->len;
-        break;
+    case TK_IDENT: n = take_leaf(P, N_IDENT, t); break;
     case TK_LPAREN:
         P->cur++;
         n = parse_sequence(P, false);
         expect(P, TK_RPAREN, "')'");
         break;
     case TK_LBRACKET: {
-        P->cur++;
         nvec items = {0};
-        while (!is(P, TK_RBRACKET)) {
-            nvec_push(P, &items, parse_expression(P));
-            if (is(P, TK_COMMA)) P->cur++;
-        }
-        P->cur++;
+        parse_items(P, TK_RBRACKET, &items, NULL);
         n = new_node(P, N_LIST, t->off);
         n->v = items.v;
         n->nv = items.n;
         break;
     }
     case TK_LBRACE: {
-        P->cur++;
         nvec keys = {0}, vals = {0};
-        while (!is(P, TK_RBRACE)) {
-            nvec_push(P, &keys, parse_expression(P));
-            expect(P, TK_COLON, "':' between key and value");
-            nvec_push(P, &vals, parse_expression(P));
-            if (is(P, TK_COMMA)) P->cur++;
-        }
-        P->cur++;
+        parse_items(P, TK_RBRACE, &keys, &vals);
         n = new_node(P, N_DICT, t->off);
         n->v = keys.v;
         n->nv = keys.n;
@@ -687,12 +696,7 @@ static tpl_node *parse_any(parser *P) {
     tpl_node *n = NULL;
     switch (t->type) {
     case TK_COMMENT: P->cur++; break;
-    case TK_TEXT:
-        P->cur++;
-        n = new_node(P, N_TEXT, t->off);
-        n->s = t->s;
-        n->slen = t->len;
-        break;
+    case TK_TEXT: n = take_leaf(P, N_TEXT, t); break;
     case TK_OPEN_STMT: n = parse_statement(P); break;
     case TK_OPEN_EXPR:
         P->cur++;

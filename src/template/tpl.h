@@ -57,6 +57,11 @@ void tpl_buf_printf(tpl_buf *b, const char *fmt, ...) KW_PRINTF(2, 3);
 size_t tpl_ws_at(const char *s, size_t i, size_t n);      /* byte length of a whitespace char at i, or 0 */
 size_t tpl_ws_before(const char *s, size_t end);          /* byte length of a whitespace char ending at end, or 0 */
 size_t tpl_utf8_len(unsigned char c);                     /* sequence length from its lead byte (1 for bad bytes) */
+/* The backslash escapes a JSON string and a template string literal share
+ * (\" \\ \b \f \n \r \t): the character a letter stands for, and the
+ * letter that stands for a character; 0 when there is none. */
+char tpl_escape_char(char letter);
+char tpl_escape_letter(char c);
 
 /* ---- tokens ------------------------------------------------------------- */
 typedef enum {

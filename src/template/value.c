@@ -228,19 +228,9 @@ void tpl_json_string(tpl_buf *b, const char *s, size_t n, bool ensure_ascii) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         const char *esc = NULL;
-        char ubuf[16];
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        default:
-            if (c < 0x20 || (ensure_ascii && c == 0x7f)) { snprintf(ubuf, sizeof ubuf, "\\u%04x", c); esc = ubuf; }
-            break;
-        }
+        char ubuf[16], letter = tpl_escape_letter((char)c);
+        if (letter) { snprintf(ubuf, sizeof ubuf, "\\%c", letter); esc = ubuf; }
+        else if (c < 0x20 || (ensure_ascii && c == 0x7f)) { snprintf(ubuf, sizeof ubuf, "\\u%04x", c); esc = ubuf; }
         if (!esc && ensure_ascii && c >= 0x80) {
             size_t l = tpl_utf8_len(c);
             uint32_t cp = 0xFFFD;

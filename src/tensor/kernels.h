@@ -284,21 +284,16 @@ size_t kw_act_f16_i16_bytes(int64_t n);
 int64_t kw_gemm_f16_i16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                         int64_t ldy);
 
-/* kquant_avx512.c: Q4_K as 16-row interleaved groups with unpacked scales
- * (format KW_FMT_Q4_K_X16); the gemm returns the first row not done. */
+/* kquant_avx512.c: Q4_K, Q5_K and Q6_K as 16-row interleaved groups with
+ * unpacked scales (formats KW_FMT_Q4_K_X16, KW_FMT_Q5_K_X16,
+ * KW_FMT_Q6_K_X16). The pack takes a matrix of any of the three types (1:
+ * another type); the gemm returns the first row not done. */
 #define KW_FMT_Q4_K_X16 0x20u
-int kw_pack_q4k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
-int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
-                        int64_t ldy);
-/* ... and Q5_K / Q6_K the same way (formats KW_FMT_Q5_K_X16 / KW_FMT_Q6_K_X16). */
 #define KW_FMT_Q5_K_X16 0x22u
-int kw_pack_q5k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
-int64_t kw_gemm_q5k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
-                        int64_t ldy);
 #define KW_FMT_Q6_K_X16 0x21u
-int kw_pack_q6k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
-int64_t kw_gemm_q6k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
-                        int64_t ldy);
+int kw_pack_k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err);
+int64_t kw_gemm_k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy);
 
 /* quant_ref.c */
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb);

@@ -587,9 +587,8 @@ static void gemm_q8_0(const kw_matrix *W, int64_t r0, int64_t r1, const void *X,
 
 static int pack_avx512(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     if (W->type == KW_TYPE_F16) return kw_pack_f16_i16(W, a, err);   /* gemm_avx512.c */
-    if (W->type == KW_TYPE_Q4_K) return kw_pack_q4k_x16(W, a, err);   /* kquant_avx512.c */
-    if (W->type == KW_TYPE_Q6_K) return kw_pack_q6k_x16(W, a, err);
-    if (W->type == KW_TYPE_Q5_K) return kw_pack_q5k_x16(W, a, err);
+    if (W->type == KW_TYPE_Q4_K || W->type == KW_TYPE_Q5_K || W->type == KW_TYPE_Q6_K)
+        return kw_pack_k_x16(W, a, err);   /* kquant_avx512.c */
     if (W->type != KW_TYPE_Q4_0 && W->type != KW_TYPE_Q8_0) return 1;
     const int q4 = W->type == KW_TYPE_Q4_0;
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK;
@@ -854,19 +853,19 @@ static void gemm_k45(const kw_matrix *W, int q5, int64_t r0, int64_t r1, const v
 
 static void gemm_q4_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                       int64_t ldy) {
-    r0 = kw_gemm_q4k_x16(W, r0, r1, X, xs, nx, Y, ldy);   /* packed groups: kquant_avx512.c */
+    r0 = kw_gemm_k_x16(W, r0, r1, X, xs, nx, Y, ldy);   /* packed groups: kquant_avx512.c */
     if (r0 < r1) gemm_k45(W, 0, r0, r1, X, xs, nx, Y, ldy);
 }
 
 static void gemm_q5_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                       int64_t ldy) {
-    r0 = kw_gemm_q5k_x16(W, r0, r1, X, xs, nx, Y, ldy);   /* packed groups: kquant_avx512.c */
+    r0 = kw_gemm_k_x16(W, r0, r1, X, xs, nx, Y, ldy);   /* packed groups: kquant_avx512.c */
     if (r0 < r1) gemm_k45(W, 1, r0, r1, X, xs, nx, Y, ldy);
 }
 
 static void gemm_q6_K(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
                       int64_t ldy) {
-    r0 = kw_gemm_q6k_x16(W, r0, r1, X, xs, nx, Y, ldy);   /* packed groups: kquant_avx512.c */
+    r0 = kw_gemm_k_x16(W, r0, r1, X, xs, nx, Y, ldy);   /* packed groups: kquant_avx512.c */
     int64_t nb = W->cols / KW_QK_K;
     for (int64_t r = r0; r < r1; r++) {
         const kw_block_q6_K *w = (const kw_block_q6_K *)((const uint8_t *)W->data + (size_t)r * W->row_bytes);

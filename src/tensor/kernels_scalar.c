@@ -9,6 +9,7 @@
 #include "tensor/kernels.h"
 #include "tensor/quant_blocks.h"
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 uint32_t kw_dot_type(uint32_t wtype) {
@@ -24,15 +25,9 @@ uint32_t kw_dot_type(uint32_t wtype) {
 
 /* ---------------- activation quantizers ---------------- */
 
-static void act_f16(const float *x, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_f16(x[i]);
-}
-
-static void act_bf16(const float *x, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_bf16(x[i]);
-}
+/* F16 and BF16 activations are the reference conversions (quant_ref.c). */
+static void act_f16(const float *x, void *dst, int64_t n) { kw_quantize_row(KW_TYPE_F16, x, dst, n); }
+static void act_bf16(const float *x, void *dst, int64_t n) { kw_quantize_row(KW_TYPE_BF16, x, dst, n); }
 
 static float block_amax(const float *x, int n) {
     float amax = 0;
@@ -79,19 +74,16 @@ static float dot_f32(const void *w, const void *x, int64_t n) {
     return (float)s;
 }
 
-static float dot_f16(const void *w, const void *x, int64_t n) {
-    const uint16_t *a = w, *b = x;
+/* F16 (bf16 false) or BF16 rows, summed in double. */
+static float dot_half(const uint16_t *a, const uint16_t *b, int64_t n, bool bf16) {
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)kw_f16_to_f32(a[i]) * kw_f16_to_f32(b[i]);
+    for (int64_t i = 0; i < n; i++)
+        s += bf16 ? (double)kw_bf16_to_f32(a[i]) * kw_bf16_to_f32(b[i]) : (double)kw_f16_to_f32(a[i]) * kw_f16_to_f32(b[i]);
     return (float)s;
 }
 
-static float dot_bf16(const void *w, const void *x, int64_t n) {
-    const uint16_t *a = w, *b = x;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)kw_bf16_to_f32(a[i]) * kw_bf16_to_f32(b[i]);
-    return (float)s;
-}
+static float dot_f16(const void *w, const void *x, int64_t n) { return dot_half(w, x, n, false); }
+static float dot_bf16(const void *w, const void *x, int64_t n) { return dot_half(w, x, n, true); }
 
 /* Integer dot of one Q4_x / Q5_x block's levels with 32 activation bytes:
  * value j is the low (j < 16) or high nibble of qs[j % 16], with bit j of
@@ -108,43 +100,37 @@ static int legacy_block_dot(const uint8_t *qs, const uint8_t *qh, int offset, co
     return sumi;
 }
 
-static float dot_q4_0(const void *w, const void *x, int64_t n) {
-    const kw_block_q4_0 *a = w;
-    const kw_block_q8_0 *b = x;
+/* The legacy formats share one layout: a block is its f16 scale d, then
+ * (the _1 formats) an f16 min m, then (Q5) the 4 bytes of fifth bits, then
+ * the 16 bytes of nibbles; its activation block is Q8_0 (d, 32 bytes) beside
+ * a _0 format and Q8_1 (d, s, 32 bytes) beside a _1 one, which adds m * s. */
+_Static_assert(offsetof(kw_block_q5_1, qh) == 4 && offsetof(kw_block_q5_1, qs) == 8 && sizeof(kw_block_q5_1) == 24,
+               "q5_1 layout");
+_Static_assert(offsetof(kw_block_q8_1, qs) == 4 && sizeof(kw_block_q8_1) == 36, "q8_1 layout");
+
+static float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return kw_f16_to_f32(h);
+}
+
+static float legacy_dot(const void *w, const void *x, int64_t n, bool has_min, bool has_qh, int offset) {
+    const size_t head = has_min ? 4 : 2, wsize = head + (has_qh ? 4 : 0) + KW_QK / 2, xsize = head + KW_QK;
+    const uint8_t *a = w, *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++)
-        s += (float)legacy_block_dot(a[i].qs, NULL, 8, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
+    for (int64_t i = 0; i < n / KW_QK; i++, a += wsize, b += xsize) {
+        float t = (float)legacy_block_dot(a + wsize - KW_QK / 2, has_qh ? a + head : NULL, offset, (const int8_t *)b + head) *
+                  (half_at(a) * half_at(b));
+        if (has_min) t += half_at(a + 2) * half_at(b + 2);
+        s += t;
+    }
     return s;
 }
 
-static float dot_q4_1(const void *w, const void *x, int64_t n) {
-    const kw_block_q4_1 *a = w;
-    const kw_block_q8_1 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++)
-        s += (float)legacy_block_dot(a[i].qs, NULL, 0, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
-             kw_f16_to_f32(a[i].m) * kw_f16_to_f32(b[i].s);
-    return s;
-}
-
-static float dot_q5_0(const void *w, const void *x, int64_t n) {
-    const kw_block_q5_0 *a = w;
-    const kw_block_q8_0 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++)
-        s += (float)legacy_block_dot(a[i].qs, a[i].qh, 16, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d));
-    return s;
-}
-
-static float dot_q5_1(const void *w, const void *x, int64_t n) {
-    const kw_block_q5_1 *a = w;
-    const kw_block_q8_1 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / KW_QK; i++)
-        s += (float)legacy_block_dot(a[i].qs, a[i].qh, 0, b[i].qs) * (kw_f16_to_f32(a[i].d) * kw_f16_to_f32(b[i].d)) +
-             kw_f16_to_f32(a[i].m) * kw_f16_to_f32(b[i].s);
-    return s;
-}
+static float dot_q4_0(const void *w, const void *x, int64_t n) { return legacy_dot(w, x, n, false, false, 8); }
+static float dot_q4_1(const void *w, const void *x, int64_t n) { return legacy_dot(w, x, n, true, false, 0); }
+static float dot_q5_0(const void *w, const void *x, int64_t n) { return legacy_dot(w, x, n, false, true, 16); }
+static float dot_q5_1(const void *w, const void *x, int64_t n) { return legacy_dot(w, x, n, true, true, 0); }
 
 static float dot_q8_0(const void *w, const void *x, int64_t n) {
     const kw_block_q8_0 *a = w, *b = x;
@@ -192,21 +178,20 @@ static float dot_k4_block(const uint8_t *scales, const uint8_t *qs, const uint8_
     return kw_f16_to_f32(d) * b->d * (float)sumi - kw_f16_to_f32(dmin) * b->d * (float)summ;
 }
 
-static float dot_q4_K(const void *w, const void *x, int64_t n) {
-    const kw_block_q4_K *a = w;
+/* Q4_K, or Q5_K (q5) with its fifth bits. */
+static float dot_k45(const void *w, const void *x, int64_t n, bool q5) {
+    const kw_block_q4_K *a4 = w;
+    const kw_block_q5_K *a5 = w;
     const kw_block_q8_K *b = x;
     float s = 0;
-    for (int64_t i = 0; i < n / KW_QK_K; i++) s += dot_k4_block(a[i].scales, a[i].qs, NULL, a[i].d, a[i].dmin, &b[i]);
+    for (int64_t i = 0; i < n / KW_QK_K; i++)
+        s += q5 ? dot_k4_block(a5[i].scales, a5[i].qs, a5[i].qh, a5[i].d, a5[i].dmin, &b[i])
+                : dot_k4_block(a4[i].scales, a4[i].qs, NULL, a4[i].d, a4[i].dmin, &b[i]);
     return s;
 }
 
-static float dot_q5_K(const void *w, const void *x, int64_t n) {
-    const kw_block_q5_K *a = w;
-    const kw_block_q8_K *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / KW_QK_K; i++) s += dot_k4_block(a[i].scales, a[i].qs, a[i].qh, a[i].d, a[i].dmin, &b[i]);
-    return s;
-}
+static float dot_q4_K(const void *w, const void *x, int64_t n) { return dot_k45(w, x, n, false); }
+static float dot_q5_K(const void *w, const void *x, int64_t n) { return dot_k45(w, x, n, true); }
 
 /* Q6_K levels of a block, in -32..31: per half h (128 values) and l, ql
  * byte l / l+32 gives the low nibbles of values l / l+32 and the high ones

@@ -1,6 +1,6 @@
 /* kquant_avx512.c - packed Q4_K for the AVX-512 VNNI family: the load-time
- * repack (kw_pack_q4k_x16, format KW_FMT_Q4_K_X16) and the kernels that read
- * it (kw_gemm_q4k_x16: decode, batched decode and prefill).
+ * repack (kw_pack_k_x16, format KW_FMT_Q4_K_X16) and the kernels that read
+ * it (kw_gemm_k_x16: decode, batched decode and prefill).
  *
  * Layout: per group of 16 weight rows and per 256-value super-block, 2368
  * bytes (148 per row, vs 144 for the original block):
@@ -102,8 +102,6 @@ static int pack_k45(kw_matrix *W, int q5, kw_pack_arena *a, kw_err *err) {
     return 0;
 }
 
-int kw_pack_q4k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err) { return pack_k45(W, 0, a, err); }
-int kw_pack_q5k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err) { return pack_k45(W, 1, a, err); }
 
 /* The 8 per-32 sums of a Q8_K block as int16 word pairs (s32[t] = sums 2t, 2t+1). */
 KW_INLINE void q8k_sums32(const kw_block_q8_K *xb, int32_t s32[4]) {
@@ -204,7 +202,7 @@ static void pack_group_superblock_q6(const kw_matrix *W, int64_t g, int64_t i, u
     memset(dst + Q6K_OFF_D + 32, 0, Q6K_X16_BLK - Q6K_OFF_D - 32);
 }
 
-int kw_pack_q6k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
+static int pack_q6k(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
     int64_t groups = W->rows / 16, nb = W->cols / KW_QK_K;
     uint8_t *p = kw_pack_alloc(W, a, KW_FMT_Q6_K_X16, groups * 16, nb, (size_t)groups * (size_t)nb * Q6K_X16_BLK, err);
     if (!p) return kw_pack_missing(a);
@@ -374,17 +372,22 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
     return end > r0 ? end : r0;
 }
 
-int64_t kw_gemm_q4k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
-                        int64_t ldy) {
-    return gemm_kq_x16(W, KQ_Q4K, r0, r1, X, xs, nx, Y, ldy);
+int kw_pack_k_x16(kw_matrix *W, kw_pack_arena *a, kw_err *err) {
+    switch (W->type) {
+    case KW_TYPE_Q4_K: return pack_k45(W, 0, a, err);
+    case KW_TYPE_Q5_K: return pack_k45(W, 1, a, err);
+    case KW_TYPE_Q6_K: return pack_q6k(W, a, err);
+    default: return 1;
+    }
 }
 
-int64_t kw_gemm_q5k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
-                        int64_t ldy) {
-    return gemm_kq_x16(W, KQ_Q5K, r0, r1, X, xs, nx, Y, ldy);
-}
-
-int64_t kw_gemm_q6k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
-                        int64_t ldy) {
-    return gemm_kq_x16(W, KQ_Q6K, r0, r1, X, xs, nx, Y, ldy);
+/* Each type through its own call, so that the kind stays a constant there. */
+int64_t kw_gemm_k_x16(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, int64_t nx, float *Y,
+                      int64_t ldy) {
+    switch (W->type) {
+    case KW_TYPE_Q4_K: return gemm_kq_x16(W, KQ_Q4K, r0, r1, X, xs, nx, Y, ldy);
+    case KW_TYPE_Q5_K: return gemm_kq_x16(W, KQ_Q5K, r0, r1, X, xs, nx, Y, ldy);
+    case KW_TYPE_Q6_K: return gemm_kq_x16(W, KQ_Q6K, r0, r1, X, xs, nx, Y, ldy);
+    default: return r0;
+    }
 }

@@ -141,33 +141,27 @@ static void run_groups(const moe_run *r, int64_t g0, int64_t g1) {
     }
 }
 
-static void own_part(moe_run *r, int p) {
+/* Runs part p's groups until none is left, a piece at a time: its owner takes
+ * pieces from the front, a helper from the back, so the two meet without
+ * sharing a piece (each piece is claimed by one compare-and-swap). */
+static void drain_part(moe_run *r, int p, bool from_back) {
     uint64_t v = atomic_load_explicit(&r->part[p], memory_order_acquire);
     for (;;) {
         uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
         if (f >= e) return;
         uint32_t n = kw_mm_piece_groups(e - f, r->piece[p]);
-        if (atomic_compare_exchange_weak_explicit(&r->part[p], &v, part_word(f + n, e), memory_order_acq_rel,
+        uint64_t rest = from_back ? part_word(f, e - n) : part_word(f + n, e);
+        if (atomic_compare_exchange_weak_explicit(&r->part[p], &v, rest, memory_order_acq_rel,
                                                   memory_order_acquire)) {
-            run_groups(r, f, f + n);
+            if (from_back) run_groups(r, e - n, e);
+            else run_groups(r, f, f + n);
             v = atomic_load_explicit(&r->part[p], memory_order_acquire);
         }
     }
 }
 
-static void help_part(moe_run *r, int p) {
-    uint64_t v = atomic_load_explicit(&r->part[p], memory_order_acquire);
-    for (;;) {
-        uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
-        if (f >= e) return;
-        uint32_t n = kw_mm_piece_groups(e - f, r->piece[p]);
-        if (atomic_compare_exchange_weak_explicit(&r->part[p], &v, part_word(f, e - n), memory_order_acq_rel,
-                                                  memory_order_acquire)) {
-            run_groups(r, e - n, e);
-            v = atomic_load_explicit(&r->part[p], memory_order_acquire);
-        }
-    }
-}
+static void own_part(moe_run *r, int p) { drain_part(r, p, false); }
+static void help_part(moe_run *r, int p) { drain_part(r, p, true); }
 
 static void units_task(void *arg, int ith, int nth) {
     moe_run *r = arg;

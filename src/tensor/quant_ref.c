@@ -26,6 +26,15 @@ static inline int nearest_int(float f) {
 #define H2F(h) kw_f16_to_f32(h)
 #define F2H(f) kw_f32_to_f16(f)
 
+/* The value of largest magnitude among x[0..n), the first on a tie (0 when
+ * all are zero): the _0 formats and Q8_K scale by it with its sign. */
+static float signed_max(const float *x, int n) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; j++)
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    return max;
+}
+
 /* ---------------- legacy 32-value formats ---------------- */
 
 static void dequant_q4_0(const void *src, float *y, int64_t nb) {
@@ -42,9 +51,7 @@ static void dequant_q4_0(const void *src, float *y, int64_t nb) {
 static void quant_q4_0(const float *x, void *dst, int64_t nb) {
     kw_block_q4_0 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float amax = 0, max = 0;
-        for (int j = 0; j < KW_QK; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        float max = signed_max(x, KW_QK);
         float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f;
         b[i].d = F2H(d);
         for (int j = 0; j < KW_QK / 2; j++) {
@@ -66,22 +73,24 @@ static void dequant_q4_1(const void *src, float *y, int64_t nb) {
     }
 }
 
-static void min_max(const float *x, int n, float *mn, float *mx) {
+/* The _1 formats' step: x[0..n) spread from its minimum (*mn) over levels
+ * steps; *id is 1/step (0 when the step is 0). */
+static float min_step(const float *x, int n, float levels, float *mn, float *id) {
     float lo = FLT_MAX, hi = -FLT_MAX;
     for (int j = 0; j < n; j++) {
         if (x[j] < lo) lo = x[j];
         if (x[j] > hi) hi = x[j];
     }
+    float d = (hi - lo) / levels;
     *mn = lo;
-    *mx = hi;
+    *id = d != 0 ? 1.0f / d : 0.0f;
+    return d;
 }
 
 static void quant_q4_1(const float *x, void *dst, int64_t nb) {
     kw_block_q4_1 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float mn, mx;
-        min_max(x, KW_QK, &mn, &mx);
-        float d = (mx - mn) / 15, id = d != 0 ? 1.0f / d : 0.0f;
+        float mn, id, d = min_step(x, KW_QK, 15, &mn, &id);
         b[i].d = F2H(d);
         b[i].m = F2H(mn);
         for (int j = 0; j < KW_QK / 2; j++) {
@@ -121,9 +130,7 @@ static void pack_q5(const uint8_t *q, uint8_t *qs, uint8_t qh_out[4]) {
 static void quant_q5_0(const float *x, void *dst, int64_t nb) {
     kw_block_q5_0 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float amax = 0, max = 0;
-        for (int j = 0; j < KW_QK; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        float max = signed_max(x, KW_QK);
         float d = max / -16, id = d != 0 ? 1.0f / d : 0.0f;
         uint8_t q[KW_QK];
         for (int j = 0; j < KW_QK; j++) q[j] = (uint8_t)KW_MIN(31, (int8_t)(x[j] * id + 16.5f));
@@ -145,9 +152,7 @@ static void dequant_q5_1(const void *src, float *y, int64_t nb) {
 static void quant_q5_1(const float *x, void *dst, int64_t nb) {
     kw_block_q5_1 *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK) {
-        float mn, mx;
-        min_max(x, KW_QK, &mn, &mx);
-        float d = (mx - mn) / 31, id = d != 0 ? 1.0f / d : 0.0f;
+        float mn, id, d = min_step(x, KW_QK, 31, &mn, &id);
         uint8_t q[KW_QK];
         for (int j = 0; j < KW_QK; j++) q[j] = (uint8_t)((x[j] - mn) * id + 0.5f);
         b[i].d = F2H(d);
@@ -387,19 +392,31 @@ static void quant_q4_K(const float *x, void *dst, int64_t nb) {
     }
 }
 
+/* Q4_K/Q5_K sub-blocks 2j and 2j+1 of a super-block with scale d and min
+ * scale dmin: each one's step and min. */
+typedef struct k4_pair { float d1, m1, d2, m2; } k4_pair;
+
+static k4_pair k4_pair_at(const uint8_t *scales, int j, float d, float dmin) {
+    uint8_t sc, m;
+    k4_pair p;
+    kw_get_scale_min_k4(2 * j, scales, &sc, &m);
+    p.d1 = d * sc;
+    p.m1 = dmin * m;
+    kw_get_scale_min_k4(2 * j + 1, scales, &sc, &m);
+    p.d2 = d * sc;
+    p.m2 = dmin * m;
+    return p;
+}
+
 static void dequant_q4_K(const void *src, float *y, int64_t nb) {
     const kw_block_q4_K *b = src;
     for (int64_t i = 0; i < nb; i++) {
         float d = H2F(b[i].d), min = H2F(b[i].dmin);
         const uint8_t *q = b[i].qs;
         for (int j = 0; j < 4; j++, q += 32) {
-            uint8_t sc, m;
-            kw_get_scale_min_k4(2 * j, b[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = min * m;
-            kw_get_scale_min_k4(2 * j + 1, b[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+            k4_pair p = k4_pair_at(b[i].scales, j, d, min);
+            for (int l = 0; l < 32; l++) *y++ = p.d1 * (q[l] & 0xF) - p.m1;
+            for (int l = 0; l < 32; l++) *y++ = p.d2 * (q[l] >> 4) - p.m2;
         }
     }
 }
@@ -432,13 +449,9 @@ static void dequant_q5_K(const void *src, float *y, int64_t nb) {
         const uint8_t *ql = b[i].qs, *qh = b[i].qh;
         uint8_t u1 = 1, u2 = 2;
         for (int j = 0; j < 4; j++, ql += 32) {
-            uint8_t sc, m;
-            kw_get_scale_min_k4(2 * j, b[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = min * m;
-            kw_get_scale_min_k4(2 * j + 1, b[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            k4_pair p = k4_pair_at(b[i].scales, j, d, min);
+            for (int l = 0; l < 32; l++) *y++ = p.d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - p.m1;
+            for (int l = 0; l < 32; l++) *y++ = p.d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - p.m2;
             u1 = (uint8_t)(u1 << 2);
             u2 = (uint8_t)(u2 << 2);
         }
@@ -512,10 +525,8 @@ static void dequant_q6_K(const void *src, float *y, int64_t nb) {
 void kw_quantize_q8_K_ref(const float *x, void *dst, int64_t nb) {
     kw_block_q8_K *b = dst;
     for (int64_t i = 0; i < nb; i++, x += KW_QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < KW_QK_K; j++)
-            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
-        if (!amax) {
+        float max = signed_max(x, KW_QK_K);
+        if (!max) {
             memset(&b[i], 0, sizeof b[i]);
             continue;
         }
@@ -541,25 +552,19 @@ static void dequant_q8_K(const void *src, float *y, int64_t nb) {
 static void dequant_f32(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * 4); }
 static void quant_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * 4); }
 
-static void dequant_f16(const void *src, float *y, int64_t n) {
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) y[i] = kw_f16_to_f32(h[i]);
+/* F16 and BF16 (bf16 set): one value a block, converted one by one. */
+static void dequant_half(const uint16_t *h, float *y, int64_t n, bool bf16) {
+    for (int64_t i = 0; i < n; i++) y[i] = bf16 ? kw_bf16_to_f32(h[i]) : kw_f16_to_f32(h[i]);
 }
 
-static void quant_f16(const float *x, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_f16(x[i]);
+static void quant_half(const float *x, uint16_t *h, int64_t n, bool bf16) {
+    for (int64_t i = 0; i < n; i++) h[i] = bf16 ? kw_f32_to_bf16(x[i]) : kw_f32_to_f16(x[i]);
 }
 
-static void dequant_bf16(const void *src, float *y, int64_t n) {
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) y[i] = kw_bf16_to_f32(h[i]);
-}
-
-static void quant_bf16(const float *x, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kw_f32_to_bf16(x[i]);
-}
+static void dequant_f16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, false); }
+static void quant_f16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, false); }
+static void dequant_bf16(const void *src, float *y, int64_t n) { dequant_half(src, y, n, true); }
+static void quant_bf16(const float *x, void *dst, int64_t n) { quant_half(x, dst, n, true); }
 
 /* Each computable type's reference conversions of nb blocks (a block of F32,
  * F16 or BF16 is one value); a type without an entry converts nothing. */

@@ -116,3 +116,21 @@ double kw_mono_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+struct timespec kw_deadline_after(clockid_t clock, double seconds) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    long long ns = (long long)(seconds * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec += (long)(ns % 1000000000LL);
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    return ts;
+}
+
+void kw_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, bool *stop, pthread_t th, bool started) {
+    pthread_mutex_lock(mu);
+    *stop = true;
+    pthread_cond_signal(cv);
+    pthread_mutex_unlock(mu);
+    if (started) pthread_join(th, NULL);
+}

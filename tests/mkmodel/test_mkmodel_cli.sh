@@ -62,6 +62,35 @@ check "bad layers exit 2" '[ $rc -eq 2 ]'
 check "quantize usage exit 2" '[ $rc -eq 2 ]'
 "$BIN" quantize "$tmp/nope.gguf" "$tmp/z.gguf" q8_0 2>"$tmp/err"; rc=$?
 check "quantize missing input" '[ $rc -eq 2 ] && grep -q "nope.gguf" "$tmp/err"'
+# Qwen3.5 hybrids: the preset, the delta-net options, refusal on a plain architecture
+"$BIN" mkmodel -q --preset qwen35-tiny --type q8_0 -o "$tmp/q35.gguf"; rc=$?
+check "qwen35-tiny exit 0" '[ $rc -eq 0 ]'
+info=$("$BIN" info -m "$tmp/q35.gguf" --json)
+check "qwen35-tiny shape" '[ "$(j "[j.arch,j.n_layer,j.n_embd,j.n_head,j.head_dim,j.rope_dim,j.n_tensors].join()" <<<"$info")" = "qwen35,8,256,4,64,16,109" ]'
+"$BIN" mkmodel -q --arch qwen35 --layers 6 --attn-interval 3 --ssm-state 32 --ssm-groups 2 --ssm-heads 8 --rope-dim 8 \
+  -o "$tmp/q35b.gguf"; rc=$?
+check "qwen35 custom exit 0" '[ $rc -eq 0 ]'
+info=$("$BIN" info -m "$tmp/q35b.gguf" --json)
+check "qwen35 custom shape" '[ "$(j "[j.arch,j.n_layer,j.rope_dim,j.n_tensors].join()" <<<"$info")" = "qwen35,6,8,81" ]'
+"$BIN" mkmodel -q --preset tiny --ssm-heads 4 -o "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
+check "ssm option on llama refused" '[ $rc -eq 2 ] && grep -q "ssm" "$tmp/err" && [ ! -e "$tmp/x.gguf" ]'
+"$BIN" mkmodel -q --preset qwen35-tiny --ssm-heads 3 -o "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
+check "qwen35 bad heads refused" '[ $rc -eq 2 ] && grep -q "multiple of ssm groups" "$tmp/err"'
+# re-encoding a hybrid: f32 -> Q4_K_M gives the bytes mkmodel writes in Q4_K_M directly
+# (same rows, same mix rules: ssm_conv1d and the 1-D tensors stay F32)
+"$BIN" mkmodel -q --preset qwen35-tiny --type f32 -o "$tmp/q35f.gguf"
+"$BIN" mkmodel -q --preset qwen35-tiny --type q4_k_m -o "$tmp/q35m.gguf"
+"$BIN" quantize "$tmp/q35f.gguf" "$tmp/q35r.gguf" q4_k_m 2>/dev/null; rc=$?
+check "qwen35 quantize = direct" '[ $rc -eq 0 ] && cmp -s "$tmp/q35m.gguf" "$tmp/q35r.gguf"'
+"$BIN" mkmodel -q --preset qwen35-tiny --mtp --type f32 -o "$tmp/q35tf.gguf"
+"$BIN" mkmodel -q --preset qwen35-tiny --mtp --type q4_k_m -o "$tmp/q35tm.gguf"
+"$BIN" quantize "$tmp/q35tf.gguf" "$tmp/q35tr.gguf" q4_k_m 2>/dev/null; rc=$?
+check "qwen35 mtp quantize = direct" '[ $rc -eq 0 ] && cmp -s "$tmp/q35tm.gguf" "$tmp/q35tr.gguf"'
+info=$("$BIN" info -m "$tmp/q35tm.gguf" --json)
+check "qwen35 mtp layers" '[ "$(j "[j.n_layer,j.n_tensors].join()" <<<"$info")" = "9,124" ]'
+"$BIN" mkmodel -q --preset tiny --mtp -o "$tmp/x.gguf" 2>"$tmp/err"; rc=$?
+check "mtp on llama refused" '[ $rc -eq 2 ] && grep -q "mtp" "$tmp/err"'
+check "mkmodel help lists qwen35" '"$BIN" mkmodel --help | grep -q "qwen3.5-27b"'
 check "mkmodel help" '"$BIN" mkmodel --help | grep -q "llama3.2-1b"'
 check "quantize help" '"$BIN" quantize --help | grep -q "TYPE"'
 echo "$pass passed, $fail failed"
