@@ -205,6 +205,26 @@ async function main() {
     const compiles = (srv.log().match(/grammar: compiled json_schema/g) || []).length;
     check(compiles === 2 + 0, 'each schema compiled once (cached after)', compiles);
   }
+  // Ollama format: a schema or "json" takes the same grammar as response_format
+  {
+    const ol = (extra) => ({ model: 'm', stream: false, messages: [{ role: 'user', content: 'Classify this message.' }], ...extra });
+    for (const opts of [{ temperature: 0, num_predict: 300 }, { temperature: 1, seed: 7, num_predict: 300 }]) {
+      const r = await post(P, '/api/chat', ol({ format: CLASSIFY, options: opts }));
+      const c = r.json?.message?.content, p = tryParse(c);
+      check(r.status === 200 && r.json.done_reason === 'stop', `ollama chat format schema ${JSON.stringify(opts)}: 200 stop`, r.json);
+      check(p.ok && classifyOk(p.v), `ollama chat format schema ${JSON.stringify(opts)}: parses and matches`, c);
+    }
+    let r = await post(P, '/api/chat', ol({ format: 'json', options: { temperature: 1, seed: 3, num_predict: 1500 } }));
+    let p = tryParse(r.json?.message?.content);
+    check(r.status === 200 && p.ok && p.v && typeof p.v === 'object' && !Array.isArray(p.v), 'ollama chat format json: an object', r.json);
+    r = await post(P, '/api/generate', { model: 'm', stream: false, prompt: 'Classify.', format: RECORD, options: { temperature: 1, seed: 4, num_predict: 300 } });
+    p = tryParse(r.json?.response);
+    check(r.status === 200 && p.ok && recordOk(p.v), 'ollama generate format schema: parses and matches', r.json);
+    r = await post(P, '/api/chat', ol({ format: 'yaml' }));
+    check(r.status === 400 && /format/.test(JSON.stringify(r.json)), 'ollama format yaml: 400 naming format', r.json);
+    r = await post(P, '/api/chat', ol({ format: { type: 'string', format: 'color' } }));
+    check(r.status === 400 && /format/.test(JSON.stringify(r.json)), 'ollama format unsupported schema: 400', r.json);
+  }
   srv.proc.kill('SIGTERM');
   await new Promise((res) => srv.proc.on('exit', res));
   fs.rmSync(tmp, { recursive: true, force: true });
