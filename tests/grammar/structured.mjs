@@ -225,6 +225,23 @@ async function main() {
     r = await post(P, '/api/chat', ol({ format: { type: 'string', format: 'color' } }));
     check(r.status === 400 && /format/.test(JSON.stringify(r.json)), 'ollama format unsupported schema: 400', r.json);
   }
+  // Responses text.format: json_schema (flat: name, schema, strict) and json_object
+  {
+    const rs = (extra) => ({ input: 'Classify this message.', max_output_tokens: 300, ...extra });
+    const outText = (r) => (r.json?.output || []).filter((o) => o.type === 'message').flatMap((o) => o.content || []).map((c) => c.text || '').join('');
+    for (const sp of [{ temperature: 0 }, { temperature: 1, seed: 9 }]) {
+      const r = await post(P, '/v1/responses', rs({ ...sp, text: { format: { type: 'json_schema', name: 'out', schema: CLASSIFY, strict: true } } }));
+      const c = outText(r), p = tryParse(c);
+      check(r.status === 200 && p.ok && classifyOk(p.v), `responses json_schema ${JSON.stringify(sp)}: parses and matches`, r.json ?? r.text);
+    }
+    let r = await post(P, '/v1/responses', rs({ temperature: 1, seed: 2, max_output_tokens: 1500, text: { format: { type: 'json_object' } } }));
+    let p = tryParse(outText(r));
+    check(r.status === 200 && p.ok && p.v && typeof p.v === 'object' && !Array.isArray(p.v), 'responses json_object: an object', r.json);
+    r = await post(P, '/v1/responses', rs({ text: { format: { type: 'xml' } } }));
+    check(r.status === 400 && /text\.format/.test(JSON.stringify(r.json)), 'responses text.format xml: 400 naming text.format', r.json);
+    r = await post(P, '/v1/responses', rs({ text: { format: { type: 'json_schema', name: 'x' } } }));
+    check(r.status === 400 && /text\.format/.test(JSON.stringify(r.json)), 'responses json_schema without schema: 400', r.json);
+  }
   srv.proc.kill('SIGTERM');
   await new Promise((res) => srv.proc.on('exit', res));
   fs.rmSync(tmp, { recursive: true, force: true });
