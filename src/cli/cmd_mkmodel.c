@@ -95,7 +95,7 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL, *hf_dir = NULL;
     unsigned long long seed = 1;
     int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0, n_exp = 0, n_used = 0, ff_exp = 0;
-    int32_t ssm_state = 0, ssm_groups = 0, ssm_heads = 0, interval = 0, rope_dim = 0, mtp = -1;
+    int32_t ssm_d_state = 0, ssm_n_group = 0, ssm_dt_rank = 0, interval = 0, rope_dim = 0, mtp = -1;
     int tied = -1;
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
@@ -105,8 +105,8 @@ int cmd_mkmodel(int argc, char **argv) {
                     : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--kv-heads") ? &kv : !strcmp(a, "--head-dim") ? &hd
                     : !strcmp(a, "--vocab") ? &vocab : !strcmp(a, "--ctx") ? &ctx : !strcmp(a, "--experts") ? &n_exp
                     : !strcmp(a, "--experts-used") ? &n_used : !strcmp(a, "--ff-exp") ? &ff_exp
-                    : !strcmp(a, "--ssm-state") ? &ssm_state : !strcmp(a, "--ssm-groups") ? &ssm_groups
-                    : !strcmp(a, "--ssm-heads") ? &ssm_heads : !strcmp(a, "--attn-interval") ? &interval
+                    : !strcmp(a, "--ssm-state") ? &ssm_d_state : !strcmp(a, "--ssm-groups") ? &ssm_n_group
+                    : !strcmp(a, "--ssm-heads") ? &ssm_dt_rank : !strcmp(a, "--attn-interval") ? &interval
                     : !strcmp(a, "--rope-dim") ? &rope_dim : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--tied")) tied = 1;
@@ -148,14 +148,14 @@ int cmd_mkmodel(int argc, char **argv) {
     if (n_used) s.n_expert_used = n_used;
     if (ff_exp) s.n_ff_exp = ff_exp;
     if (tied >= 0) s.tied = tied;
-    if ((ssm_state || ssm_groups || ssm_heads || interval || rope_dim || mtp > 0) && !kw_mk_is_hybrid(s.arch)) {
+    if ((ssm_d_state || ssm_n_group || ssm_dt_rank || interval || rope_dim || mtp > 0) && !kw_mk_is_hybrid(s.arch)) {
         fprintf(stderr, "kvwise mkmodel: --ssm-*, --attn-interval, --rope-dim and --mtp apply to a hybrid (--arch qwen35), not %s\n",
                 s.arch);
         return 2;
     }
-    if (ssm_state) s.ssm_state = ssm_state;
-    if (ssm_groups) s.ssm_groups = ssm_groups;
-    if (ssm_heads) s.ssm_heads = ssm_heads;
+    if (ssm_d_state) s.ssm_d_state = ssm_d_state;
+    if (ssm_n_group) s.ssm_n_group = ssm_n_group;
+    if (ssm_dt_rank) s.ssm_dt_rank = ssm_dt_rank;
     if (interval) s.attn_interval = interval;
     if (rope_dim) s.rope_dim = rope_dim;
     if (mtp > 0) s.n_mtp = mtp;

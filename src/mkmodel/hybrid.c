@@ -42,13 +42,13 @@ void kw_mk_hybrid_sections(int32_t n_rot, int32_t out[4]) {
 }
 
 int kw_mk_hybrid_check(const kw_mk_shape *s, kw_err *err) {
-    if (s->ssm_state < 1 || s->ssm_groups < 1 || s->ssm_heads < 1 || s->ssm_conv < 1)
+    if (s->ssm_d_state < 1 || s->ssm_n_group < 1 || s->ssm_dt_rank < 1 || s->ssm_d_conv < 1)
         return kw_err_set(err, "%s needs positive --ssm-state, --ssm-groups, --ssm-heads (delta-net shape)", s->arch);
-    if (s->ssm_heads % s->ssm_groups)
+    if (s->ssm_dt_rank % s->ssm_n_group)
         return kw_err_set(err, "ssm heads (%d) must be a multiple of ssm groups (%d): value heads share key heads",
-                          s->ssm_heads, s->ssm_groups);
-    if (s->ssm_conv > 16) return kw_err_set(err, "ssm conv kernel %d out of range (1..16)", s->ssm_conv);
-    if ((int64_t)s->ssm_state * s->ssm_heads > (1 << 20) || (int64_t)s->ssm_state * s->ssm_groups > (1 << 20))
+                          s->ssm_dt_rank, s->ssm_n_group);
+    if (s->ssm_d_conv > 16) return kw_err_set(err, "ssm conv kernel %d out of range (1..16)", s->ssm_d_conv);
+    if ((int64_t)s->ssm_d_state * s->ssm_dt_rank > (1 << 20) || (int64_t)s->ssm_d_state * s->ssm_n_group > (1 << 20))
         return kw_err_set(err, "shape too large");
     if (s->n_mtp < 0 || s->n_mtp > 1)
         return kw_err_set(err, "mtp layers %d out of range (0..1: the MTP tensors are read from the last layer)", s->n_mtp);
@@ -70,12 +70,12 @@ static const char *lname(char *n, size_t cap, int il, const char *what) {
  * convolution, the decay and update-rate inputs, the output norm and
  * projection. */
 static int emit_delta_net(const kw_mk_shape *s, int il, kw_mk_emit_fn emit, void *ctx) {
-    int64_t E = s->n_embd, d = s->ssm_state, key_dim = d * s->ssm_groups, value_dim = d * s->ssm_heads;
-    int64_t conv_dim = 2 * key_dim + value_dim, Hv = s->ssm_heads;
+    int64_t E = s->n_embd, d = s->ssm_d_state, key_dim = d * s->ssm_n_group, value_dim = d * s->ssm_dt_rank;
+    int64_t conv_dim = 2 * key_dim + value_dim, Hv = s->ssm_dt_rank;
     char n[64];
     int rc = emit(ctx, lname(n, sizeof n, il, "attn_qkv.weight"), E, conv_dim, 0, STD_MATRIX);
     rc |= emit(ctx, lname(n, sizeof n, il, "attn_gate.weight"), E, value_dim, 0, STD_MATRIX);
-    rc |= emit(ctx, lname(n, sizeof n, il, "ssm_conv1d.weight"), s->ssm_conv, conv_dim, 0, STD_CONV);
+    rc |= emit(ctx, lname(n, sizeof n, il, "ssm_conv1d.weight"), s->ssm_d_conv, conv_dim, 0, STD_CONV);
     rc |= emit(ctx, lname(n, sizeof n, il, "ssm_dt.bias"), Hv, 1, 0, STD_BIAS);
     rc |= emit(ctx, lname(n, sizeof n, il, "ssm_a"), Hv, 1, MEAN_DECAY, STD_DECAY);
     rc |= emit(ctx, lname(n, sizeof n, il, "ssm_beta.weight"), E, Hv, 0, STD_MATRIX);
@@ -130,11 +130,11 @@ void kw_mk_hybrid_kvs(kw_gguf_writer *w, const kw_mk_shape *s) {
     char k[128];
     snprintf(k, sizeof k, "%s.rope.dimension_sections", a);
     kw_gguf_writer_set_arr(w, k, KW_GGUF_INT32, sec, 4);
-    set_u32(w, a, "ssm.conv_kernel", (uint32_t)s->ssm_conv);
-    set_u32(w, a, "ssm.state_size", (uint32_t)s->ssm_state);
-    set_u32(w, a, "ssm.group_count", (uint32_t)s->ssm_groups);
-    set_u32(w, a, "ssm.time_step_rank", (uint32_t)s->ssm_heads);
-    set_u32(w, a, "ssm.inner_size", (uint32_t)(s->ssm_state * s->ssm_heads));
+    set_u32(w, a, "ssm.conv_kernel", (uint32_t)s->ssm_d_conv);
+    set_u32(w, a, "ssm.state_size", (uint32_t)s->ssm_d_state);
+    set_u32(w, a, "ssm.group_count", (uint32_t)s->ssm_n_group);
+    set_u32(w, a, "ssm.time_step_rank", (uint32_t)s->ssm_dt_rank);
+    set_u32(w, a, "ssm.inner_size", (uint32_t)(s->ssm_d_state * s->ssm_dt_rank));
     set_u32(w, a, "full_attention_interval", (uint32_t)s->attn_interval);
     if (s->n_mtp > 0) set_u32(w, a, "nextn_predict_layers", (uint32_t)s->n_mtp);
 }

@@ -42,7 +42,7 @@ typedef struct preset { const char *name; kw_mk_shape s; } preset;
 /* The delta-net part of a hybrid shape: key/value head dim, key heads,
  * value heads, convolution taps, attention interval, rotary dims. */
 #define HYBRID(state, groups, heads, conv, interval, rot)                                                             \
-    .ssm_state = state, .ssm_groups = groups, .ssm_heads = heads, .ssm_conv = conv, .attn_interval = interval,      \
+    .ssm_d_state = state, .ssm_n_group = groups, .ssm_dt_rank = heads, .ssm_d_conv = conv, .attn_interval = interval,      \
     .rope_dim = rot
 
 /* The MoE presets: a tiny one for tests; Qwen3-30B-A3B's shape (48 layers,
@@ -83,10 +83,10 @@ static const preset k_presets[] = {
  * 4 taps, attention every 4th layer, a quarter of each head rotated, as in
  * Qwen3.5). */
 static void hybrid_defaults(kw_mk_shape *s) {
-    if (!s->ssm_state) s->ssm_state = s->head_dim;
-    if (!s->ssm_groups) s->ssm_groups = s->n_head_kv;
-    if (!s->ssm_heads) s->ssm_heads = s->n_head;
-    if (!s->ssm_conv) s->ssm_conv = 4;
+    if (!s->ssm_d_state) s->ssm_d_state = s->head_dim;
+    if (!s->ssm_n_group) s->ssm_n_group = s->n_head_kv;
+    if (!s->ssm_dt_rank) s->ssm_dt_rank = s->n_head;
+    if (!s->ssm_d_conv) s->ssm_d_conv = 4;
     if (!s->attn_interval) s->attn_interval = 4;
     if (!s->rope_dim) s->rope_dim = s->head_dim / 4 / 2 * 2 > 0 ? s->head_dim / 4 / 2 * 2 : s->head_dim;
 }
@@ -100,7 +100,7 @@ static int apply_arch(kw_mk_shape *s, kw_err *err) {
         hybrid_defaults(s);
         return 0;
     }
-    s->ssm_state = s->ssm_groups = s->ssm_heads = s->ssm_conv = s->attn_interval = s->rope_dim = s->n_mtp = 0;
+    s->ssm_d_state = s->ssm_n_group = s->ssm_dt_rank = s->ssm_d_conv = s->attn_interval = s->rope_dim = s->n_mtp = 0;
     const kw_arch_desc *a = kw_arch_find(s->arch);
     if (!a) return kw_err_set(err, "unknown architecture '%s' (supported: %s)", s->arch, kw_arch_supported_list());
     s->qkv_bias = kw_arch_presence(a, KW_FEAT_QKV_BIAS) == KW_REQUIRED;

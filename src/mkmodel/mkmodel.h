@@ -23,11 +23,12 @@ typedef struct kw_mk_shape {
     bool qk_norm;           /* per-head RMSNorm of q and k */
     /* mixture of experts (an architecture whose ffn is KW_FFN_MOE); 0 otherwise */
     int32_t n_expert, n_expert_used, n_ff_exp;
-    /* gated-delta-net hybrids (qwen35, hybrid.h); 0 for the other architectures */
-    int32_t ssm_state;      /* head dim of the delta net's keys and values (ssm.state_size) */
-    int32_t ssm_groups;     /* its key heads (ssm.group_count) */
-    int32_t ssm_heads;      /* its value heads (ssm.time_step_rank), a multiple of ssm_groups */
-    int32_t ssm_conv;       /* taps of its causal convolution (ssm.conv_kernel) */
+    /* gated-delta-net hybrids (qwen35, hybrid.h; named as the loader's hparams); 0 for
+     * the other architectures */
+    int32_t ssm_d_state;    /* head dim of the delta net's keys and values (ssm.state_size) */
+    int32_t ssm_n_group;    /* its key heads (ssm.group_count) */
+    int32_t ssm_dt_rank;    /* its value heads (ssm.time_step_rank), a multiple of ssm_n_group */
+    int32_t ssm_d_conv;     /* taps of its causal convolution (ssm.conv_kernel) */
     int32_t attn_interval;  /* layer i is full attention when (i + 1) % attn_interval == 0 */
     int32_t rope_dim;       /* rotated dims per attention head (rope.dimension_count); 0: head_dim */
     int32_t n_mtp;          /* multi-token-prediction layers after the n_layer main ones (0 or 1):

@@ -13,8 +13,11 @@
  * unless neutral (a sampler kvwise does not have): repeat_penalty,
  * mirostat, typical_p, tfs_z; other options (num_ctx, num_gpu, num_thread,
  * ...) and keep_alive describe the runtime and are ignored. think: false
- * turns thinking off (enable_thinking false). Refused with a 400: format
- * (structured outputs, not applied yet), images, suffix, template, context.
+ * turns thinking off (enable_thinking false). format: "json" constrains the
+ * answer to a JSON object, a JSON Schema object to that schema (the same
+ * grammar request as chat's response_format, grammar_req.c); any other
+ * value is a 400 naming format. Refused with a 400: images, suffix,
+ * template, context.
  *
  * Answers are NDJSON when streaming (stream defaults to true, as in
  * Ollama): {"model","created_at","message":{"role","content","thinking",
@@ -125,16 +128,24 @@ static int parse_options(const cJSON *root, kw_job *j, kw_http_error *e) {
 }
 
 static int refuse_fields(const cJSON *root, kw_http_error *e) {
-    static const char *const fields[] = {"format", "suffix", "template", "context", "images"};
+    static const char *const fields[] = {"suffix", "template", "context", "images"};
     for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, fields[k]);
         bool set = v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0]) &&
                    !(cJSON_IsArray(v) && !cJSON_GetArraySize(v));
         if (set)
-            return kw_http_error_set(e, 400, fields[k], "invalid_value", "'%s' is not supported%s", fields[k],
-                                     !strcmp(fields[k], "format") ? " yet (structured outputs)" : "");
+            return kw_http_error_set(e, 400, fields[k], "invalid_value", "'%s' is not supported", fields[k]);
     }
     return 0;
+}
+
+/* format: "json" (any JSON object) or a JSON Schema object; "" / null: free text. */
+static int parse_format(kw_job *j, const cJSON *root, kw_http_error *e) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!f || cJSON_IsNull(f) || (cJSON_IsString(f) && !f->valuestring[0])) return 0;
+    if (cJSON_IsString(f) && !strcmp(f->valuestring, "json")) return kw_job_set_grammar(j, KW_GK_JSON_OBJECT, "", 0, false, "format", e);
+    if (cJSON_IsObject(f)) return kw_job_set_schema(j, f, NULL, "format", e);
+    return kw_http_error_set(e, 400, "format", "invalid_value", "'format' must be \"json\" or a JSON Schema object");
 }
 
 /* think: false -> enable_thinking false; true or a level -> the template's default. */
@@ -215,7 +226,8 @@ kw_job *kw_ollama_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_tem
     canon = cJSON_CreateObject();
     if (!j || !canon) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto fail; }
     j->stream = true;                           /* Ollama streams unless told not to */
-    if (kw_json_bool(root, "stream", &j->stream, e) < 0 || refuse_fields(root, e) < 0 || parse_options(root, j, e) < 0) goto fail;
+    if (kw_json_bool(root, "stream", &j->stream, e) < 0 || refuse_fields(root, e) < 0 || parse_options(root, j, e) < 0 ||
+        parse_format(j, root, e) < 0) goto fail;
     map_think(root, canon);
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     if (chat && cJSON_IsArray(tools)) cJSON_AddItemToObject(canon, "tools", cJSON_Duplicate(tools, 1));

@@ -13,8 +13,9 @@
  * tool_choice, parallel_tool_calls, max_output_tokens, temperature, top_p;
  * reasoning.effort "none" turns thinking off (enable_thinking false).
  * Refused with a 400 naming the field: previous_response_id, store: true,
- * background, conversation (nothing is kept), text.format other than text
- * and a tool's strict: true (structured outputs are not applied yet),
+ * background, conversation (nothing is kept), a text.format type other than
+ * text / json_object / json_schema (those constrain the answer as chat's
+ * response_format does), a tool's strict: true (not applied yet),
  * truncation "auto". Accepted and ignored: include, metadata, user,
  * prompt_cache_key (logged), client_metadata, service_tier, safety_identifier,
  * text.verbosity, reasoning.summary.
@@ -296,15 +297,30 @@ static int refuse_unsupported(const cJSON *root, kw_http_error *e) {
         return kw_http_error_set(e, 400, "background", "invalid_value", "'background': true is not supported");
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "conversation")) && !cJSON_IsNull(v))
         return kw_http_error_set(e, 400, "conversation", "invalid_value", "'conversation' is not supported: kvwise keeps no responses");
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "text"), "format");
-    const cJSON *ft = cJSON_GetObjectItemCaseSensitive(fmt, "type");
-    if (fmt && !cJSON_IsNull(fmt) && !(cJSON_IsString(ft) && !strcmp(ft->valuestring, "text")))
-        return kw_http_error_set(e, 400, "text.format", "invalid_value",
-                                 "'text.format' other than {\"type\": \"text\"} (structured outputs) is not supported yet");
     v = cJSON_GetObjectItemCaseSensitive(root, "truncation");
     if (cJSON_IsString(v) && strcmp(v->valuestring, "disabled"))
         return kw_http_error_set(e, 400, "truncation", "invalid_value", "'truncation' must be \"disabled\" (kvwise does not drop input)");
     return 0;
+}
+
+/* text.format: {type: text} | {type: json_object} | {type: json_schema, name, schema, strict}
+ * (the schema flat in the object, as Responses writes it): the same grammar
+ * request as chat's response_format. */
+static int parse_text_format(const cJSON *root, kw_job *j, kw_http_error *e) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "text"), "format");
+    if (!fmt || cJSON_IsNull(fmt)) return 0;
+    const cJSON *ft = cJSON_GetObjectItemCaseSensitive(fmt, "type");
+    if (!cJSON_IsObject(fmt) || !cJSON_IsString(ft))
+        return kw_http_error_set(e, 400, "text.format", "invalid_type", "'text.format' must be an object with a string 'type'");
+    if (!strcmp(ft->valuestring, "text")) return 0;
+    if (!strcmp(ft->valuestring, "json_object")) return kw_job_set_grammar(j, KW_GK_JSON_OBJECT, "", 0, false, "text.format", e);
+    if (strcmp(ft->valuestring, "json_schema"))
+        return kw_http_error_set(e, 400, "text.format", "invalid_value",
+                                 "'text.format.type' must be text, json_object or json_schema (got '%.40s')", ft->valuestring);
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(fmt, "schema");
+    if (!cJSON_IsObject(schema))
+        return kw_http_error_set(e, 400, "text.format", "invalid_type", "'text.format.schema' must be a JSON Schema object");
+    return kw_job_set_schema(j, schema, cJSON_GetObjectItemCaseSensitive(fmt, "strict"), "text.format", e);
 }
 
 static int parse_fields(const cJSON *root, kw_job *j, cJSON *canon, kw_http_error *e) {
@@ -335,7 +351,7 @@ kw_job *kw_responses_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_
     if (!j || !canon) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto fail; }
     if (kw_json_bool(root, "stream", &j->stream, e) < 0) goto fail;
     if (refuse_unsupported(root, e) < 0 || parse_fields(root, j, canon, e) < 0 || map_input(root, canon, e) < 0 ||
-        map_tools(root, j, canon, e) < 0 || map_tool_choice(root, canon, e) < 0) goto fail;
+        map_tools(root, j, canon, e) < 0 || map_tool_choice(root, canon, e) < 0 || parse_text_format(root, j, e) < 0) goto fail;
     if (kw_chat_tokenize(j, canon, tpl, eng, e) < 0) goto fail;
     if (kw_job_check(j, canon, eng, "input", e) < 0) {
         /* a stream reports a prompt longer than the context as response.failed */

@@ -10,7 +10,7 @@
 //     responses.stream (events, finalResponse); a custom tool answered as a
 //     custom_tool_call; a streamed prompt longer than the context ends in
 //     response.failed (context_length_exceeded); the 400s for
-//     previous_response_id, text.format, strict tools.
+//     previous_response_id, an unknown text.format type, strict tools.
 //   - official `@anthropic-ai/sdk`: messages.create (tool_use -> tool_result
 //     -> answer; cache_read_input_tokens), messages.stream (events,
 //     finalMessage), countTokens, thinking blocks, stop_sequence, the 400s
@@ -76,8 +76,8 @@ async function ollamaLib(port) {
   const gen = await ollama.generate({ model: 'kvwise', prompt: 'Say hi', stream: false, options: { num_predict: 8 } });
   check(gen.done && typeof gen.response === 'string' && gen.eval_count > 0, 'ollama.generate', gen);
   let err = null;
-  try { await ollama.chat({ model: 'kvwise', messages, format: 'json' }); } catch (e) { err = e; }
-  check(err && err.status_code === 400 && /format/.test(err.error), 'ollama format -> 400 naming it', err && err.error);
+  try { await ollama.chat({ model: 'kvwise', messages, format: 'yaml' }); } catch (e) { err = e; }
+  check(err && err.status_code === 400 && /format/.test(err.error), 'ollama format other than json or a schema -> 400 naming it', err && err.error);
 }
 
 async function openaiResponses(port) {
@@ -124,7 +124,7 @@ async function openaiResponses(port) {
   events.map((e) => [e.type, e.response && e.response.error]));
   for (const [what, body, param] of [
     ['previous_response_id', { previous_response_id: 'resp_x' }, 'previous_response_id'],
-    ['text.format json_schema', { text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object' } } } }, 'text.format'],
+    ['text.format xml', { text: { format: { type: 'xml' } } }, 'text.format'],
     ['strict tools', { tools: [{ ...tools[0], strict: true }] }, 'tools']]) {
     let err = null;
     try { await client.responses.create({ model: 'kvwise', input: 'x', ...body }); } catch (e) { err = e; }

@@ -205,6 +205,43 @@ async function main() {
     const compiles = (srv.log().match(/grammar: compiled json_schema/g) || []).length;
     check(compiles === 2 + 0, 'each schema compiled once (cached after)', compiles);
   }
+  // Ollama format: a schema or "json" takes the same grammar as response_format
+  {
+    const ol = (extra) => ({ model: 'm', stream: false, messages: [{ role: 'user', content: 'Classify this message.' }], ...extra });
+    for (const opts of [{ temperature: 0, num_predict: 300 }, { temperature: 1, seed: 7, num_predict: 300 }]) {
+      const r = await post(P, '/api/chat', ol({ format: CLASSIFY, options: opts }));
+      const c = r.json?.message?.content, p = tryParse(c);
+      check(r.status === 200 && r.json.done_reason === 'stop', `ollama chat format schema ${JSON.stringify(opts)}: 200 stop`, r.json);
+      check(p.ok && classifyOk(p.v), `ollama chat format schema ${JSON.stringify(opts)}: parses and matches`, c);
+    }
+    let r = await post(P, '/api/chat', ol({ format: 'json', options: { temperature: 1, seed: 3, num_predict: 1500 } }));
+    let p = tryParse(r.json?.message?.content);
+    check(r.status === 200 && p.ok && p.v && typeof p.v === 'object' && !Array.isArray(p.v), 'ollama chat format json: an object', r.json);
+    r = await post(P, '/api/generate', { model: 'm', stream: false, prompt: 'Classify.', format: RECORD, options: { temperature: 1, seed: 4, num_predict: 300 } });
+    p = tryParse(r.json?.response);
+    check(r.status === 200 && p.ok && recordOk(p.v), 'ollama generate format schema: parses and matches', r.json);
+    r = await post(P, '/api/chat', ol({ format: 'yaml' }));
+    check(r.status === 400 && /format/.test(JSON.stringify(r.json)), 'ollama format yaml: 400 naming format', r.json);
+    r = await post(P, '/api/chat', ol({ format: { type: 'string', format: 'color' } }));
+    check(r.status === 400 && /format/.test(JSON.stringify(r.json)), 'ollama format unsupported schema: 400', r.json);
+  }
+  // Responses text.format: json_schema (flat: name, schema, strict) and json_object
+  {
+    const rs = (extra) => ({ input: 'Classify this message.', max_output_tokens: 300, ...extra });
+    const outText = (r) => (r.json?.output || []).filter((o) => o.type === 'message').flatMap((o) => o.content || []).map((c) => c.text || '').join('');
+    for (const sp of [{ temperature: 0 }, { temperature: 1, seed: 9 }]) {
+      const r = await post(P, '/v1/responses', rs({ ...sp, text: { format: { type: 'json_schema', name: 'out', schema: CLASSIFY, strict: true } } }));
+      const c = outText(r), p = tryParse(c);
+      check(r.status === 200 && p.ok && classifyOk(p.v), `responses json_schema ${JSON.stringify(sp)}: parses and matches`, r.json ?? r.text);
+    }
+    let r = await post(P, '/v1/responses', rs({ temperature: 1, seed: 2, max_output_tokens: 1500, text: { format: { type: 'json_object' } } }));
+    let p = tryParse(outText(r));
+    check(r.status === 200 && p.ok && p.v && typeof p.v === 'object' && !Array.isArray(p.v), 'responses json_object: an object', r.json);
+    r = await post(P, '/v1/responses', rs({ text: { format: { type: 'xml' } } }));
+    check(r.status === 400 && /text\.format/.test(JSON.stringify(r.json)), 'responses text.format xml: 400 naming text.format', r.json);
+    r = await post(P, '/v1/responses', rs({ text: { format: { type: 'json_schema', name: 'x' } } }));
+    check(r.status === 400 && /text\.format/.test(JSON.stringify(r.json)), 'responses json_schema without schema: 400', r.json);
+  }
   srv.proc.kill('SIGTERM');
   await new Promise((res) => srv.proc.on('exit', res));
   fs.rmSync(tmp, { recursive: true, force: true });
