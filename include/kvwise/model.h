@@ -60,7 +60,6 @@ typedef struct kw_hparams {
     uint64_t rec_state_bytes;   /* F32 recurrent state of one sequence over all GDN layers:
                                    (d_conv-1)*conv_dim + dt_rank*d_state^2 values per layer */
     int32_t rope_sections[4];   /* rope.dimension_sections (0s when absent) */
-    bool attn_gated;            /* the descriptor's attn_output_gate */
     int32_t n_nextn_layers;     /* nextn_predict_layers: trailing MTP blocks, not bound and not run */
 } kw_hparams;
 

@@ -270,7 +270,6 @@ int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err) {
         read_nextn(g, arch, hp, err) || read_layer_schedule(g, arch, hp, err) || read_gdn(g, arch, hp, err) ||
         read_moe(g, arch, hp, err))
         return -1;
-    hp->attn_gated = hp->arch->attn_output_gate;
     hp->tied_output = kw_gguf_find_tensor(g, "output.weight") == NULL;
     hp->has_qkv_bias = has_feature(g, hp, KW_FEAT_QKV_BIAS);
     hp->has_qk_norm = has_feature(g, hp, KW_FEAT_QK_NORM);
