@@ -9,8 +9,9 @@
  * own random stream (seeded from the model seed, the tensor's index and
  * the row), so rows can be generated in any order or chunking and the file
  * is byte-identical for the same seed. Rows are quantized with the
- * reference quantizer (kw_quantize_row). The Qwen3.5 hybrids (qwen35)
- * take their layer layout, checks and extra metadata from hybrid.c. */
+ * reference quantizer (kw_quantize_row). Layers come from the
+ * architecture table (arch.h), the hybrids' (qwen35) too; hybrid.c adds
+ * their shape checks and extra metadata. */
 #include "mkmodel.h"
 #include "hybrid.h"
 #include "kvwise/arch.h"
@@ -26,6 +27,13 @@
 #define STD_MATRIX 0.02f
 #define STD_BIAS 0.02f
 #define STD_NORM_GAIN 0.05f
+/* A delta net's convolution taps: about a 4-tap kernel's default initial
+ * scale, so the convolution does not shrink its input 50-fold. Its decay
+ * rate ssm_a: -1 + N(0, 0.2^2), negative everywhere (the Irwin-Hall draws
+ * stop at 3.46 sigma), so the decay exp(softplus(.) * a) stays in (0, 1). */
+#define STD_CONV 0.3f
+#define MEAN_DECAY -1.0f
+#define STD_DECAY 0.2f
 
 /* ---- presets ---- */
 
@@ -93,16 +101,10 @@ static void hybrid_defaults(kw_mk_shape *s) {
 
 /* The tensor groups of s->arch that mkmodel writes: the required ones. */
 static int apply_arch(kw_mk_shape *s, kw_err *err) {
-    if (kw_mk_is_hybrid(s->arch)) {
-        s->qkv_bias = false;
-        s->qk_norm = true;
-        s->n_expert = s->n_expert_used = s->n_ff_exp = 0;
-        hybrid_defaults(s);
-        return 0;
-    }
-    s->ssm_d_state = s->ssm_n_group = s->ssm_dt_rank = s->ssm_d_conv = s->attn_interval = s->rope_dim = s->n_mtp = 0;
     const kw_arch_desc *a = kw_arch_find(s->arch);
     if (!a) return kw_err_set(err, "unknown architecture '%s' (supported: %s)", s->arch, kw_arch_supported_list());
+    if (kw_mk_is_hybrid(s->arch)) hybrid_defaults(s);
+    else s->ssm_d_state = s->ssm_n_group = s->ssm_dt_rank = s->ssm_d_conv = s->attn_interval = s->rope_dim = s->n_mtp = 0;
     s->qkv_bias = kw_arch_presence(a, KW_FEAT_QKV_BIAS) == KW_REQUIRED;
     s->qk_norm = kw_arch_presence(a, KW_FEAT_QK_NORM) == KW_REQUIRED;
     if (a->ffn != KW_FFN_MOE) s->n_expert = s->n_expert_used = s->n_ff_exp = 0;
@@ -227,12 +229,18 @@ static kw_hparams shape_hparams(const kw_mk_shape *s) {
     hp.n_expert = s->n_expert;
     hp.n_expert_used = s->n_expert_used;
     hp.n_ff_exp = s->n_ff_exp;
+    hp.ssm_d_state = s->ssm_d_state;
+    hp.ssm_n_group = s->ssm_n_group;
+    hp.ssm_dt_rank = s->ssm_dt_rank;
+    hp.ssm_d_inner = s->ssm_dt_rank * s->ssm_d_state;
+    hp.ssm_d_conv = s->ssm_d_conv;
     return hp;
 }
 
 /* Adds blk.<il>.* for every required tensor of a list: matrices and expert
  * tensors of wtype N(0, 0.02^2) (the MoE router F32, as converters write
- * it), norm gains 1 + N(0, 0.05^2), biases N(0, 0.02^2). */
+ * it), norm gains 1 + N(0, 0.05^2), biases N(0, 0.02^2), a delta net's
+ * convolution taps N(0, 0.3^2) and decay rate -1 + N(0, 0.2^2). */
 static int add_layer_tensors(mk_list *l, const kw_arch_desc *a, const kw_tensor_spec *t, const kw_hparams *hp,
                              int il, uint32_t wtype) {
     int rc = 0;
@@ -245,18 +253,27 @@ static int add_layer_tensors(mk_list *l, const kw_arch_desc *a, const kw_tensor_
             rc |= add(l, n, t->what == KW_LT_FFN_ROUTER ? KW_TYPE_F32 : wtype, ne0, ne1, 0, STD_MATRIX);
         else if (t->role == KW_ROLE_EXPERTS) rc |= add3(l, n, wtype, ne0, ne1, hp->n_expert, 0, STD_MATRIX);
         else if (t->role == KW_ROLE_NORM) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 1, STD_NORM_GAIN);
+        else if (t->role == KW_ROLE_CONV) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 0, STD_CONV);
+        else if (t->what == KW_LT_SSM_A) rc |= add(l, n, KW_TYPE_F32, ne0, ne1, MEAN_DECAY, STD_DECAY);
         else rc |= add(l, n, KW_TYPE_F32, ne0, ne1, 0, STD_BIAS);
     }
     return rc;
 }
 
-/* A hybrid layer's tensor (hybrid.c) into the list: the target picks the
- * types later (apply_target). */
-typedef struct emit_ctx { mk_list *l; uint32_t wtype; } emit_ctx;
-
-static int emit_tensor(void *ctx, const char *name, int64_t ne0, int64_t ne1, float mean, float std) {
-    emit_ctx *c = ctx;
-    return add(c->l, name, c->wtype, ne0, ne1, mean, std);
+/* A multi-token-prediction layer's own tensors after its attention and
+ * FFN: the projection of [embedding, hidden] and its norms, as
+ * ik_llama.cpp reads them. */
+static int add_mtp_tensors(mk_list *l, const kw_mk_shape *s, int il, uint32_t wtype) {
+    int64_t E = s->n_embd;
+    char n[64];
+    snprintf(n, sizeof n, "blk.%d.nextn.eh_proj.weight", il);
+    int rc = add(l, n, wtype, 2 * E, E, 0, STD_MATRIX);
+    static const char *const norms[] = {"enorm", "hnorm", "shared_head_norm"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(n, sizeof n, "blk.%d.nextn.%s.weight", il, norms[k]);
+        rc |= add(l, n, KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
+    }
+    return rc;
 }
 
 static int build_list(const kw_mk_shape *s, uint32_t wtype, mk_list *l) {
@@ -264,16 +281,15 @@ static int build_list(const kw_mk_shape *s, uint32_t wtype, mk_list *l) {
     int rc = add(l, "token_embd.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
     rc |= add(l, "output_norm.weight", KW_TYPE_F32, E, 1, 1, STD_NORM_GAIN);
     if (!s->tied) rc |= add(l, "output.weight", wtype, E, s->n_vocab, 0, STD_MATRIX);
-    if (kw_mk_is_hybrid(s->arch)) {
-        emit_ctx c = {l, wtype};
-        for (int i = 0; i < s->n_layer + s->n_mtp && rc == 0; i++) rc |= kw_mk_hybrid_layer(s, i, emit_tensor, &c);
-        return rc ? -1 : 0;
-    }
     const kw_arch_desc *a = kw_arch_find(s->arch);
     kw_hparams hp = shape_hparams(s);
-    for (int i = 0; i < s->n_layer && rc == 0; i++) {
-        rc |= add_layer_tensors(l, a, kw_arch_mixer_tensors(a, kw_arch_layer_mixer(a, a->layers.interval_default, i)), &hp, i, wtype);
+    int32_t interval = s->attn_interval ? s->attn_interval : a->layers.interval_default;
+    /* an MTP layer (after the n_layer main ones) runs full attention */
+    for (int i = 0; i < s->n_layer + s->n_mtp && rc == 0; i++) {
+        kw_mixer_kind k = i < s->n_layer ? kw_arch_layer_mixer(a, interval, i) : KW_MIXER_ATTENTION;
+        rc |= add_layer_tensors(l, a, kw_arch_mixer_tensors(a, k), &hp, i, wtype);
         rc |= add_layer_tensors(l, a, a->ffn_tensors, &hp, i, wtype);
+        if (i >= s->n_layer) rc |= add_mtp_tensors(l, s, i, wtype);
     }
     return rc ? -1 : 0;
 }

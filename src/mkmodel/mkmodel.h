@@ -46,8 +46,7 @@ typedef struct kw_mk_shape {
 int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err);
 /* Sets the tensor-group flags from the architecture's descriptor (after
  * --arch changed); checks the shape is consistent. An architecture the
- * table lacks is refused with the list of those it has, except the
- * hybrids mkmodel lays out itself (hybrid.h: qwen35). */
+ * table lacks is refused with the list of those it has. */
 int kw_mk_shape_check(kw_mk_shape *s, kw_err *err);
 
 /* The byte-level BPE vocabulary (GPT-2 byte-to-unicode strings). */

@@ -50,30 +50,33 @@ static const kw_tensor_spec k_dense_ffn_tensors[] = {
 };
 
 /* The gated full attention of qwen35: attn_q gives, per head, hd query
- * values then hd gate values; q/k per-head norms are core. */
+ * values then hd gate values; q/k per-head norms are core. The qwen35
+ * lists are in the files' order (ARCHITECTURES.md), the order mkmodel
+ * writes them in. */
 static const kw_tensor_spec k_gated_attention_tensors[] = {
     {"attn_norm.weight", KW_LT_ATTN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
     {"attn_q.weight", KW_LT_ATTN_Q, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_Q_GATED, KW_FEAT_CORE},
     {"attn_k.weight", KW_LT_ATTN_K, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_K, KW_FEAT_CORE},
     {"attn_v.weight", KW_LT_ATTN_V, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_V, KW_FEAT_CORE},
+    {"attn_output.weight", KW_LT_ATTN_OUT, KW_ROLE_MATRIX, KW_DIM_ATTN_OUT, KW_DIM_EMBD, KW_FEAT_CORE},
     {"attn_q_norm.weight", KW_LT_ATTN_Q_NORM, KW_ROLE_NORM, KW_DIM_HEAD_K, KW_DIM_1, KW_FEAT_QK_NORM},
     {"attn_k_norm.weight", KW_LT_ATTN_K_NORM, KW_ROLE_NORM, KW_DIM_HEAD_K, KW_DIM_1, KW_FEAT_QK_NORM},
-    {"attn_output.weight", KW_LT_ATTN_OUT, KW_ROLE_MATRIX, KW_DIM_ATTN_OUT, KW_DIM_EMBD, KW_FEAT_CORE},
     {NULL, 0, 0, 0, 0, 0},
 };
 
-/* The gated delta net: pre-norm, the fused q/k/v projection and z, beta
- * and alpha, the convolution filters, dt bias and the decay rate A (stored
- * as A, negative, not A_log), the output norm gain, the output projection. */
+/* The gated delta net: pre-norm, the fused q/k/v projection and z, the
+ * convolution filters, dt bias and the decay rate A (stored as A,
+ * negative, not A_log), beta and alpha, the output norm gain, the output
+ * projection. */
 static const kw_tensor_spec k_gdn_tensors[] = {
     {"attn_norm.weight", KW_LT_ATTN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
     {"attn_qkv.weight", KW_LT_SSM_QKV, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_CONV, KW_FEAT_CORE},
     {"attn_gate.weight", KW_LT_SSM_Z, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_INNER, KW_FEAT_CORE},
-    {"ssm_beta.weight", KW_LT_SSM_BETA, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_HEADS, KW_FEAT_CORE},
-    {"ssm_alpha.weight", KW_LT_SSM_ALPHA, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_HEADS, KW_FEAT_CORE},
     {"ssm_conv1d.weight", KW_LT_SSM_CONV, KW_ROLE_CONV, KW_DIM_SSM_KERNEL, KW_DIM_SSM_CONV, KW_FEAT_CORE},
     {"ssm_dt.bias", KW_LT_SSM_DT_BIAS, KW_ROLE_BIAS, KW_DIM_SSM_HEADS, KW_DIM_1, KW_FEAT_CORE},
     {"ssm_a", KW_LT_SSM_A, KW_ROLE_BIAS, KW_DIM_SSM_HEADS, KW_DIM_1, KW_FEAT_CORE},
+    {"ssm_beta.weight", KW_LT_SSM_BETA, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_HEADS, KW_FEAT_CORE},
+    {"ssm_alpha.weight", KW_LT_SSM_ALPHA, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_SSM_HEADS, KW_FEAT_CORE},
     {"ssm_norm.weight", KW_LT_SSM_NORM, KW_ROLE_NORM, KW_DIM_SSM_STATE, KW_DIM_1, KW_FEAT_CORE},
     {"ssm_out.weight", KW_LT_SSM_OUT, KW_ROLE_MATRIX, KW_DIM_SSM_INNER, KW_DIM_EMBD, KW_FEAT_CORE},
     {NULL, 0, 0, 0, 0, 0},
