@@ -38,6 +38,13 @@ typedef struct kw_kvmem_opts {
     struct kw_ledger *ledger;   /* optional: kv_live / kv_cached lines follow the pool */
     double log_interval_s;      /* > 0: after a cache insert, print the "Prompt cache: ..."
                                    line to stderr if at least this long since the last one */
+    /* Models with a recurrent state: of a cached prefix of `matched` prompt
+     * tokens, how many a sequence can resume from (0..matched: a saved
+     * state must exist at that position; the KV blocks alone are not
+     * enough). NULL: all of it. Called with kvmem's lock held; must not
+     * call back into kvmem. */
+    int32_t (*reuse_limit)(void *arg, const int32_t *prompt, int32_t matched);
+    void *reuse_arg;
 } kw_kvmem_opts;
 
 typedef struct kw_kvmem_stats {

@@ -24,6 +24,9 @@ typedef struct model_engine {
     kw_ctx *ctx;
     kw_pool *threads;
     kw_block_table **tables;    /* [n_slots], refreshed every forward */
+    kw_rec_state *states;       /* [n_slots] recurrent models: each slot's state, in state_mem */
+    kw_rec_state **state_ptrs;  /* [n_slots] -> states, the batch's view */
+    float *state_mem;           /* n_slots x rec_state_bytes, one accounted block (ledger rec_state) */
     char bos[64], eos[64];
     uint32_t kv_type;
 } model_engine;
@@ -73,7 +76,7 @@ static int me_forward(kw_engine *e, int32_t n, const int32_t *tokens, const int3
     model_engine *me = e->impl;
     for (int32_t i = 0; i < n; i++) me->tables[slot[i]] = kw_kvmem_table(me->kvm, slot[i]);
     kw_batch b = {.n_tokens = n, .tokens = tokens, .pos = pos, .seq = slot,
-                  .tables = me->tables, .want_logits = want};
+                  .tables = me->tables, .want_logits = want, .states = me->state_ptrs};
     return kw_forward(me->ctx, me->pool, &b, logits, err);
 }
 
@@ -98,6 +101,9 @@ static void me_destroy(kw_engine *e) {
         kw_tokenizer_free(me->own_tok);
         kw_model_free(me->m);
         free(me->tables);
+        kw_mem_free(me->state_mem);
+        free(me->states);
+        free(me->state_ptrs);
         free(me);
     }
     free(e);
@@ -127,6 +133,30 @@ static int32_t pool_blocks(const kw_engine_model_opts *o, int32_t n_ctx, uint64_
                                    kw_ledger_used(o->ledger), what, (uint64_t)per_seq * block_bytes);
     }
     return (int32_t)blocks;
+}
+
+/* Recurrent models: one state per slot, on its own ledger line. */
+static int alloc_states(model_engine *me, int32_t n_slots, kw_ledger *led, kw_err *err) {
+    uint64_t per = kw_model_hparams(me->m)->rec_state_bytes;
+    if (per == 0) return 0;
+    if (set_line(led, KW_LEDGER_REC_STATE, per * (uint64_t)n_slots, err) < 0) return -1;
+    me->state_mem = kw_mem_alloc(KW_MEM_KV, (size_t)(per * (uint64_t)n_slots));
+    me->states = calloc((size_t)n_slots, sizeof *me->states);
+    me->state_ptrs = calloc((size_t)n_slots, sizeof *me->state_ptrs);
+    if (!me->state_mem || !me->states || !me->state_ptrs)
+        return kw_err_set(err, "engine: cannot allocate %d recurrent states of %llu bytes", n_slots, (unsigned long long)per);
+    for (int32_t i = 0; i < n_slots; i++) {
+        me->states[i].data = me->state_mem + (size_t)i * (per / sizeof(float));
+        me->state_ptrs[i] = &me->states[i];
+    }
+    return 0;
+}
+
+/* Until saved states exist, a recurrent model cannot resume from the
+ * prompt cache: it reuses nothing and prefills the whole prompt. */
+static int32_t no_reuse(void *arg, const int32_t *prompt, int32_t matched) {
+    (void)arg, (void)prompt, (void)matched;
+    return 0;
 }
 
 static void token_text_or_empty(const kw_tokenizer *t, int32_t id, char *buf, size_t cap) {
@@ -181,13 +211,15 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
         me_destroy(e);
         return NULL;
     }
+    if (alloc_states(me, n_slots, o->ledger, err) < 0) { me_destroy(e); return NULL; }
     int32_t blocks = pool_blocks(o, n_ctx, kw_kv_block_bytes(&lay), bt, err);
     if (blocks < 1) { me_destroy(e); return NULL; }
     me->pool = kw_kv_pool_create(&lay, blocks, err);
     if (!me->pool) { me_destroy(e); return NULL; }
     kw_kvmem_opts ko = {.n_slots = n_slots, .n_ctx = n_ctx, .cache_max_seqs = o->cache_max_seqs,
                         .cache_max_bytes = o->cache_max_bytes, .ledger = o->ledger,
-                        .log_interval_s = o->cache_log_interval_s};
+                        .log_interval_s = o->cache_log_interval_s,
+                        .reuse_limit = hp->n_rec_layers > 0 ? no_reuse : NULL};
     me->kvm = kw_kvmem_create(me->pool, &ko, err);
     if (!me->kvm) { me_destroy(e); return NULL; }
     e->kvmem = me->kvm;

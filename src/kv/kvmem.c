@@ -36,6 +36,8 @@ struct kw_kvmem {
     uint64_t admitted, waited, never, evict_calls, evicted_for_admission, ledger_errors;
     uint64_t cached_tokens_served;
     double log_interval_s, last_log;
+    int32_t (*reuse_limit)(void *, const int32_t *, int32_t);
+    void *reuse_arg;
 };
 
 static double mono_s(void) {
@@ -121,6 +123,8 @@ kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err)
     m->n_slots = o->n_slots;
     m->n_ctx = o->n_ctx;
     m->log_interval_s = o->log_interval_s;
+    m->reuse_limit = o->reuse_limit;
+    m->reuse_arg = o->reuse_arg;
     m->last_log = -1e9;
     m->tables = calloc((size_t)o->n_slots, sizeof *m->tables);
     m->live = calloc((size_t)o->n_slots, sizeof *m->live);
@@ -183,7 +187,12 @@ int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t
     }
     kw_block_table *t = &m->tables[slot];
     int32_t bt = m->pool->lay.block_tokens;
-    int32_t matched = kw_prefix_cache_match(m->cache, prompt, n, n - 1, t);
+    int32_t most = n - 1;
+    if (m->reuse_limit) {   /* a recurrent model resumes only where a state was saved */
+        int32_t seen = kw_prefix_cache_peek(m->cache, prompt, n, most);
+        most = seen > 0 ? m->reuse_limit(m->reuse_arg, prompt, seen) : 0;
+    }
+    int32_t matched = kw_prefix_cache_match(m->cache, prompt, n, most, t);
     bool cow = matched % bt != 0 && t->n > 0 && m->pool->refs[t->ids[t->n - 1]] > 1;
     int32_t new_blocks = blocks_for(m, n_reserve) - t->n + (cow ? 1 : 0);
     if (!make_room(m, new_blocks)) {
@@ -254,6 +263,7 @@ int32_t kw_kvmem_cached_prefix(kw_kvmem *m, const int32_t *prompt, int32_t n) {
     if (!m || !prompt || n <= 0) return 0;
     pthread_mutex_lock(&m->mu);
     int32_t got = kw_prefix_cache_peek(m->cache, prompt, n, n - 1);
+    if (got > 0 && m->reuse_limit) got = m->reuse_limit(m->reuse_arg, prompt, got);
     pthread_mutex_unlock(&m->mu);
     return got;
 }
