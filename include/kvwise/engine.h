@@ -95,6 +95,8 @@ typedef struct kw_engine_model_opts {
     uint64_t cache_max_bytes;   /* as given (kw_plan_serve_sizing decides serve's default) */
     struct kw_ledger *ledger;   /* the memory budget: KV reservations count against it (or NULL) */
     double cache_log_interval_s;/* "Prompt cache: ..." log line at most this often (0 = never) */
+    int32_t checkpoint_interval;/* hybrid models: prefill tokens between mid-prompt checkpoints of the
+                                   recurrent state (0 = only at the end of the prompt and of the sequence) */
     struct kw_progress *progress; /* NULL, or where loading (repacking) reports its progress (progress.h) */
 } kw_engine_model_opts;
 

@@ -22,6 +22,7 @@
 #include "kvwise/common.h"
 #include "kvwise/kv.h"
 #include "kvwise/prefix_cache.h"
+#include "kvwise/state_cache.h"
 
 struct cJSON;
 struct kw_ledger;
@@ -38,7 +39,20 @@ typedef struct kw_kvmem_opts {
     struct kw_ledger *ledger;   /* optional: kv_live / kv_cached lines follow the pool */
     double log_interval_s;      /* > 0: after a cache insert, print the "Prompt cache: ..."
                                    line to stderr if at least this long since the last one */
+    /* Models with a recurrent state (hybrids): the bytes of one sequence's
+     * state (0 = none). A cached prefix is then reusable only up to a
+     * position where a checkpoint of the whole state was saved
+     * (kw_kvmem_checkpoint, state_cache.h). Checkpoints share the byte cap
+     * with the cached KV blocks: they take at most half of it and at most
+     * KW_KVMEM_CHECKPOINTS_PER_SEQ per cached sequence of the count cap,
+     * and the KV blocks' cap is what they leave, so the sum never exceeds
+     * cache_max_bytes. */
+    uint64_t state_bytes;
+    int32_t checkpoint_interval;/* prefill tokens between mid-prompt checkpoints (0 = only at the ends) */
 } kw_kvmem_opts;
+
+#define KW_KVMEM_CHECKPOINTS_PER_SEQ 4
+#define KW_KVMEM_CHECKPOINT_INTERVAL 4096   /* serve's --checkpoint-interval default */
 
 typedef struct kw_kvmem_stats {
     int32_t pool_blocks, free_blocks, live_blocks, cached_only_blocks;
@@ -47,7 +61,10 @@ typedef struct kw_kvmem_stats {
     int32_t live_seqs;
     uint64_t admitted, waited, never, evict_calls, evicted_for_admission;
     uint64_t cached_tokens_served;   /* prompt tokens that were not prefilled */
-    kw_prefix_cache_stats cache;
+    kw_prefix_cache_stats cache;     /* its max_bytes: the cap in force for KV and checkpoints together */
+    bool has_checkpoints;            /* a recurrent model's kvmem */
+    int32_t checkpoint_interval;
+    kw_state_cache_stats checkpoints;
 } kw_kvmem_stats;
 
 typedef struct kw_kvmem kw_kvmem;
@@ -60,6 +77,16 @@ void kw_kvmem_destroy(kw_kvmem *m);           /* releases every slot and the cac
  * KW_KVMEM_WAIT / KW_KVMEM_NEVER / KW_KVMEM_NOMEM (the slot is left empty,
  * every block and ledger byte given back). */
 int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve);
+/* The same for a recurrent model: a cached prefix is taken only as far as
+ * a checkpoint reaches, and that checkpoint is copied into state (the
+ * slot's state, state_bytes). With state NULL nothing cached is reused.
+ * *kv_prefix (may be NULL) gets how far the cached KV blocks alone reach:
+ * where this prompt branches off what is cached, a checkpoint worth saving. */
+int32_t kw_kvmem_begin_state(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve,
+                             float *state, int32_t *kv_prefix);
+/* Saves state, which has taken in tokens[0..n), as a checkpoint (a no-op
+ * without state_bytes or with the cache off). */
+void kw_kvmem_checkpoint(kw_kvmem *m, const int32_t *tokens, int32_t n, const float *state);
 int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions);
 void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, bool keep);
 /* Prompt tokens kw_kvmem_begin would find cached right now (0..n-1); changes nothing. */
@@ -67,6 +94,8 @@ int32_t kw_kvmem_cached_prefix(kw_kvmem *m, const int32_t *prompt, int32_t n);
 /* The slot's block table (engine thread only, between begin and end). */
 kw_block_table *kw_kvmem_table(kw_kvmem *m, int32_t slot);
 
+/* Prefill tokens between mid-prompt checkpoints (0: none, or not a recurrent model). */
+int32_t kw_kvmem_checkpoint_interval(const kw_kvmem *m);
 /* Most positions one sequence can ever hold: min(n_ctx, whole pool). */
 int32_t kw_kvmem_max_positions(const kw_kvmem *m);
 /* Would a sequence of n_positions fit if nothing else were running? */

@@ -46,6 +46,8 @@ typedef enum kw_ledger_kind {
     KW_LEDGER_OVERHEAD,
     KW_LEDGER_CONNECTIONS,
     KW_LEDGER_GRAMMAR,
+    KW_LEDGER_REC_STATE,        /* recurrent state slots of the running sequences (hybrid models) */
+    KW_LEDGER_REC_CHECKPOINTS,  /* saved recurrent states of the prompt cache (hybrid models) */
     KW_LEDGER_KIND_COUNT
 } kw_ledger_kind;
 

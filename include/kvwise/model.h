@@ -118,6 +118,19 @@ kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t blo
  * (kw_kv_type_auto with the head dims and query heads per KV head). */
 uint32_t kw_hparams_kv_type(const kw_hparams *hp, uint32_t kv_type, int32_t block_tokens);
 
+/* The recurrent state of one sequence of a model with gated delta net
+ * layers: hp->rec_state_bytes of F32 at `data` (per such layer, in layer
+ * order: the last d_conv-1 convolution inputs, oldest first, [d_conv-1]
+ * [conv_dim]; then one [d_state][d_state] matrix per value head, rows
+ * indexing value dims), and how many tokens it has taken in. A state
+ * moves only forward: a batch continues a sequence at exactly n_past, or
+ * starts it again at position 0 (which zeroes it). Resuming elsewhere
+ * means copying in a state saved at that position. */
+typedef struct kw_rec_state {
+    float *data;
+    int32_t n_past;
+} kw_rec_state;
+
 typedef struct kw_batch {
     int32_t n_tokens;
     const int32_t *tokens;          /* [n_tokens] */
@@ -125,6 +138,8 @@ typedef struct kw_batch {
     const int32_t *seq;             /* [n_tokens] index into tables[] */
     kw_block_table *const *tables;  /* per sequence; must already cover every pos */
     const bool *want_logits;        /* [n_tokens]; NULL = only the last token */
+    kw_rec_state *const *states;    /* per sequence, as tables[]: required when the model has
+                                       recurrent layers (hp.n_rec_layers > 0), else unused */
 } kw_batch;
 
 typedef struct kw_ctx kw_ctx;
@@ -168,8 +183,13 @@ int32_t kw_session_n_past(const kw_session *s);
 int32_t kw_session_n_ctx(const kw_session *s);
 /* kw_ctx_weight_bytes_read of the session's workspace. */
 uint64_t kw_session_weight_bytes_read(const kw_session *s);
-/* Forgets positions >= n_past (n_past <= current); the KV blocks are kept. */
+/* Forgets positions >= n_past (n_past <= current); the KV blocks are kept.
+ * A model with recurrent layers can go back only to 0 or to the position
+ * of the last kw_session_checkpoint (the next eval elsewhere fails). */
 void kw_session_rewind(kw_session *s, int32_t n_past);
+/* Saves the recurrent state at the current position, for kw_session_rewind
+ * to restore (one saved copy, accounted; a no-op without recurrent layers). */
+int kw_session_checkpoint(kw_session *s, kw_err *err);
 const kw_model *kw_session_model(const kw_session *s);
 
 #endif

@@ -243,6 +243,7 @@ static int prefill_depth(kw_session *s, int d, int32_t n_vocab, uint64_t *rng, k
     random_tokens(tok, d, n_vocab, rng);
     kw_session_rewind(s, 0);
     int rc = kw_session_eval(s, tok, d, false, err);
+    if (rc == 0) rc = kw_session_checkpoint(s, err);   /* a recurrent state rewinds to d only from a saved copy */
     free(tok);
     return rc;
 }
@@ -259,6 +260,9 @@ typedef struct batch_bench {
     int32_t *tok, *pos, *seq;
     bool *want;
     float *logits;
+    float *state_mem;           /* hybrid models: B recurrent states */
+    kw_rec_state *states;
+    kw_rec_state **sp;
 } batch_bench;
 
 static void batch_free(batch_bench *bb) {
@@ -271,6 +275,8 @@ static void batch_free(batch_bench *bb) {
     kw_kv_pool_destroy(bb->kv);
     free(bb->tables); free(bb->tp); free(bb->tok); free(bb->pos); free(bb->seq); free(bb->want);
     kw_mem_free(bb->logits);
+    kw_mem_free(bb->state_mem);
+    free(bb->states); free(bb->sp);
     memset(bb, 0, sizeof *bb);
 }
 
@@ -305,13 +311,24 @@ static int batch_init(batch_bench *bb, const kw_model *m, kw_pool *pool, const b
     }
     bb->ctx = kw_ctx_create(m, pool, bb->B, o->n, err);
     if (!bb->ctx) { batch_free(bb); return -1; }
+    size_t rec = (size_t)kw_model_hparams(m)->rec_state_bytes;
+    if (rec > 0) {
+        bb->state_mem = kw_mem_alloc(KW_MEM_KV, B * rec);
+        bb->states = calloc(B, sizeof *bb->states);
+        bb->sp = calloc(B, sizeof *bb->sp);
+        if (!bb->state_mem || !bb->states || !bb->sp) { batch_free(bb); return kw_err_set(err, "out of memory"); }
+        for (size_t i = 0; i < B; i++) {
+            bb->states[i].data = bb->state_mem + i * (rec / sizeof(float));
+            bb->sp[i] = &bb->states[i];
+        }
+    }
     return 0;
 }
 
 /* Decodes `steps` tokens in every sequence from position 0; returns aggregate tok/s or -1. */
 static double batch_run(batch_bench *bb, int steps, int32_t n_vocab, uint64_t *rng, kw_err *err) {
     kw_batch b = {.n_tokens = bb->B, .tokens = bb->tok, .pos = bb->pos, .seq = bb->seq, .tables = bb->tp,
-                  .want_logits = bb->want};
+                  .want_logits = bb->want, .states = bb->sp};
     double t0 = now_sec();
     for (int step = 0; step < steps; step++) {
         random_tokens(bb->tok, bb->B, n_vocab, rng);

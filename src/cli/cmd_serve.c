@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include "cli.h"
 #include "kvwise/engine.h"
+#include "kvwise/kvmem.h"
 #include "kvwise/footprint.h"
 #include "kvwise/gguf.h"
 #include "kvwise/kv.h"
@@ -130,6 +131,12 @@ static void usage(FILE *f) {
         "                           keeps a shared system prompt longest. Eviction costs time, never\n"
         "                           quality: an evicted prefix is prefilled again when next used, and\n"
         "                           the model sees the same tokens (no context text is ever cut).\n"
+        "  --checkpoint-interval N  Hybrid models (qwen35: recurrent delta-net layers): a cached prefix is\n"
+        "                           reusable only up to a saved copy of the recurrent state (a\n"
+        "                           checkpoint). One is saved at the end of every prompt and of every\n"
+        "                           cached sequence, and one every N prompt tokens of a long prefill\n"
+        "                           (default %d; 0 = only the ends). Checkpoints count in both cache caps\n"
+        "                           (at most half the bytes, %d per cached sequence); docs/MEMORY.md.\n"
         "KV cache:\n"
         "  --kv-type T              KV element type: auto (default) is i16 where its kernels run (AVX-512\n"
         "                           VNNI or AVX2) and the head dims fit, else f16. i16 (int16 + a scale\n"
@@ -142,7 +149,8 @@ static void usage(FILE *f) {
         "  --kv-blocks N            KV pool size in blocks, live sequences and prompt cache together\n"
         "                           (default: the plan's, every slot at full context + the cache's\n"
         "                           bytes; at most what --memory-limit leaves after the fixed lines)\n"
-        "  --kv-block-size N        positions per KV block (default 32)\n");
+        "  --kv-block-size N        positions per KV block (default 32)\n",
+        KW_KVMEM_CHECKPOINT_INTERVAL, KW_KVMEM_CHECKPOINTS_PER_SEQ);
 #ifdef KW_TESTCTL
     serve_test_usage(f);
 #endif
@@ -289,7 +297,7 @@ static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, const kw_plan
                                .max_batch = max_batch, .kv_blocks = sz->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
                                .kv_type = p->o.kv_type, .mlock = o->mlock, .n_threads = serve_threads(o),
                                .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
-                               .ledger = led, .cache_log_interval_s = 10};
+                               .ledger = led, .cache_log_interval_s = 10, .checkpoint_interval = o->checkpoint_interval};
     kw_progress prog;
     kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise serve: loading model", 0, KW_PROGRESS_ITEMS, "layers");
     mo.progress = &prog;

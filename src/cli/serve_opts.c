@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include "kvwise/kv.h"
+#include "kvwise/kvmem.h"
 #include "kvwise/server.h"
 
 typedef enum { K_INT, K_BYTES, K_SECS, K_STR, K_SWITCH, K_KVTYPE } opt_kind;
@@ -50,6 +51,7 @@ static const opt table[] = {
     {{"memory-limit", NULL, "memory_limit", false}, K_BYTES, OFF(memory_limit), 1, 0},
     {{"prompt-cache-size", NULL, "prompt_cache_size", true}, K_INT, OFF(cache_size), 0, 1 << 20},
     {{"prompt-cache-bytes", NULL, "prompt_cache_bytes", true}, K_BYTES, OFF(cache_bytes), 0, 0},
+    {{"checkpoint-interval", NULL, "checkpoint_interval", false}, K_INT, OFF(checkpoint_interval), 0, 1 << 24},
     {{"kv-type", NULL, "kv_type", false}, K_KVTYPE, OFF(kv_type), 0, 0},
     {{"kv-blocks", NULL, "kv_blocks_requested", false}, K_INT, OFF(kv_blocks), 0, 1 << 24},
     {{"kv-block-size", NULL, "kv_block_size", false}, K_INT, OFF(kv_block_tokens), 1, 4096},
@@ -74,7 +76,8 @@ static void set_defaults(serve_opts *o) {
                       .max_client_conns = -1, .max_conns = KW_SERVER_DEFAULT_MAX_CONNECTIONS,
                       .http_threads = KW_SERVER_DEFAULT_HTTP_THREADS, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
                       .request_memory = KW_SERVER_DEFAULT_REQUEST_MEMORY,
-                      .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30};
+                      .cache_bytes = UINT64_MAX, .cache_size = 4, .queue_timeout = 30,
+                      .checkpoint_interval = KW_KVMEM_CHECKPOINT_INTERVAL};
 }
 
 /* "kvwise serve: --name" (a flag) or "FILE:LINE: name" (the config file). */

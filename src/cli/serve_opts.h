@@ -32,6 +32,7 @@ typedef struct serve_opts {
     uint64_t memory_limit;      /* 0 = default: MemAvailable at start minus a reserve */
     uint64_t cache_bytes;       /* UINT64_MAX = default: the plan's (kw_plan_serve_sizing) */
     int cache_size;
+    int checkpoint_interval;    /* hybrid models: --checkpoint-interval */
     double queue_timeout;
     const char *config_path;    /* --config FILE (command line only) */
 #ifdef KW_TESTCTL

@@ -36,6 +36,11 @@ struct kw_kvmem {
     uint64_t admitted, waited, never, evict_calls, evicted_for_admission, ledger_errors;
     uint64_t cached_tokens_served;
     double log_interval_s, last_log;
+    kw_state_cache *ckpt;        /* recurrent models: the saved states, else NULL */
+    int32_t ckpt_interval;
+    int32_t cap_seqs;            /* the caps as set: checkpoints and KV blocks share cap_bytes */
+    uint64_t cap_bytes;
+    uint64_t led_ckpt;           /* the ledger's rec_checkpoints line, as we put it */
 };
 
 static double mono_s(void) {
@@ -108,6 +113,26 @@ static bool make_room(kw_kvmem *m, int32_t blocks) {
     return true;
 }
 
+static int32_t checkpoint_entries(int32_t max_seqs) {
+    return max_seqs > 0 && max_seqs < INT32_MAX / KW_KVMEM_CHECKPOINTS_PER_SEQ ? max_seqs * KW_KVMEM_CHECKPOINTS_PER_SEQ
+                                                                               : max_seqs > 0 ? INT32_MAX : 0;
+}
+
+/* After the checkpoints changed: the KV blocks' byte cap is what they
+ * leave of the shared cap (evicting KV leaves if it shrank), and the
+ * ledger's checkpoint line follows; checkpoints the budget has no room for
+ * (it is full of running sequences) go, oldest first. */
+static void checkpoints_sync(kw_kvmem *m) {
+    if (!m->ckpt) return;
+    uint64_t b = kw_state_cache_get_stats(m->ckpt).bytes;
+    kw_prefix_cache_set_caps(m->cache, m->cap_seqs, m->cap_bytes > b ? m->cap_bytes - b : 0);
+    ledger_sync(m);
+    if (!m->ledger) return;
+    while (b > m->led_ckpt && !kw_ledger_fits(m->ledger, b - m->led_ckpt) && kw_state_cache_evict_oldest(m->ckpt))
+        b = kw_state_cache_get_stats(m->ckpt).bytes;
+    ledger_line_to(m, KW_LEDGER_REC_CHECKPOINTS, &m->led_ckpt, b);
+}
+
 kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err) {
     if (!pool || !o || o->n_slots <= 0 || o->n_ctx <= 0) {
         kw_err_set(err, "kvmem: needs a pool, n_slots > 0 and n_ctx > 0");
@@ -121,11 +146,16 @@ kw_kvmem *kw_kvmem_create(kw_kv_pool *pool, const kw_kvmem_opts *o, kw_err *err)
     m->n_slots = o->n_slots;
     m->n_ctx = o->n_ctx;
     m->log_interval_s = o->log_interval_s;
+    m->cap_seqs = o->cache_max_seqs;
+    m->cap_bytes = o->cache_max_bytes;
+    m->ckpt_interval = o->checkpoint_interval > 0 ? o->checkpoint_interval : 0;
     m->last_log = -1e9;
     m->tables = calloc((size_t)o->n_slots, sizeof *m->tables);
     m->live = calloc((size_t)o->n_slots, sizeof *m->live);
     m->cache = kw_prefix_cache_create(pool, o->cache_max_seqs, o->cache_max_bytes);
-    if (!m->tables || !m->live || !m->cache) {
+    if (o->state_bytes > 0)
+        m->ckpt = kw_state_cache_create((size_t)o->state_bytes, checkpoint_entries(o->cache_max_seqs), o->cache_max_bytes / 2);
+    if (!m->tables || !m->live || !m->cache || (o->state_bytes > 0 && !m->ckpt)) {
         kw_err_set(err, "kvmem: out of memory");
         kw_kvmem_destroy(m);
         return NULL;
@@ -146,9 +176,11 @@ void kw_kvmem_destroy(kw_kvmem *m) {
     }
     kw_prefix_cache_destroy(m->cache);
     m->cache = NULL;
+    kw_state_cache_destroy(m->ckpt);
     if (m->ledger) {
         if (m->led_live) kw_ledger_release(m->ledger, KW_LEDGER_KV_LIVE, m->led_live);
         if (m->led_cached) kw_ledger_release(m->ledger, KW_LEDGER_KV_CACHED, m->led_cached);
+        if (m->led_ckpt) kw_ledger_release(m->ledger, KW_LEDGER_REC_CHECKPOINTS, m->led_ckpt);
     }
     free(m->tables);
     free(m->live);
@@ -171,6 +203,19 @@ bool kw_kvmem_could_ever_fit(const kw_kvmem *m, int32_t n_positions) {
 }
 
 int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve) {
+    return kw_kvmem_begin_state(m, slot, prompt, n, n_reserve, NULL, NULL);
+}
+
+/* How much of a cached prefix of `seen` prompt tokens a sequence can use:
+ * all of it, or for a recurrent model the longest checkpoint within it. */
+static int32_t usable_prefix(const kw_kvmem *m, const int32_t *prompt, int32_t seen, bool have_state) {
+    if (!m->ckpt || seen <= 0) return seen;
+    return have_state ? kw_state_cache_longest(m->ckpt, prompt, seen) : 0;
+}
+
+int32_t kw_kvmem_begin_state(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve,
+                             float *state, int32_t *kv_prefix) {
+    if (kv_prefix) *kv_prefix = 0;
     if (!m || slot < 0 || slot >= m->n_slots || !prompt || n <= 0) return KW_KVMEM_NEVER;
     if (n_reserve < n) n_reserve = n;
     pthread_mutex_lock(&m->mu);
@@ -183,7 +228,13 @@ int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t
     }
     kw_block_table *t = &m->tables[slot];
     int32_t bt = m->pool->lay.block_tokens;
-    int32_t matched = kw_prefix_cache_match(m->cache, prompt, n, n - 1, t);
+    int32_t most = n - 1;
+    if (m->ckpt) {
+        int32_t seen = kw_prefix_cache_peek(m->cache, prompt, n, most);
+        if (kv_prefix) *kv_prefix = seen;
+        most = usable_prefix(m, prompt, seen, state != NULL);
+    }
+    int32_t matched = kw_prefix_cache_match(m->cache, prompt, n, most, t);
     bool cow = matched % bt != 0 && t->n > 0 && m->pool->refs[t->ids[t->n - 1]] > 1;
     int32_t new_blocks = blocks_for(m, n_reserve) - t->n + (cow ? 1 : 0);
     if (!make_room(m, new_blocks)) {
@@ -200,6 +251,13 @@ int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t
         /* make_room found the blocks and the bytes, yet taking a block or
          * reserving its bytes failed (an allocation failure; in tests an
          * injected one, testctl.h): give everything back, refuse for now. */
+        kw_block_table_release(t, m->pool);
+        ledger_sync(m);
+        ret = KW_KVMEM_NOMEM;
+        goto out;
+    }
+    if (m->ckpt && matched > 0 && (matched != most || kw_state_cache_restore(m->ckpt, prompt, matched, state) != 0)) {
+        /* the checkpoint and the KV prefix were found together under this lock: not reached */
         kw_block_table_release(t, m->pool);
         ledger_sync(m);
         ret = KW_KVMEM_NOMEM;
@@ -253,7 +311,7 @@ void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, b
 int32_t kw_kvmem_cached_prefix(kw_kvmem *m, const int32_t *prompt, int32_t n) {
     if (!m || !prompt || n <= 0) return 0;
     pthread_mutex_lock(&m->mu);
-    int32_t got = kw_prefix_cache_peek(m->cache, prompt, n, n - 1);
+    int32_t got = usable_prefix(m, prompt, kw_prefix_cache_peek(m->cache, prompt, n, n - 1), true);
     pthread_mutex_unlock(&m->mu);
     return got;
 }
@@ -265,10 +323,23 @@ kw_block_table *kw_kvmem_table(kw_kvmem *m, int32_t slot) {
 
 void kw_kvmem_set_cache_caps(kw_kvmem *m, int32_t max_seqs, uint64_t max_bytes) {
     pthread_mutex_lock(&m->mu);
+    m->cap_seqs = max_seqs;
+    m->cap_bytes = max_bytes;
     kw_prefix_cache_set_caps(m->cache, max_seqs, max_bytes);
+    if (m->ckpt) kw_state_cache_set_caps(m->ckpt, checkpoint_entries(max_seqs), max_bytes / 2);
+    checkpoints_sync(m);
     ledger_sync(m);
     pthread_mutex_unlock(&m->mu);
 }
+
+void kw_kvmem_checkpoint(kw_kvmem *m, const int32_t *tokens, int32_t n, const float *state) {
+    if (!m || !m->ckpt || !tokens || n <= 0 || !state) return;
+    pthread_mutex_lock(&m->mu);
+    if (kw_prefix_cache_enabled(m->cache) && kw_state_cache_save(m->ckpt, tokens, n, state) == 0) checkpoints_sync(m);
+    pthread_mutex_unlock(&m->mu);
+}
+
+int32_t kw_kvmem_checkpoint_interval(const kw_kvmem *m) { return m && m->ckpt ? m->ckpt_interval : 0; }
 
 bool kw_kvmem_caching(kw_kvmem *m) {
     if (!m) return false;
@@ -295,6 +366,12 @@ static kw_kvmem_stats stats_locked(const kw_kvmem *m) {
     s.evict_calls = m->evict_calls;
     s.evicted_for_admission = m->evicted_for_admission;
     s.cached_tokens_served = m->cached_tokens_served;
+    if (m->ckpt) {
+        s.has_checkpoints = true;
+        s.checkpoint_interval = m->ckpt_interval;
+        s.checkpoints = kw_state_cache_get_stats(m->ckpt);
+        s.cache.max_bytes = m->cap_bytes;   /* the shared cap, not the KV blocks' share */
+    }
     return s;
 }
 
@@ -361,6 +438,18 @@ void kw_kvmem_add_json(kw_kvmem *m, struct cJSON *obj) {
         cJSON_AddNumberToObject(c, "evicted_sequences", (double)s.cache.evicted_seqs);
         cJSON_AddNumberToObject(c, "evicted_blocks", (double)s.cache.evicted_blocks);
         add_entries_json(c, ent, n_ent, s.block_bytes);
+        cJSON *k = s.has_checkpoints ? cJSON_AddObjectToObject(c, "checkpoints") : NULL;
+        if (k) {
+            cJSON_AddNumberToObject(k, "entries", s.checkpoints.entries);
+            cJSON_AddNumberToObject(k, "max_entries", s.checkpoints.max_entries);
+            cJSON_AddNumberToObject(k, "bytes", (double)s.checkpoints.bytes);
+            cJSON_AddNumberToObject(k, "max_bytes", (double)s.checkpoints.max_bytes);
+            cJSON_AddNumberToObject(k, "saves", (double)s.checkpoints.saves);
+            cJSON_AddNumberToObject(k, "restores", (double)s.checkpoints.hits);
+            cJSON_AddNumberToObject(k, "evicted", (double)s.checkpoints.evicted);
+            cJSON_AddNumberToObject(k, "longest_tokens", s.checkpoints.longest);
+            cJSON_AddNumberToObject(k, "interval", s.checkpoint_interval);
+        }
     }
     cJSON *k = cJSON_AddObjectToObject(obj, "kv_pool");
     if (k) {
@@ -414,6 +503,13 @@ int kw_kvmem_metrics(kw_kvmem *m, char **buf, size_t *len) {
     METRIC("counter", "kvwise_prompt_cache_tokens_matched_total", "Prompt tokens served from the cache.", "%llu", (unsigned long long)s.cache.tokens_matched);
     METRIC("counter", "kvwise_prompt_cache_evicted_sequences_total", "Cached sequences evicted.", "%llu", (unsigned long long)s.cache.evicted_seqs);
     METRIC("counter", "kvwise_prompt_cache_evicted_blocks_total", "Cached blocks evicted.", "%llu", (unsigned long long)s.cache.evicted_blocks);
+    if (s.has_checkpoints) {
+        METRIC("gauge", "kvwise_prompt_cache_checkpoints", "Saved recurrent states (hybrid models).", "%d", s.checkpoints.entries);
+        METRIC("gauge", "kvwise_prompt_cache_checkpoint_bytes", "Bytes of the saved recurrent states.", "%llu",
+               (unsigned long long)s.checkpoints.bytes);
+        METRIC("counter", "kvwise_prompt_cache_checkpoint_restores_total", "Requests resumed from a saved state.", "%llu",
+               (unsigned long long)s.checkpoints.hits);
+    }
     METRIC("gauge", "kvwise_kv_pool_blocks", "Blocks in the paged KV pool.", "%d", s.pool_blocks);
     METRIC("gauge", "kvwise_kv_pool_free_blocks", "Free KV blocks.", "%d", s.free_blocks);
     METRIC("gauge", "kvwise_kv_pool_live_blocks", "KV blocks mapped by running requests.", "%d", s.live_blocks);

@@ -156,7 +156,8 @@ kw_ledger_snapshot kw_ledger_get_snapshot(const kw_ledger *l) {
 
 const char *kw_ledger_kind_name(kw_ledger_kind kind) {
     static const char *names[KW_LEDGER_KIND_COUNT] = {
-        "weights", "kv_live", "kv_cached", "workspace", "scratch", "tokenizer", "overhead", "connections", "grammar"};
+        "weights", "kv_live", "kv_cached", "workspace", "scratch", "tokenizer", "overhead", "connections", "grammar",
+        "rec_state", "rec_checkpoints"};
     return valid_kind(kind) ? names[kind] : "?";
 }
 
@@ -164,7 +165,8 @@ const char *kw_ledger_kind_label(kw_ledger_kind kind) {
     static const char *labels[KW_LEDGER_KIND_COUNT] = {
         "weights (mmap'd file + repacks)", "KV live (running sequences)", "KV cached (prompt cache)",
         "prefill workspace", "thread scratch", "tokenizer", "fixed overhead (process, libraries, server)",
-        "HTTP connections (max x 68 KiB + bodies + requests)", "grammars (vocab, compiled, indexes)"};
+        "HTTP connections (max x 68 KiB + bodies + requests)", "grammars (vocab, compiled, indexes)",
+        "recurrent state (running sequences)", "recurrent checkpoints (prompt cache)"};
     return valid_kind(kind) ? labels[kind] : "?";
 }
 

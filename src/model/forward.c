@@ -29,6 +29,9 @@
 typedef struct ws_plan {
     size_t x, xn, q, k, v, att, tmp, gate, up, rope, rows;  /* byte offsets in work */
     size_t router, sel, wts, moe;                            /* mixture of experts (else unused) */
+    size_t qg, agate;                                        /* gated attention: attn_q's q|gate rows, the gates */
+    size_t ssm_m, ssm_z, ssm_beta, ssm_alpha, ssm_o;         /* gated delta net (else unused) */
+    size_t grp, order, bseq_off, bseq_id;                    /* the batch's tokens grouped by sequence */
     size_t work_bytes;
     size_t mm_bytes;            /* matmul scratch at the start of scratch */
     size_t att_floats;          /* per-thread attention scratch, in floats */
@@ -64,12 +67,20 @@ static size_t matmul_scratch_any_type(int64_t rows, int64_t cols, int64_t n) {
  * experts have their own scratch, kw_moe_scratch_bytes). */
 static int64_t dense_ff(const kw_hparams *hp) { return hp->n_expert > 0 ? hp->n_ff_shexp : hp->n_ff; }
 
+/* A gated delta net's convolution channels: q | k | v (0 without such layers). */
+static int64_t conv_dim(const kw_hparams *hp) {
+    return hp->n_rec_layers > 0 ? 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner : 0;
+}
+
 static size_t matmul_scratch_model(const kw_hparams *hp, int64_t n) {
     int64_t E = hp->n_embd, ff = dense_ff(hp) > 0 ? dense_ff(hp) : E;
     int64_t shapes[][2] = {
         {(int64_t)hp->n_head * hp->head_dim_k, E}, {(int64_t)hp->n_head_kv * hp->head_dim_k, E},
         {(int64_t)hp->n_head_kv * hp->head_dim_v, E}, {E, (int64_t)hp->n_head * hp->head_dim_v},
         {ff, E}, {E, ff}, {hp->n_vocab, E}, {hp->n_expert > 0 ? hp->n_expert : 1, E},
+        {2 * (int64_t)hp->n_head * hp->head_dim_k, E},                       /* gated attention's attn_q */
+        {conv_dim(hp) > 0 ? conv_dim(hp) : 1, E}, {hp->ssm_d_inner > 0 ? hp->ssm_d_inner : 1, E},
+        {hp->ssm_dt_rank > 0 ? hp->ssm_dt_rank : 1, E}, {E, hp->ssm_d_inner > 0 ? hp->ssm_d_inner : 1},
     };
     size_t best = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -101,6 +112,22 @@ static void plan_workspace(const kw_hparams *hp, int32_t T, int32_t C, int n_thr
         p->wts = take(&off, t * k * f);
         p->moe = take(&off, kw_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, hp->n_expert, T, hp->n_expert_used));
     }
+    if (hp->arch && hp->arch->attn_output_gate) {
+        p->qg = take(&off, t * 2 * (size_t)hp->n_head * hk * f);
+        p->agate = take(&off, t * (size_t)hp->n_head * hv * f);
+    }
+    if (hp->n_rec_layers > 0) {
+        size_t inner = (size_t)hp->ssm_d_inner, heads = (size_t)hp->ssm_dt_rank;
+        p->ssm_m = take(&off, t * (size_t)conv_dim(hp) * f);
+        p->ssm_z = take(&off, t * inner * f);
+        p->ssm_beta = take(&off, t * heads * f);
+        p->ssm_alpha = take(&off, t * heads * f);
+        p->ssm_o = take(&off, t * inner * f);
+    }
+    p->grp = take(&off, t * sizeof(int32_t));
+    p->order = take(&off, t * sizeof(int32_t));
+    p->bseq_off = take(&off, (t + 1) * sizeof(int32_t));
+    p->bseq_id = take(&off, t * sizeof(int32_t));
     p->work_bytes = off;
     /* per thread, for the G query heads of one KV head: scores[G][C], q[G][hk], acc[G][hv] */
     size_t G = (size_t)(hp->n_head / hp->n_head_kv);
@@ -140,6 +167,13 @@ struct kw_ctx {
     float *router, *wts;        /* mixture of experts: router probabilities, chosen experts' weights */
     int32_t *sel;               /* the chosen experts, [token][n_expert_used] */
     void *moe_scratch;
+    float *qg, *agate;          /* gated attention */
+    float *ssm_m, *ssm_z, *ssm_beta, *ssm_alpha, *ssm_o;   /* gated delta net: conv in/out, z, beta, decay, output */
+    int32_t *grp;               /* [token] its sequence's index among the batch's sequences */
+    int32_t *order;             /* the batch's token indices grouped by sequence, in batch order within each */
+    int32_t *bseq_off;          /* [n_bseq + 1] where each sequence's tokens start in order[] */
+    int32_t *bseq_id;           /* [n_bseq] the sequence (index into the batch's tables/states) */
+    int32_t n_bseq;
     uint64_t bytes_read;        /* weight bytes the forward passes have read (kw_ctx_weight_bytes_read) */
     uint64_t layer_bytes;       /* what one pass reads of the layer matrices (all of them) */
     /* set per layer for the attention task */
@@ -157,10 +191,9 @@ kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int3
         kw_err_set(err, "ctx: batch size %d / context %d out of range", max_tokens, max_ctx);
         return NULL;
     }
-    if (m->hp.n_rec_layers > 0) {
-        /* loaded and planned, not yet run: the gated delta net mixer has no forward pass here */
-        kw_err_set(err, "ctx: %s: %d of its %d layers are gated delta net layers, which kvwise does not run yet "
-                   "(loading, info and plan work)", m->hp.arch_name, m->hp.n_rec_layers, m->hp.n_layer);
+    if (m->hp.arch->attn_output_gate && m->hp.head_dim_k != m->hp.head_dim_v) {
+        kw_err_set(err, "ctx: %s: gated attention needs equal key and value head dims (%d, %d)", m->hp.arch_name,
+                   m->hp.head_dim_k, m->hp.head_dim_v);
         return NULL;
     }
     kw_ctx *c = calloc(1, sizeof *c);
@@ -206,6 +239,21 @@ kw_ctx *kw_ctx_create(const kw_model *m, kw_pool *pool, int32_t max_tokens, int3
         c->wts = (float *)(c->work + p->wts);
         c->moe_scratch = c->work + p->moe;
     }
+    if (m->hp.arch->attn_output_gate) {
+        c->qg = (float *)(c->work + p->qg);
+        c->agate = (float *)(c->work + p->agate);
+    }
+    if (m->hp.n_rec_layers > 0) {
+        c->ssm_m = (float *)(c->work + p->ssm_m);
+        c->ssm_z = (float *)(c->work + p->ssm_z);
+        c->ssm_beta = (float *)(c->work + p->ssm_beta);
+        c->ssm_alpha = (float *)(c->work + p->ssm_alpha);
+        c->ssm_o = (float *)(c->work + p->ssm_o);
+    }
+    c->grp = (int32_t *)(c->work + p->grp);
+    c->order = (int32_t *)(c->work + p->order);
+    c->bseq_off = (int32_t *)(c->work + p->bseq_off);
+    c->bseq_id = (int32_t *)(c->work + p->bseq_id);
     return c;
 }
 
@@ -262,6 +310,19 @@ static void embed_tokens(const kw_model *m, const int32_t *tokens, int32_t n, fl
 
 /* ---- RoPE ---- */
 
+/* IMROPE (rope.dimension_sections [s0, s1, s2, s3], ARCHITECTURES.md):
+ * whether rotary pair p rotates with the token's position. Each pair gets a
+ * position channel t, h, w or e; text feeds (pos, pos, pos, 0), so every
+ * channel but e rotates by the position and a pair on channel e stays put. */
+static bool rope_pair_rotates(const int32_t sec[4], int p) {
+    int S = sec[0] + sec[1] + sec[2] + sec[3];
+    if (S <= 0) return true;
+    int ch = p % S;
+    if (ch % 3 == 1 && ch < 3 * sec[1]) return true;   /* h */
+    if (ch % 3 == 2 && ch < 3 * sec[2]) return true;   /* w */
+    return ch % 3 == 0 && ch < 3 * sec[0];             /* t, else e */
+}
+
 /* cos/sin pairs of every rotated pair for each token's position. */
 static void rope_tables(const kw_model *m, const int32_t *pos, int32_t n, float *tab) {
     const kw_hparams *hp = &m->hp;
@@ -273,8 +334,9 @@ static void rope_tables(const kw_model *m, const int32_t *pos, int32_t n, float 
         float theta = (float)pos[i];
         for (int p = 0; p < half; p++) {
             float th = theta / (m->rope_freqs ? m->rope_freqs[p] : 1.0f) * freq_scale;
-            t[2 * p] = cosf(th);
-            t[2 * p + 1] = sinf(th);
+            bool rot = rope_pair_rotates(hp->rope_sections, p);
+            t[2 * p] = rot ? cosf(th) : 1.0f;
+            t[2 * p + 1] = rot ? sinf(th) : 0.0f;
             theta *= theta_scale;
         }
     }
@@ -323,6 +385,7 @@ static void store_row(uint32_t type, const float *src, void *dst, int n) {
 static void store_kv(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il, int32_t i0, int32_t i1) {
     const kw_hparams *hp = &c->m->hp;
     int bt = kv->lay.block_tokens, nkv = hp->n_head_kv, hk = hp->head_dim_k, hv = hp->head_dim_v;
+    il = c->m->layers[il].kv_layer;
     for (int32_t i = i0; i < i1; i++) {
         const kw_block_table *t = b->tables[b->seq[i]];
         int32_t id = t->ids[b->pos[i] / bt], slot = b->pos[i] % bt;
@@ -420,7 +483,7 @@ static int32_t plan_tiles(kw_ctx *c, const kw_batch *b) {
 static void attention(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     c->kv = kv;
     c->b = b;
-    c->layer = il;
+    c->layer = c->m->layers[il].kv_layer;
     c->ks = kw_kernels_active();
     const kw_hparams *hp = &c->m->hp;
     int64_t work = 0;
@@ -516,17 +579,213 @@ static void qkv_post(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
     else qkv_post_rows(c, kv, b, il, 0, b->n_tokens);
 }
 
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Gated attention (qwen35): attn_q yields, per head, hd query values then
+ * hd gate values; the queries go on as usual, the gates wait in agate. */
+static void split_query_gate(kw_ctx *c, int32_t n) {
+    const kw_hparams *hp = &c->m->hp;
+    size_t hd = (size_t)hp->head_dim_k;
+    for (int64_t r = 0; r < (int64_t)n * hp->n_head; r++) {
+        memcpy(c->q + r * hd, c->qg + 2 * r * hd, hd * sizeof(float));
+        memcpy(c->agate + r * hd, c->qg + (2 * r + 1) * hd, hd * sizeof(float));
+    }
+}
+
+/* Each attention output value times the sigmoid of its own gate. */
+static void apply_output_gate(kw_ctx *c, int32_t n) {
+    int64_t len = (int64_t)n * c->m->hp.n_head * c->m->hp.head_dim_v;
+    for (int64_t i = 0; i < len; i++) c->att[i] *= sigmoidf(c->agate[i]);
+}
+
 static void attention_block(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, int il) {
+    const kw_hparams *hp = &c->m->hp;
+    const kw_layer *L = &c->m->layers[il];
+    bool gated = hp->arch->attn_output_gate;
+    int32_t n = b->n_tokens;
+    rmsnorm_rows_par(c, c->xn, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
+    const kw_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};   /* one pool run when the types match */
+    float *qkv_out[3] = {gated ? c->qg : c->q, c->k, c->v};
+    kw_matmul_multi(c->pool, qkv, 3, c->xn, n, qkv_out, c->mm_scratch);
+    if (gated) split_query_gate(c, n);
+    qkv_post(c, kv, b, il);
+    attention(c, kv, b, il);
+    if (gated) apply_output_gate(c, n);
+    matmul(c, &L->wo, c->att, n, c->tmp);
+    add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
+}
+
+/* ---- gated delta net ----
+ * As ../shared/conformance/ARCHITECTURES.md describes it ("Gated delta net
+ * layer"). Per token t of a sequence, with h the attn_norm output:
+ *   m = attn_qkv.h, z = attn_gate.h; u = SiLU(causal depthwise conv of m
+ *   over this and the last d_conv-1 tokens); q, k = L2-normalised heads
+ *   of u, v = the rest; beta = sigmoid(ssm_beta.h); decay =
+ *   exp(softplus(ssm_alpha.h + dt_bias) * A); per value head j (key head
+ *   j mod H_k): S = decay S; S += beta (v - S k) k^T (clamped to +-1e6);
+ *   o = S q / sqrt(d); out = ssm_out . (RMSNorm(o) * SiLU(z)) per head.
+ * The convolution window and S are the sequence's recurrent state
+ * (kw_rec_state): tokens of one sequence run in order, sequences and
+ * value heads in parallel. */
+
+/* Floats of one gated delta net layer's state: conv window, then the S matrices. */
+static int64_t rec_conv_floats(const kw_hparams *hp) { return (int64_t)(hp->ssm_d_conv - 1) * conv_dim(hp); }
+static int64_t rec_layer_floats(const kw_hparams *hp) {
+    return rec_conv_floats(hp) + (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state;
+}
+
+static float *rec_layer_state(const kw_ctx *c, const kw_batch *b, int32_t g, int rec_layer) {
+    return b->states[c->bseq_id[g]]->data + (int64_t)rec_layer * rec_layer_floats(&c->m->hp);
+}
+
+typedef struct gdn_task {
+    kw_ctx *c;
+    const kw_batch *b;
+    const kw_layer *L;
+} gdn_task;
+
+/* Channels [j0, j1) of every sequence: the convolution over the window
+ * then this token, the window moved on by one, u = SiLU(conv) in place of m.
+ * Taps are summed in order, oldest first. */
+static void gdn_conv_task(void *arg, int ith, int nth) {
+    gdn_task *t = arg;
+    const kw_ctx *c = t->c;
+    const kw_hparams *hp = &c->m->hp;
+    int64_t C = conv_dim(hp), j0 = C * ith / nth, j1 = C * (ith + 1) / nth;
+    int K = hp->ssm_d_conv;
+    for (int32_t g = 0; g < c->n_bseq; g++) {
+        float *win = rec_layer_state(c, t->b, g, t->L->rec_layer);   /* [K-1][C], oldest first */
+        for (int32_t o = c->bseq_off[g]; o < c->bseq_off[g + 1]; o++) {
+            float *m = c->ssm_m + (int64_t)c->order[o] * C;
+            for (int64_t j = j0; j < j1; j++) {
+                const float *w = t->L->ssm_conv + j * K;
+                float acc = 0.0f;
+                for (int i = 0; i < K - 1; i++) acc += w[i] * win[i * C + j];
+                acc += w[K - 1] * m[j];
+                for (int i = 0; i + 1 < K - 1; i++) win[i * C + j] = win[(i + 1) * C + j];
+                if (K > 1) win[(K - 2) * C + j] = m[j];
+                m[j] = acc * sigmoidf(acc);
+            }
+        }
+    }
+}
+
+static void l2norm(float *x, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float nrm = sqrtf((float)ss);
+    float inv = 1.0f / (nrm > eps ? nrm : eps);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+static float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* Tokens [lo, hi): q and k heads L2-normalised, beta = sigmoid, and the
+ * decay exp(min(softplus(alpha + dt_bias) * A, 50)) in place of alpha. */
+static void gdn_gates_rows(const kw_ctx *c, const kw_layer *L, int32_t lo, int32_t hi) {
+    const kw_hparams *hp = &c->m->hp;
+    int d = hp->ssm_d_state, H = hp->ssm_dt_rank;
+    for (int32_t i = lo; i < hi; i++) {
+        float *u = c->ssm_m + (int64_t)i * conv_dim(hp);
+        for (int h = 0; h < 2 * hp->ssm_n_group; h++) l2norm(u + (int64_t)h * d, d, hp->rms_eps);   /* q heads, then k heads */
+        float *beta = c->ssm_beta + (int64_t)i * H, *a = c->ssm_alpha + (int64_t)i * H;
+        for (int j = 0; j < H; j++) {
+            beta[j] = sigmoidf(beta[j]);
+            float g = softplusf(a[j] + L->ssm_dt_bias[j]) * L->ssm_a[j];
+            a[j] = expf(g < 50.0f ? g : 50.0f);
+        }
+    }
+}
+
+static void gdn_gates_task(void *arg, int ith, int nth) {
+    gdn_task *t = arg;
+    int32_t n = t->b->n_tokens;
+    gdn_gates_rows(t->c, t->L, (int32_t)((int64_t)n * ith / nth), (int32_t)((int64_t)n * (ith + 1) / nth));
+}
+
+/* Value head j of batch sequence g, over that sequence's tokens in order:
+ * the delta rule after the decay, one pass over S per token (row r of S
+ * is value dim r: decay, S k, the update and S q in one sweep). */
+static void gdn_recur(const kw_ctx *c, const kw_batch *b, const kw_layer *L, int32_t g, int j) {
+    const kw_hparams *hp = &c->m->hp;
+    int d = hp->ssm_d_state, H = hp->ssm_dt_rank, kh = j % hp->ssm_n_group;
+    int64_t C = conv_dim(hp), key_dim = (int64_t)hp->ssm_n_group * d;
+    float *S = rec_layer_state(c, b, g, L->rec_layer) + rec_conv_floats(hp) + (int64_t)j * d * d;
+    float scale = 1.0f / sqrtf((float)d);
+    for (int32_t o = c->bseq_off[g]; o < c->bseq_off[g + 1]; o++) {
+        int32_t i = c->order[o];
+        const float *u = c->ssm_m + (int64_t)i * C;
+        const float *q = u + (int64_t)kh * d, *k = u + key_dim + (int64_t)kh * d, *v = u + 2 * key_dim + (int64_t)j * d;
+        float beta = c->ssm_beta[(int64_t)i * H + j], decay = c->ssm_alpha[(int64_t)i * H + j];
+        float *out = c->ssm_o + (int64_t)i * hp->ssm_d_inner + (int64_t)j * d;
+        for (int r = 0; r < d; r++) {
+            float *row = S + (int64_t)r * d;
+            float sk = 0.0f;
+            for (int e = 0; e < d; e++) {
+                row[e] *= decay;
+                sk += row[e] * k[e];
+            }
+            float vn = beta * (v[r] - sk), sq = 0.0f;
+            for (int e = 0; e < d; e++) {
+                float x = row[e] + vn * k[e];
+                x = x > 1e6f ? 1e6f : x < -1e6f ? -1e6f : x;
+                row[e] = x;
+                sq += x * q[e];
+            }
+            out[r] = sq * scale;
+        }
+    }
+}
+
+static void gdn_recur_task(void *arg, int ith, int nth) {
+    gdn_task *t = arg;
+    int H = t->c->m->hp.ssm_dt_rank;
+    for (int64_t it = ith; it < (int64_t)t->c->n_bseq * H; it += nth) gdn_recur(t->c, t->b, t->L, (int32_t)(it / H), (int)(it % H));
+}
+
+/* Tokens [lo, hi): each value head's output RMS-normalised (ssm_norm, the
+ * same gain for every head) and multiplied by SiLU of its z. */
+static void gdn_out_rows(const kw_ctx *c, const kw_layer *L, int32_t lo, int32_t hi) {
+    const kw_hparams *hp = &c->m->hp;
+    int d = hp->ssm_d_state;
+    for (int32_t i = lo; i < hi; i++)
+        for (int j = 0; j < hp->ssm_dt_rank; j++) {
+            int64_t at = (int64_t)i * hp->ssm_d_inner + (int64_t)j * d;
+            float *o = c->ssm_o + at;
+            const float *z = c->ssm_z + at;
+            rmsnorm(o, o, L->ssm_norm, d, hp->rms_eps);
+            for (int e = 0; e < d; e++) o[e] *= z[e] * sigmoidf(z[e]);
+        }
+}
+
+static void gdn_out_task(void *arg, int ith, int nth) {
+    gdn_task *t = arg;
+    int32_t n = t->b->n_tokens;
+    gdn_out_rows(t->c, t->L, (int32_t)((int64_t)n * ith / nth), (int32_t)((int64_t)n * (ith + 1) / nth));
+}
+
+#define KW_GDN_PARALLEL_MIN 65536   /* multiply-adds; below this one thread does the step */
+
+static void run_gdn(kw_ctx *c, kw_task_fn fn, gdn_task *t, int64_t work) {
+    if (c->pool && kw_pool_size(c->pool) > 1 && work >= KW_GDN_PARALLEL_MIN) kw_pool_run(c->pool, fn, t);
+    else fn(t, 0, 1);
+}
+
+static void gdn_block(kw_ctx *c, const kw_batch *b, int il) {
     const kw_hparams *hp = &c->m->hp;
     const kw_layer *L = &c->m->layers[il];
     int32_t n = b->n_tokens;
     rmsnorm_rows_par(c, c->xn, c->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
-    const kw_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};   /* one pool run when the types match */
-    float *qkv_out[3] = {c->q, c->k, c->v};
-    kw_matmul_multi(c->pool, qkv, 3, c->xn, n, qkv_out, c->mm_scratch);
-    qkv_post(c, kv, b, il);
-    attention(c, kv, b, il);
-    matmul(c, &L->wo, c->att, n, c->tmp);
+    const kw_matrix *w[4] = {&L->w_qkv, &L->w_z, &L->w_beta, &L->w_alpha};
+    float *out[4] = {c->ssm_m, c->ssm_z, c->ssm_beta, c->ssm_alpha};
+    kw_matmul_multi(c->pool, w, 4, c->xn, n, out, c->mm_scratch);
+    gdn_task t = {.c = c, .b = b, .L = L};
+    int64_t d = hp->ssm_d_state;
+    run_gdn(c, gdn_conv_task, &t, (int64_t)n * conv_dim(hp) * hp->ssm_d_conv);
+    run_gdn(c, gdn_gates_task, &t, (int64_t)n * conv_dim(hp));
+    run_gdn(c, gdn_recur_task, &t, (int64_t)n * hp->ssm_dt_rank * d * d * 4);
+    run_gdn(c, gdn_out_task, &t, (int64_t)n * hp->ssm_d_inner * 4);
+    matmul(c, &L->w_ssm_out, c->ssm_o, n, c->tmp);
     add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
 }
 
@@ -642,7 +901,49 @@ static int check_token(const kw_ctx *c, const kw_kv_pool *kv, const kw_batch *b,
     return 0;
 }
 
-static int check_batch(const kw_ctx *c, const kw_kv_pool *kv, const kw_batch *b, kw_err *err) {
+/* The batch's distinct sequences in order of first appearance, and its
+ * token indices grouped by them (batch order within each). */
+static void group_by_sequence(kw_ctx *c, const kw_batch *b) {
+    int32_t nb = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t g = 0;
+        while (g < nb && c->bseq_id[g] != b->seq[i]) g++;
+        if (g == nb) c->bseq_id[nb++] = b->seq[i];
+        c->grp[i] = g;
+    }
+    for (int32_t g = 0; g <= nb; g++) c->bseq_off[g] = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) c->bseq_off[c->grp[i] + 1]++;
+    for (int32_t g = 0; g < nb; g++) c->bseq_off[g + 1] += c->bseq_off[g];
+    for (int32_t i = 0; i < b->n_tokens; i++) c->order[c->bseq_off[c->grp[i]]++] = i;
+    for (int32_t g = nb; g > 0; g--) c->bseq_off[g] = c->bseq_off[g - 1];   /* back to starts */
+    c->bseq_off[0] = 0;
+    c->n_bseq = nb;
+}
+
+/* Recurrent layers: every sequence has a state, and its tokens continue it
+ * in order: the first at the state's n_past (or at 0, a fresh start), each
+ * next one position on. */
+static int check_states(const kw_ctx *c, const kw_batch *b, kw_err *err) {
+    if (c->m->hp.n_rec_layers == 0) return 0;
+    if (!b->states) return kw_err_set(err, "forward: %s has recurrent layers and the batch carries no states", c->m->hp.arch_name);
+    for (int32_t g = 0; g < c->n_bseq; g++) {
+        int32_t s = c->bseq_id[g];
+        const kw_rec_state *st = b->states[s];
+        if (!st || !st->data) return kw_err_set(err, "forward: seq %d has no recurrent state", s);
+        int32_t first = b->pos[c->order[c->bseq_off[g]]];
+        if (first != 0 && first != st->n_past)
+            return kw_err_set(err, "forward: seq %d continues at position %d but its recurrent state is at %d "
+                              "(a recurrent state cannot be rewound: restart at 0 or restore a saved state)",
+                              s, first, st->n_past);
+        for (int32_t o = c->bseq_off[g] + 1; o < c->bseq_off[g + 1]; o++)
+            if (b->pos[c->order[o]] != b->pos[c->order[o - 1]] + 1)
+                return kw_err_set(err, "forward: seq %d has positions %d then %d in one batch; a recurrent model takes "
+                                  "each sequence's tokens in order", s, b->pos[c->order[o - 1]], b->pos[c->order[o]]);
+    }
+    return 0;
+}
+
+static int check_batch(kw_ctx *c, const kw_kv_pool *kv, const kw_batch *b, kw_err *err) {
     if (!b || !kv) return kw_err_set(err, "forward: no batch or KV pool");
     if (b->n_tokens < 1 || b->n_tokens > c->max_tokens)
         return kw_err_set(err, "forward: batch of %d tokens (this context takes 1..%d)", b->n_tokens, c->max_tokens);
@@ -650,7 +951,22 @@ static int check_batch(const kw_ctx *c, const kw_kv_pool *kv, const kw_batch *b,
     if (check_kv_layout(c, kv, err)) return -1;
     for (int32_t i = 0; i < b->n_tokens; i++)
         if (check_token(c, kv, b, i, err)) return -1;
-    return 0;
+    group_by_sequence(c, b);
+    return check_states(c, b, err);
+}
+
+/* Sequences that start at 0 start from a zero state. */
+static void states_begin(const kw_ctx *c, const kw_batch *b) {
+    if (c->m->hp.n_rec_layers == 0) return;
+    for (int32_t g = 0; g < c->n_bseq; g++)
+        if (b->pos[c->order[c->bseq_off[g]]] == 0)
+            memset(b->states[c->bseq_id[g]]->data, 0, (size_t)c->m->hp.rec_state_bytes);
+}
+
+static void states_end(const kw_ctx *c, const kw_batch *b) {
+    if (c->m->hp.n_rec_layers == 0) return;
+    for (int32_t g = 0; g < c->n_bseq; g++)
+        b->states[c->bseq_id[g]]->n_past = b->pos[c->order[c->bseq_off[g + 1] - 1]] + 1;
 }
 
 int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, kw_err *err) {
@@ -659,11 +975,14 @@ int kw_forward(kw_ctx *c, kw_kv_pool *kv, const kw_batch *b, float *logits_out, 
     const kw_hparams *hp = &c->m->hp;
     embed_tokens(c->m, b->tokens, b->n_tokens, c->x);
     rope_tables(c->m, b->pos, b->n_tokens, c->rope);
+    states_begin(c, b);
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(c, kv, b, il);
+        if (c->m->layers[il].mixer == KW_MIXER_GDN) gdn_block(c, b, il);
+        else attention_block(c, kv, b, il);
         if (hp->arch->ffn == KW_FFN_MOE) moe_block(c, il, b->n_tokens);
         else ffn_block(c, il, b->n_tokens);
     }
+    states_end(c, b);
     lm_head(c, b, logits_out);
     c->bytes_read += c->layer_bytes;
     return 0;

@@ -442,8 +442,14 @@ static int bind_model(kw_model *m, kw_err *err) {
     if (bind_vec(g, "rope_freqs.weight", hp->rope_dim / 2, false, &m->rope_freqs, err)) return -1;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return kw_err_set(err, "out of memory binding %d layers", hp->n_layer);
-    for (int il = 0; il < hp->n_layer; il++)
-        if (bind_layer(g, hp, il, &m->layers[il], err)) return -1;
+    int32_t n_kv = 0, n_rec = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        kw_layer *L = &m->layers[il];
+        L->mixer = kw_arch_layer_mixer(hp->arch, hp->layer_interval, il);
+        L->kv_layer = kw_mixer_has_kv(L->mixer) ? n_kv++ : -1;
+        L->rec_layer = L->mixer == KW_MIXER_GDN ? n_rec++ : -1;
+        if (bind_layer(g, hp, il, L, err)) return -1;
+    }
     return 0;
 }
 

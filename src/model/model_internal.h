@@ -11,6 +11,9 @@
 typedef const float *kw_vec;
 
 typedef struct kw_layer {
+    kw_mixer_kind mixer;        /* attention or gated delta net (the descriptor's layer schedule) */
+    int32_t kv_layer;           /* its layer in the KV pool (attention), else -1 */
+    int32_t rec_layer;          /* its part of the recurrent state (gated delta net), else -1 */
     kw_vec attn_norm;
     kw_matrix wq, wk, wv, wo;
     kw_vec bq, bk, bv;          /* qwen2 */

@@ -2,8 +2,11 @@
  *
  * Owns: kw_session, which bundles a KV pool sized for one sequence of
  * n_ctx positions, its block table, a kw_ctx workspace, an optional thread
- * pool, and the logits of the last eval. The CLI (generate, logits,
- * perplexity) and the tests use it; the server schedules kw_forward itself. */
+ * pool, the logits of the last eval, and for a model with recurrent layers
+ * the sequence's recurrent state plus at most one saved copy of it
+ * (kw_session_checkpoint: rewinding such a model needs a state saved at the
+ * position it goes back to). The CLI (generate, logits, perplexity, bench)
+ * and the tests use it; the server schedules kw_forward itself. */
 #include "kvwise/model.h"
 #include "kvwise/memory.h"
 #include <stdlib.h>
@@ -22,6 +25,9 @@ struct kw_session {
     int32_t n_logits;           /* rows of the last eval */
     int32_t *pos, *seq;         /* per-chunk batch arrays [max_batch] */
     bool *want;
+    kw_rec_state state;         /* recurrent layers only (accounted as KV memory) */
+    float *saved;               /* kw_session_checkpoint's copy of state.data, or NULL */
+    int32_t saved_at;           /* the position it was taken at */
 };
 
 static void fill_defaults(const kw_model *m, const kw_session_opts *in, kw_session_opts *o) {
@@ -57,6 +63,11 @@ kw_session *kw_session_create(const kw_model *m, const kw_session_opts *opts, kw
     }
     s->ctx = kw_ctx_create(m, pool, s->o.max_batch, s->o.n_ctx, err);
     if (!s->ctx) goto fail;
+    uint64_t rec = kw_model_hparams(m)->rec_state_bytes;
+    if (rec > 0 && !(s->state.data = kw_mem_alloc(KW_MEM_KV, (size_t)rec))) {
+        kw_err_set(err, "session: cannot allocate the recurrent state (%llu bytes)", (unsigned long long)rec);
+        goto fail;
+    }
     s->pos = malloc((size_t)s->o.max_batch * sizeof *s->pos);
     s->seq = calloc((size_t)s->o.max_batch, sizeof *s->seq);
     s->want = malloc((size_t)s->o.max_batch * sizeof *s->want);
@@ -75,6 +86,8 @@ void kw_session_free(kw_session *s) {
     kw_kv_pool_destroy(s->kv);
     if (s->own_pool) kw_pool_destroy(s->own_pool);
     kw_mem_free(s->logits);
+    kw_mem_free(s->state.data);
+    kw_mem_free(s->saved);
     free(s->pos);
     free(s->seq);
     free(s->want);
@@ -100,6 +113,7 @@ int kw_session_eval(kw_session *s, const int32_t *tokens, int32_t n, bool all_lo
     s->n_logits = 0;
     size_t n_vocab = (size_t)kw_model_hparams(s->m)->n_vocab;
     kw_block_table *tables[1] = {&s->table};
+    kw_rec_state *states[1] = {&s->state};
     int32_t rows = 0;
     for (int32_t done = 0; done < n;) {
         int32_t len = n - done < s->o.max_batch ? n - done : s->o.max_batch;
@@ -108,7 +122,7 @@ int kw_session_eval(kw_session *s, const int32_t *tokens, int32_t n, bool all_lo
             s->want[i] = all_logits || done + i == n - 1;
         }
         kw_batch b = {.n_tokens = len, .tokens = tokens + done, .pos = s->pos, .seq = s->seq,
-                      .tables = tables, .want_logits = s->want};
+                      .tables = tables, .want_logits = s->want, .states = s->state.data ? states : NULL};
         if (kw_forward(s->ctx, s->kv, &b, s->logits + (size_t)rows * n_vocab, err)) return -1;
         rows += all_logits ? len : (done + len == n);
         done += len;
@@ -132,5 +146,23 @@ uint64_t kw_session_weight_bytes_read(const kw_session *s) { return s ? kw_ctx_w
 const kw_model *kw_session_model(const kw_session *s) { return s ? s->m : NULL; }
 
 void kw_session_rewind(kw_session *s, int32_t n_past) {
-    if (s && n_past >= 0 && n_past <= s->n_past) s->n_past = n_past;
+    if (!s || n_past < 0 || n_past > s->n_past) return;
+    s->n_past = n_past;
+    if (s->saved && n_past == s->saved_at && s->state.n_past != n_past) {
+        memcpy(s->state.data, s->saved, (size_t)kw_model_hparams(s->m)->rec_state_bytes);
+        s->state.n_past = n_past;
+    }
+}
+
+int kw_session_checkpoint(kw_session *s, kw_err *err) {
+    if (!s) return kw_err_set(err, "session: none");
+    size_t bytes = (size_t)kw_model_hparams(s->m)->rec_state_bytes;
+    if (bytes == 0) return 0;
+    if (!s->saved && !(s->saved = kw_mem_alloc(KW_MEM_KV, bytes)))
+        return kw_err_set(err, "session: cannot allocate a saved recurrent state (%zu bytes)", bytes);
+    if (s->state.n_past != s->n_past)
+        return kw_err_set(err, "session: the recurrent state is at position %d, not at %d", s->state.n_past, s->n_past);
+    memcpy(s->saved, s->state.data, bytes);
+    s->saved_at = s->n_past;
+    return 0;
 }

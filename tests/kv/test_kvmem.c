@@ -164,8 +164,79 @@ static void test_ledger_wall(void) {
     kw_kv_pool_destroy(p);
 }
 
+/* A recurrent model's kvmem: a cached prefix is reused only as far as a
+ * checkpoint reaches (and that state is handed back), the checkpoints'
+ * bytes plus the cached KV never pass the byte cap, and they have their own
+ * ledger line. */
+static void test_checkpoints(void) {
+    enum { SBYTES = 1024 };
+    kw_kv_pool *p = make_pool(32);
+    kw_ledger *led = kw_ledger_create(0);
+    const uint64_t bb = p->block_bytes;
+    uint64_t cap = 8 * bb + 4 * (SBYTES + 40 * 4);          /* half of it holds two checkpoints */
+    kw_kvmem_opts o = {.n_slots = 2, .n_ctx = 64, .cache_max_seqs = 4, .cache_max_bytes = cap, .ledger = led,
+                       .state_bytes = SBYTES, .checkpoint_interval = 8};
+    kw_err err;
+    kw_kvmem *m = kw_kvmem_create(p, &o, &err);
+    KW_CHECK(m != NULL);
+    KW_CHECK_EQ_INT(kw_kvmem_checkpoint_interval(m), 8);
+    int32_t t[40]; fill(t, 40, 10);
+    float st[SBYTES / 4], got[SBYTES / 4];
+    for (int i = 0; i < SBYTES / 4; i++) st[i] = (float)i;
+    int32_t kvp = -1;
+    KW_CHECK_EQ_INT(kw_kvmem_begin_state(m, 0, t, 20, 24, got, &kvp), 0);
+    KW_CHECK_EQ_INT(kvp, 0);
+    kw_kvmem_end(m, 0, t, 24, true);                          /* KV cached for 24 tokens, no checkpoint yet */
+    KW_CHECK_EQ_INT(kw_kvmem_cached_prefix(m, t, 30), 0);     /* KV alone is not enough */
+    KW_CHECK_EQ_INT(kw_kvmem_begin_state(m, 0, t, 30, 34, got, &kvp), 0);
+    KW_CHECK_EQ_INT(kvp, 24);                                 /* where it left what is cached */
+    kw_kvmem_checkpoint(m, t, 12, st);
+    kw_kvmem_checkpoint(m, t, 24, st);
+    KW_CHECK_EQ_INT(kw_ledger_line(led, KW_LEDGER_REC_CHECKPOINTS), 2 * SBYTES + 36 * 4);
+    kw_kvmem_end(m, 0, t, 30, true);
+    KW_CHECK_EQ_INT(kw_kvmem_cached_prefix(m, t, 30), 24);
+    KW_CHECK_EQ_INT(kw_kvmem_cached_prefix(m, t, 20), 12);    /* the nearest checkpoint at or before 19 */
+    int32_t b[40]; fill(b, 40, 10);
+    b[17] = 5;                                                /* branches at 17: resumes from 12 */
+    memset(got, 0, sizeof got);
+    KW_CHECK_EQ_INT(kw_kvmem_begin_state(m, 1, b, 30, 34, got, &kvp), 12);
+    KW_CHECK_EQ_INT(kvp, 17);
+    KW_CHECK(memcmp(got, st, SBYTES) == 0);
+    KW_CHECK_EQ_INT(kw_kvmem_begin_state(m, 0, t, 30, 34, NULL, NULL), 0);   /* no state to restore into: no reuse */
+    kw_kvmem_end(m, 0, t, 0, false);
+    kw_kvmem_end(m, 1, b, 0, false);
+    /* many checkpoints: KV + checkpoint bytes stay within the cap at every insert */
+    for (int k = 0; k < 12; k++) {
+        int32_t u[24]; fill(u, 24, 1000 * (k + 1));
+        KW_CHECK(kw_kvmem_begin_state(m, 0, u, 20, 24, got, NULL) >= 0);
+        kw_kvmem_checkpoint(m, u, 20, st);
+        kw_kvmem_end(m, 0, u, 24, true);
+        kw_kvmem_stats s = kw_kvmem_get_stats(m);
+        KW_CHECK_MSG(s.cache.bytes + s.checkpoints.bytes <= cap, "insert %d: KV %llu + checkpoints %llu > %llu", k,
+                     (unsigned long long)s.cache.bytes, (unsigned long long)s.checkpoints.bytes, (unsigned long long)cap);
+        KW_CHECK(s.checkpoints.bytes <= cap / 2 && s.checkpoints.entries <= 4 * KW_KVMEM_CHECKPOINTS_PER_SEQ);
+        KW_CHECK_EQ_INT(s.cache.max_bytes, cap);              /* the cap in force is reported as set */
+        KW_CHECK_EQ_INT(kw_ledger_line(led, KW_LEDGER_REC_CHECKPOINTS), s.checkpoints.bytes);
+    }
+    cJSON *j = cJSON_CreateObject();
+    kw_kvmem_add_json(m, j);
+    const cJSON *ck = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "prompt_cache"), "checkpoints");
+    KW_CHECK(ck && cJSON_GetObjectItem(ck, "entries") && cJSON_GetObjectItem(ck, "interval")->valueint == 8);
+    cJSON_Delete(j);
+    kw_kvmem_set_cache_caps(m, 0, 0);                          /* cache off: checkpoints go too */
+    KW_CHECK_EQ_INT(kw_kvmem_get_stats(m).checkpoints.entries, 0);
+    KW_CHECK_EQ_INT(kw_ledger_line(led, KW_LEDGER_REC_CHECKPOINTS), 0);
+    kw_kvmem_checkpoint(m, t, 12, st);
+    KW_CHECK_EQ_INT(kw_kvmem_get_stats(m).checkpoints.entries, 0);
+    kw_kvmem_destroy(m);
+    KW_CHECK_EQ_INT(kw_ledger_used(led), 0);
+    kw_ledger_destroy(led);
+    kw_kv_pool_destroy(p);
+}
+
 int main(void) {
     test_reuse_and_reserve();
+    test_checkpoints();
     test_pressure_wait_never();
     test_ledger_wall();
     return kw_test_finish();

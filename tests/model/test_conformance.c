@@ -22,39 +22,54 @@
  * table "How close an implementation can expect to get"). kw_matmul quantizes
  * activations to the weight's dot type the way llama.cpp does, so the
  * "llama.cpp-style activation quantization" figures apply. */
-typedef struct tol { double abs, rms, kl; bool bulk; } tol;
+typedef struct tol {
+    double abs, rms, kl;
+    bool bulk;              /* judge the positions in bulk: `within` of them at most abs, the median at most `median` */
+    double within, median;
+    double last_abs;        /* bulk: the last position's max |delta| held to this and its RMS to rms (0: printed only) */
+} tol;
 /* stories260K is F32 end to end: 1e-3 absolute (README: "logits within 1e-3"). */
-static const tol TOL_F32 = {1e-3, 1e-3, 1e-2, false};
+static const tol TOL_F32 = {1e-3, 1e-3, 1e-2, false, 0, 0, 0};
 /* F16 weights: 0.02 absolute (README: "F16 models: 0.02 absolute on logits"). */
-static const tol TOL_F16 = {0.02, 0.02, 1e-2, false};
+static const tol TOL_F16 = {0.02, 0.02, 1e-2, false, 0, 0, 0};
 /* 8/5/4-bit and K-quants with llama.cpp-style activation quantization:
  * 0.25 absolute or 0.05 RMS over the last-position vector; KL < 1e-2. */
-static const tol TOL_QUANT = {0.25, 0.05, 1e-2, false};
+static const tol TOL_QUANT = {0.25, 0.05, 1e-2, false, 0, 0, 0};
 /* qwen3-q8_0: the oracle is ik_llama.cpp with an F16 V cache; the README
  * says to allow about 0.5 absolute / 0.12 RMS even with llama.cpp-style
  * activation quantization. We run an F32 KV cache. */
-static const tol TOL_QWEN3 = {0.5, 0.12, 1e-2, false};
+static const tol TOL_QWEN3 = {0.5, 0.12, 1e-2, false, 0, 0, 0};
 /* Mixture of experts (qwen3moe, qwen35moe; ik_llama.cpp oracles, F16 V):
  * top-k routing is discontinuous, so where the k-th and (k+1)-th router
  * probabilities nearly tie a tiny difference swaps an expert and that
  * position jumps by O(1) (between ik's own two batch shapes 0.5% of the
  * positions differ by more than 1.0). The README says to judge the bulk:
- * at least MOE_WITHIN of all positions (prompt and teacher-forced steps)
- * within the dense tolerance `abs`, the median |delta| at most MOE_MEDIAN,
+ * at least 95% of all positions (prompt and teacher-forced steps) within
+ * the dense tolerance `abs`, the median |delta| at most 0.3,
  * the last position's KL below `kl`. A position's delta is the README's
  * measure for these rows: over the ids in both top-10 lists (a swapped
  * expert that changes the top 10 counts by what stays in it). The last
  * position's max and RMS are printed, not held (the README's F32-weights
  * run shows 1.60 / 0.436 on the long prompts: the effect of earlier swaps). */
-static const tol TOL_MOE = {1.0, 0.0, 0.1, true};
-#define MOE_WITHIN 0.95
-#define MOE_MEDIAN 0.3
+static const tol TOL_MOE = {1.0, 0.0, 0.1, true, 0.95, 0.3, 0};
+/* qwen35-q8_0 (ik oracle, one token at a time, F16 V): the README gives
+ * 1.1 absolute / 0.25 RMS / KL 0.03 at the last position with F32
+ * activations (observed 1.05 / 0.20 / 0.019; with F32 weights 0.2% of all
+ * positions above 1.0, median 0.21, p99 0.68) and expects more with
+ * quantized activations, which kw_matmul uses as llama.cpp does. The
+ * hybrid's recurrent state carries a rounding difference forward, so a few
+ * positions of the long prompts go past 1.0 (5 of 3012 here, max 1.64):
+ * the last position is held to the README's figures and the positions are
+ * judged in bulk, 99% within 1.0 and the median at most 0.3. */
+static const tol TOL_QWEN35_Q8 = {1.0, 0.25, 0.03, true, 0.99, 0.3, 1.1};
 #define MOE_DISJOINT 1e9   /* the delta of a position whose top-10 shares no id with the oracle's */
 
 static tol model_tol(const char *model) {
     if (!strcmp(model, "stories260K")) return TOL_F32;
     if (!strcmp(model, "llama-f16")) return TOL_F16;
     if (!strcmp(model, "qwen3-q8_0")) return TOL_QWEN3;
+    if (!strcmp(model, "qwen35-f32")) return TOL_F32;
+    if (!strcmp(model, "qwen35-q8_0")) return TOL_QWEN35_Q8;
     if (strstr(model, "moe")) return TOL_MOE;
     return TOL_QUANT;
 }
@@ -107,9 +122,9 @@ static void check_bulk(const char *model, tol t) {
     printf("%s: %zu positions, %.2f%% within %.2g, median |d| %.3g, p99 %.3g, max %.3g, %zu with no top-10 id in common\n",
            model, g_n_deltas, 100.0 * frac, t.abs, median, p99, disjoint < g_n_deltas ? g_deltas[g_n_deltas - 1 - disjoint] : 0.0,
            disjoint);
-    KW_CHECK_MSG(frac >= MOE_WITHIN, "%s: %.2f%% of positions within %.2g (need %.0f%%)", model, 100.0 * frac, t.abs,
-                 100.0 * MOE_WITHIN);
-    KW_CHECK_MSG(median <= MOE_MEDIAN, "%s: median |delta| %.3g > %.3g", model, median, MOE_MEDIAN);
+    KW_CHECK_MSG(frac >= t.within, "%s: %.2f%% of positions within %.2g (need %.0f%%)", model, 100.0 * frac, t.abs,
+                 100.0 * t.within);
+    KW_CHECK_MSG(median <= t.median, "%s: median |delta| %.3g > %.3g", model, median, t.median);
 }
 
 typedef struct stats {
@@ -198,8 +213,11 @@ static void check_last(const char *dir, const char *model, const char *pid, cons
         ss += d * d;
     }
     double rms = sqrt(ss / n_vocab), kl = kl_div(want, logits, n_vocab);
-    if (!t.bulk) KW_CHECK_MSG(mx <= t.abs, "%s %s last: max abs %.5g > %.5g", model, pid, mx, t.abs);
-    if (!t.bulk) KW_CHECK_MSG(rms <= t.rms, "%s %s last: RMS %.5g > %.5g", model, pid, rms, t.rms);
+    double last_abs = t.bulk ? t.last_abs : t.abs;
+    if (last_abs > 0) {
+        KW_CHECK_MSG(mx <= last_abs, "%s %s last: max abs %.5g > %.5g", model, pid, mx, last_abs);
+        KW_CHECK_MSG(rms <= t.rms, "%s %s last: RMS %.5g > %.5g", model, pid, rms, t.rms);
+    }
     KW_CHECK_MSG(kl < t.kl, "%s %s last: KL %.3g >= %.3g", model, pid, kl, t.kl);
     merge_max(&st->last_abs, mx);
     merge_max(&st->last_rms, rms);

@@ -72,6 +72,9 @@ typedef struct runner {
     kw_kv_pool *kv;
     kw_ctx *ctx;
     int n_vocab;
+    kw_rec_state st[2];         /* recurrent models: the states of sequences 0 and 1 */
+    kw_rec_state *sp[2];
+    kw_rec_state *const *states;/* sp, or NULL for a model without recurrent layers */
 } runner;
 
 static int runner_init(runner *r, const kw_model *m, kw_pool *pool, uint32_t kv_type, int bt, int max_tokens, int n_blocks) {
@@ -85,10 +88,19 @@ static int runner_init(runner *r, const kw_model *m, kw_pool *pool, uint32_t kv_
     KW_CHECK_MSG(r->kv != NULL, "%s", err.msg);
     r->ctx = kw_ctx_create(m, pool, max_tokens, n_blocks * bt, &err);
     KW_CHECK_MSG(r->ctx != NULL, "%s", err.msg);
+    size_t rec = (size_t)kw_model_hparams(m)->rec_state_bytes;
+    for (int i = 0; rec > 0 && i < 2; i++) {
+        r->st[i].data = malloc(rec);
+        memset(r->st[i].data, 0x7f, rec);        /* garbage: a start at position 0 must clear it */
+        r->sp[i] = &r->st[i];
+        r->states = r->sp;
+    }
     return r->kv && r->ctx ? 0 : -1;
 }
 
 static void runner_free(runner *r) {
+    free(r->st[0].data);
+    free(r->st[1].data);
     kw_ctx_free(r->ctx);
     kw_kv_pool_destroy(r->kv);
 }
@@ -105,7 +117,8 @@ static int run_alone(runner *r, const int32_t *tokens, int n, int chunk, float *
     for (int done = 0; rc == 0 && done < n; done += chunk) {
         int len = n - done < chunk ? n - done : chunk;
         for (int i = 0; i < len; i++) { pos[i] = done + i; want[i] = true; }
-        kw_batch b = {.n_tokens = len, .tokens = tokens + done, .pos = pos, .seq = seq, .tables = tabs, .want_logits = want};
+        kw_batch b = {.n_tokens = len, .tokens = tokens + done, .pos = pos, .seq = seq, .tables = tabs, .want_logits = want,
+                      .states = r->states};
         rc = kw_forward(r->ctx, r->kv, &b, logits + (size_t)done * r->n_vocab, &err);
         KW_CHECK_MSG(rc == 0, "%s", err.msg);
     }
@@ -155,7 +168,8 @@ static void test_interleaved(const char *name, kw_pool *pool) {
             if (i < NB) { tok[n] = B[i]; pos[n] = i; seq[n] = 1; want[n++] = true; }
         }
         kw_err err = {{0}};
-        kw_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .tables = tabs, .want_logits = want};
+        kw_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .tables = tabs, .want_logits = want,
+                      .states = r.states};
         KW_CHECK_MSG(kw_forward(r.ctx, r.kv, &b, mix, &err) == 0, "%s", err.msg);
         double da = 0, db = 0;
         for (int i = 0, ia = 0, ib = 0; i < n; i++) {
@@ -209,12 +223,16 @@ static void test_chunks_and_blocks(const char *name, kw_pool *pool) {
         run_alone(&r16, T, N, 7, chunked);
         run_alone(&r32, T, N, N, b32);
         double dc = max_diff(one, chunked, (size_t)N * V), db = max_diff(one, b32, (size_t)N * V);
+        run_alone(&r16, T, N, 1, chunked);               /* the one-token path */
+        double d1 = max_diff(one, chunked, (size_t)N * V);
+        KW_CHECK_MSG(d1 <= TOL_BATCH, "%s one token at a time vs one batch: %.3g", name, d1);
         run_alone(&r1, T, N, N, chunked);                /* no thread pool: one thread */
         double dt = max_diff(one, chunked, (size_t)N * V);
         KW_CHECK_MSG(dt <= TOL_BATCH, "%s 1 thread vs 2: %.3g", name, dt);
         KW_CHECK_MSG(dc <= TOL_BATCH, "%s chunks of 7 vs one batch: %.3g", name, dc);
         KW_CHECK_MSG(db <= TOL_BATCH, "%s block_tokens 16 vs 32: %.3g", name, db);
-        printf("%s: chunked prefill vs one batch %.3g, block 16 vs 32 %.3g, 1 vs 2 threads %.3g\n", name, dc, db, dt);
+        printf("%s: one token at a time vs one batch %.3g, chunks of 7 %.3g, block 16 vs 32 %.3g, 1 vs 2 threads %.3g\n",
+               name, d1, dc, db, dt);
         free(one); free(chunked); free(b32);
     }
     runner_free(&r16);
@@ -414,6 +432,94 @@ static void test_workspace_bytes(kw_pool *pool) {
     }
 }
 
+/* A recurrent state moves only forward: a batch that skips or repeats a
+ * position, or carries no state, is refused before anything is written;
+ * a fresh start at 0 clears the state; a saved copy restores it. */
+static void test_recurrent_states(kw_pool *pool) {
+    kw_model *m = load("qwen35-f32");
+    if (!m) return;
+    enum { N = 24 };
+    runner r;
+    if (runner_init(&r, m, pool, KW_TYPE_F32, 16, N, 4) == 0) {
+        int V = r.n_vocab;
+        size_t rec = (size_t)kw_model_hparams(m)->rec_state_bytes;
+        KW_CHECK_EQ_INT((long long)rec, 116736);   /* the conformance README: 29,184 F32 values */
+        int32_t T[N];
+        make_tokens(T, N, V, 5);
+        float *ref = malloc((size_t)N * V * 4), *got = malloc((size_t)N * V * 4), *saved = malloc(rec);
+        run_alone(&r, T, N, N, ref);
+        KW_CHECK_EQ_INT(r.st[0].n_past, N);
+        kw_block_table t = {0};
+        kw_block_table *tabs[1] = {&t};
+        KW_CHECK(kw_block_table_ensure(&t, r.kv, N) == 0);
+        int32_t pos[N], seq[N] = {0};
+        for (int i = 0; i < N; i++) pos[i] = i;
+        kw_err err = {{0}};
+        kw_batch b = {.n_tokens = 10, .tokens = T, .pos = pos, .seq = seq, .tables = tabs, .states = r.states};
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, got, &err) == 0);   /* restart at 0: the old state is cleared */
+        memcpy(saved, r.st[0].data, rec);
+        b.n_tokens = 4;
+        b.tokens = T + 12;
+        b.pos = pos + 12;                                          /* skips 10, 11 */
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, got, &err) == -1 && strstr(err.msg, "recurrent state is at 10"));
+        KW_CHECK(memcmp(saved, r.st[0].data, rec) == 0 && r.st[0].n_past == 10);
+        int32_t dup[2] = {10, 10};                                 /* one position twice */
+        b.n_tokens = 2;
+        b.tokens = T + 10;
+        b.pos = dup;
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, got, &err) == -1 && strstr(err.msg, "in order"));
+        b.states = NULL;
+        b.pos = pos + 10;
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, got, &err) == -1 && strstr(err.msg, "no states"));
+        b.states = r.states;
+        b.n_tokens = N - 10;                                       /* continue at 10: the same as one batch */
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, got, &err) == 0);
+        double d = max_diff(got, ref + (size_t)(N - 1) * V, (size_t)V);
+        KW_CHECK_MSG(d <= TOL_BATCH, "continued after refusals: %.3g", d);
+        memcpy(r.st[0].data, saved, rec);                          /* restore the state saved at 10 */
+        r.st[0].n_past = 10;
+        KW_CHECK(kw_forward(r.ctx, r.kv, &b, got, &err) == 0);
+        d = max_diff(got, ref + (size_t)(N - 1) * V, (size_t)V);
+        KW_CHECK_MSG(d <= TOL_BATCH, "resumed from a saved state: %.3g", d);
+        kw_block_table_release(&t, r.kv);
+        kw_block_table_free(&t);
+        free(ref); free(got); free(saved);
+    }
+    runner_free(&r);
+    kw_model_free(m);
+}
+
+/* The session's checkpoint: rewinding a hybrid model goes back to the saved
+ * position (same logits as the first time), anywhere else is refused. */
+static void test_session_checkpoint(void) {
+    kw_model *m = load("qwen35-q8_0");
+    if (!m) return;
+    kw_err err = {{0}};
+    kw_session_opts o = {.n_ctx = 64, .n_threads = 1};
+    kw_session *s = kw_session_create(m, &o, &err);
+    KW_CHECK_MSG(s != NULL, "%s", err.msg);
+    if (s) {
+        int V = kw_model_hparams(m)->n_vocab;
+        int32_t T[20];
+        make_tokens(T, 20, V, 9);
+        float *first = malloc((size_t)V * 4);
+        KW_CHECK(kw_session_eval(s, T, 12, false, &err) == 0 && kw_session_checkpoint(s, &err) == 0);
+        KW_CHECK(kw_session_eval(s, T + 12, 8, false, &err) == 0);
+        memcpy(first, kw_session_logits(s, -1), (size_t)V * 4);
+        kw_session_rewind(s, 12);
+        KW_CHECK(kw_session_eval(s, T + 12, 8, false, &err) == 0);
+        KW_CHECK(max_diff(first, kw_session_logits(s, -1), (size_t)V) == 0.0);
+        kw_session_rewind(s, 5);                                   /* no state saved at 5 */
+        KW_CHECK(kw_session_eval(s, T + 5, 1, false, &err) == -1 && strstr(err.msg, "cannot be rewound"));
+        kw_session_rewind(s, 0);
+        KW_CHECK(kw_session_eval(s, T, 20, false, &err) == 0);
+        KW_CHECK(max_diff(first, kw_session_logits(s, -1), (size_t)V) <= TOL_BATCH);
+        free(first);
+    }
+    kw_session_free(s);
+    kw_model_free(m);
+}
+
 static void test_bad_batches(kw_pool *pool) {
     kw_model *m = load("stories260K");
     if (!m) return;
@@ -457,10 +563,16 @@ int main(void) {
     test_interleaved("llama-q4_0", pool);
     test_interleaved("qwen3-q8_0", pool);
     test_interleaved("qwen3moe-q8_0", pool);
+    test_interleaved("qwen35-f32", pool);
+    test_interleaved("qwen35-q8_0", pool);
     test_chunks_and_blocks("stories260K", pool);
     test_chunks_and_blocks("qwen2-q8_0", pool);
     test_chunks_and_blocks("llama-q4_k_m", pool);
     test_chunks_and_blocks("qwen3moe-q8_0", pool);
+    test_chunks_and_blocks("qwen35-f32", pool);
+    test_chunks_and_blocks("qwen35-q8_0", pool);
+    test_recurrent_states(pool);
+    test_session_checkpoint();
     test_expert_use(pool);
     test_expert_residency(pool);
     test_kv_types("llama-q4_0", pool);

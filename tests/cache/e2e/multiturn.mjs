@@ -126,4 +126,40 @@ function checkFlatTtft(label, turns, step) {
   const ex = await srv.stop();
   check(ex.code === 0, `model: clean exit (${JSON.stringify(ex)})`);
 }
+
+// 3. A hybrid model (qwen35: gated delta net layers with a recurrent state
+// beside the attention layers' KV). A cached prefix is reusable only up to
+// a saved recurrent state (docs/MEMORY.md, "Hybrid models"): the end of
+// each sequence leaves one, so every turn resumes where the last one ended,
+// exactly as above. A second conversation on the same system prompt finds
+// no state where it branches off the first time (0 cached), leaves one
+// there, and a third conversation resumes from it.
+{
+  const model = makeModel(['--preset', 'qwen35-tiny', '--type', 'q8_0']);
+  const srv = await startServer(['-m', model, '--test-replay', '--threads', '2',
+    '--prompt-cache-size', '4', '--prompt-cache-bytes', '64MiB',
+    '--ctx-size', '4096', '--decode-concurrency', '2', '--prefill-step-size', '256']);
+  const { system, turns } = await conversation('hybrid', srv, { systemWords: 400, userWords: 40, maxTokens: 64, replay: true, step: 256 });
+  checkFlatTtft('hybrid', turns, 256);
+  const ask = async (content) => {
+    const r = await streamChat(srv.base, { messages: [system, { role: 'user', content }], max_tokens: 4, temperature: 0, test_replay: 'ok' });
+    return { status: r.status, cached: r.usage && r.usage.prompt_tokens_details.cached_tokens, prompt: r.usage && r.usage.prompt_tokens };
+  };
+  const second = await ask('hello there'), third = await ask('good morning');
+  console.log(`hybrid: new conversations on the same system prompt: ${JSON.stringify([second, third])}`);
+  check(second.status === 200 && third.status === 200, 'hybrid: both new conversations answered');
+  check(third.cached >= 400 && third.cached < third.prompt,
+        `hybrid: the third conversation resumes from the state saved where the second branched off (${third.cached} cached)`);
+  // the last answer's commit step and cache insert run after the response: let them finish
+  await new Promise((res) => setTimeout(res, 500));
+  const mem = await (await fetch(`${srv.base}/v1/memory`)).json();
+  const ck = mem.prompt_cache.checkpoints, lines = mem.budget.lines;
+  check(ck && ck.entries > 0 && ck.bytes === lines.rec_checkpoints.bytes,
+        `hybrid: checkpoints on their own ledger line (${ck && ck.entries} entries, ${ck && ck.bytes} bytes, line ${lines.rec_checkpoints.bytes})`);
+  check(ck && mem.prompt_cache.bytes + ck.bytes <= mem.prompt_cache.max_bytes,
+        `hybrid: cached KV ${mem.prompt_cache.bytes} + checkpoints ${ck && ck.bytes} within the byte cap ${mem.prompt_cache.max_bytes}`);
+  check(lines.rec_state.bytes > 0, `hybrid: the running slots' states are a ledger line (${lines.rec_state.bytes})`);
+  const ex = await srv.stop();
+  check(ex.code === 0, `hybrid: clean exit (${JSON.stringify(ex)})`);
+}
 finish();

@@ -1,0 +1,156 @@
+/* state_cache.c - saved recurrent states (state_cache.h).
+ *
+ * Owns the entries: a small array scanned linearly (a server keeps tens of
+ * checkpoints, each of them megabytes; the scan is nothing next to the
+ * prefill it saves). Each entry holds its tokens (malloc) and its state
+ * (kw_mem_alloc, KW_MEM_KV), a last-use stamp for LRU eviction. */
+#include "kvwise/state_cache.h"
+#include "kvwise/memory.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sc_entry {
+    int32_t n;
+    int32_t *tokens;
+    float *state;
+    uint64_t used;              /* stamp of the last save or restore */
+} sc_entry;
+
+struct kw_state_cache {
+    size_t state_bytes;
+    int32_t max_entries;
+    uint64_t max_bytes;
+    sc_entry *e;
+    int32_t n, cap;
+    uint64_t bytes, clock;
+    uint64_t saves, hits, evicted;
+};
+
+kw_state_cache *kw_state_cache_create(size_t state_bytes, int32_t max_entries, uint64_t max_bytes) {
+    if (state_bytes == 0) return NULL;
+    kw_state_cache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->state_bytes = state_bytes;
+    c->max_entries = max_entries > 0 ? max_entries : 0;
+    c->max_bytes = max_bytes;
+    return c;
+}
+
+static void drop(kw_state_cache *c, int32_t i) {
+    c->bytes -= kw_state_cache_entry_bytes(c, c->e[i].n);
+    free(c->e[i].tokens);
+    kw_mem_free(c->e[i].state);
+    c->e[i] = c->e[--c->n];
+}
+
+void kw_state_cache_destroy(kw_state_cache *c) {
+    if (!c) return;
+    while (c->n > 0) drop(c, c->n - 1);
+    free(c->e);
+    free(c);
+}
+
+uint64_t kw_state_cache_entry_bytes(const kw_state_cache *c, int32_t n) {
+    return (uint64_t)c->state_bytes + (uint64_t)n * sizeof(int32_t);
+}
+
+static int32_t find(const kw_state_cache *c, const int32_t *tokens, int32_t n) {
+    for (int32_t i = 0; i < c->n; i++)
+        if (c->e[i].n == n && !memcmp(c->e[i].tokens, tokens, (size_t)n * sizeof *tokens)) return i;
+    return -1;
+}
+
+static void evict_lru(kw_state_cache *c) {
+    int32_t old = 0;
+    for (int32_t i = 1; i < c->n; i++)
+        if (c->e[i].used < c->e[old].used) old = i;
+    drop(c, old);
+    c->evicted++;
+}
+
+bool kw_state_cache_evict_oldest(kw_state_cache *c) {
+    if (!c || c->n == 0) return false;
+    evict_lru(c);
+    return true;
+}
+
+/* Evicts until `more` entries of `bytes` each fit beside the rest. */
+static void make_room(kw_state_cache *c, int32_t more, uint64_t bytes) {
+    while (c->n > 0 && (c->n + more > c->max_entries || c->bytes + (uint64_t)more * bytes > c->max_bytes))
+        evict_lru(c);
+}
+
+int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, const float *state) {
+    if (!c || !tokens || n <= 0 || !state) return -1;
+    int32_t i = find(c, tokens, n);
+    if (i >= 0) {   /* the same tokens give the same state: refresh it */
+        memcpy(c->e[i].state, state, c->state_bytes);
+        c->e[i].used = ++c->clock;
+        c->saves++;
+        return 0;
+    }
+    uint64_t need = kw_state_cache_entry_bytes(c, n);
+    if (c->max_entries < 1 || need > c->max_bytes) return -1;
+    make_room(c, 1, need);
+    if (c->n == c->cap) {
+        int32_t cap = c->cap ? 2 * c->cap : 8;
+        sc_entry *e = realloc(c->e, (size_t)cap * sizeof *e);
+        if (!e) return -1;
+        c->e = e;
+        c->cap = cap;
+    }
+    sc_entry en = {.n = n, .tokens = malloc((size_t)n * sizeof *tokens), .state = kw_mem_alloc(KW_MEM_KV, c->state_bytes)};
+    if (!en.tokens || !en.state) {
+        free(en.tokens);
+        kw_mem_free(en.state);
+        return -1;
+    }
+    memcpy(en.tokens, tokens, (size_t)n * sizeof *tokens);
+    memcpy(en.state, state, c->state_bytes);
+    en.used = ++c->clock;
+    c->e[c->n++] = en;
+    c->bytes += need;
+    c->saves++;
+    return 0;
+}
+
+int32_t kw_state_cache_longest(const kw_state_cache *c, const int32_t *prompt, int32_t max_n) {
+    int32_t best = 0;
+    for (int32_t i = 0; c && prompt && i < c->n; i++) {
+        const sc_entry *e = &c->e[i];
+        if (e->n <= max_n && e->n > best && !memcmp(e->tokens, prompt, (size_t)e->n * sizeof *prompt)) best = e->n;
+    }
+    return best;
+}
+
+int kw_state_cache_restore(kw_state_cache *c, const int32_t *prompt, int32_t n, float *dst) {
+    int32_t i = c && prompt && dst && n > 0 ? find(c, prompt, n) : -1;
+    if (i < 0) return -1;
+    memcpy(dst, c->e[i].state, c->state_bytes);
+    c->e[i].used = ++c->clock;
+    c->hits++;
+    return 0;
+}
+
+void kw_state_cache_set_caps(kw_state_cache *c, int32_t max_entries, uint64_t max_bytes) {
+    if (!c) return;
+    c->max_entries = max_entries > 0 ? max_entries : 0;
+    c->max_bytes = max_bytes;
+    make_room(c, 0, 0);
+}
+
+kw_state_cache_stats kw_state_cache_get_stats(const kw_state_cache *c) {
+    kw_state_cache_stats s;
+    memset(&s, 0, sizeof s);
+    if (!c) return s;
+    s.entries = c->n;
+    s.max_entries = c->max_entries;
+    s.bytes = c->bytes;
+    s.max_bytes = c->max_bytes;
+    s.saves = c->saves;
+    s.hits = c->hits;
+    s.evicted = c->evicted;
+    for (int32_t i = 0; i < c->n; i++)
+        if (c->e[i].n > s.longest) s.longest = c->e[i].n;
+    return s;
+}
