@@ -555,9 +555,9 @@ static int output_grammar(kw_job *j, const cJSON *root, kw_engine *eng, const ch
     if (kw_job_parse_format(j, root, e) < 0) return -1;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     if (j->req.grammar && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 && choice != TC_NONE)
-        return kw_http_error_set(e, 400, "response_format", "unsupported_value",
-                                 "an output grammar (response_format / grammar) together with tools is not supported; "
-                                 "set tool_choice to \"none\" or drop the tools");
+        return kw_http_error_set(e, 400, j->gparam, "unsupported_value",
+                                 "an output grammar ('%s') together with tools is not supported; "
+                                 "set tool_choice to \"none\" or drop the tools", j->gparam);
     if (fc->on && forced_call_grammar(j, fc, choice, named, tools, e) < 0) return -1;
     if (!j->req.grammar) return 0;
     if (fc->prefill && fc->prefill[0]) {

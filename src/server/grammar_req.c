@@ -328,6 +328,7 @@ int kw_job_set_grammar(kw_job *j, int kind, const char *text, size_t len, bool s
         return kw_http_error_set(e, 503, NULL, "out_of_memory", "out of memory for the grammar matcher");
     }
     j->gent = ent;
+    j->gparam = param;
     j->req.grammar = m;
     return 0;
 }

@@ -127,6 +127,7 @@ struct kw_job {
     double t_start;             /* Ollama durations: when the job was made (monotonic s) */
     double t_admitted, t_first; /* ... when it got a slot, when the first token came */
     struct gc_entry *gent;      /* structured outputs: the cached grammar req.grammar runs on (grammar_req.c) */
+    const char *gparam;         /* the request field that asked for it (errors name it) */
 };
 
 

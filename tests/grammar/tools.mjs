@@ -161,6 +161,61 @@ async function suite(label, P) {
   }
 }
 
+// Anthropic Messages: tool_choice tool / any, strict tools, output_format / output_config.format.
+async function messagesSuite(P) {
+  const atools = [{ name: 'get_weather', description: 'weather', input_schema: WEATHER },
+    { name: 'create_ticket', description: 'ticket', input_schema: TICKET, strict: true }];
+  const msg = (extra) => ({ model: 'm', max_tokens: 1200, messages: [{ role: 'user', content: 'Do what is needed.' }], tools: atools, ...extra });
+  const uses = (r) => (r.json?.content ?? []).filter((b) => b.type === 'tool_use');
+  const checkUse = (what, r, names, list) => {
+    check(r.status === 200, `${what}: 200`, r.json ?? r.text);
+    check(list.length === 1 && names.includes(list[0].name), `${what}: one tool_use naming ${names.join('|')}`, r.json ?? r.text.slice(0, 800));
+    const v = SCHEMAS[list[0]?.name];
+    check(v && typeof list[0].input === 'object' && v(list[0].input), `${what}: the input validates (ajv)`, { input: list[0]?.input, errors: v?.errors });
+  };
+  for (const sp of [{ temperature: 0 }, { temperature: 1, top_k: 0 }, { temperature: 1, top_p: 0.95 }]) {
+    for (const fn of ['get_weather', 'create_ticket']) {
+      const what = `messages tool ${fn} ${JSON.stringify(sp)}`;
+      const r = await post(P, '/v1/messages', msg({ ...sp, tool_choice: { type: 'tool', name: fn } }));
+      checkUse(what, r, [fn], uses(r));
+      check(r.json?.stop_reason === 'tool_use', `${what}: stop_reason tool_use`, r.json);
+    }
+    const r = await post(P, '/v1/messages', msg({ ...sp, tool_choice: { type: 'any' } }));
+    checkUse(`messages any ${JSON.stringify(sp)}`, r, ['get_weather', 'create_ticket'], uses(r));
+  }
+  // streamed: input_json_delta fragments join to a valid input
+  {
+    const r = await post(P, '/v1/messages', msg({ stream: true, temperature: 1, tool_choice: { type: 'tool', name: 'create_ticket' } }));
+    const evs = r.text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+    const start = evs.find((e) => e.type === 'content_block_start' && e.content_block?.type === 'tool_use');
+    const json = evs.filter((e) => e.type === 'content_block_delta' && e.delta?.type === 'input_json_delta').map((e) => e.delta.partial_json).join('');
+    const p = tryParse(json);
+    checkUse('messages stream tool create_ticket', r, ['create_ticket'], start && p.ok ? [{ name: start.content_block.name, input: p.v }] : []);
+  }
+  // output_format / output_config.format: the text answer under the schema
+  for (const [field, seed] of [['output_format', 1], ['output_format', 2], ['output_config', 3]]) {
+    const fmt = { type: 'json_schema', schema: TICKET };
+    const body = { model: 'm', max_tokens: 1500, temperature: 1, messages: [{ role: 'user', content: 'File a ticket.' }],
+      ...(field === 'output_format' ? { output_format: fmt } : { output_config: { format: fmt } }) };
+    const r = await post(P, '/v1/messages', body);
+    const text = (r.json?.content ?? []).filter((b) => b.type === 'text').map((b) => b.text).join('');
+    const p = tryParse(text);
+    check(r.status === 200 && r.json.stop_reason === 'end_turn', `messages ${field} ${seed}: 200 end_turn`, r.json);
+    check(p.ok && SCHEMAS.create_ticket(p.v), `messages ${field} ${seed}: the text validates (ajv)`, { text, errors: SCHEMAS.create_ticket.errors });
+  }
+  // refusals name the field
+  let r = await post(P, '/v1/messages', msg({ tool_choice: { type: 'tool', name: 'send_mail' } }));
+  check(r.status === 400 && /send_mail/.test(r.json?.error?.message ?? ''), 'messages: a tool not in tools -> 400 naming it', r.json);
+  r = await post(P, '/v1/messages', { ...msg({}), tools: undefined, output_format: { type: 'xml' } });
+  check(r.status === 400 && /output_format/.test(r.json?.error?.message ?? ''), 'messages: output_format of an unknown type -> 400 naming it', r.json);
+  r = await post(P, '/v1/messages', { ...msg({}), tools: undefined, output_config: { format: { type: 'json_schema' } } });
+  check(r.status === 400 && /output_config\.format/.test(r.json?.error?.message ?? ''), 'messages: output_config.format without a schema -> 400', r.json);
+  r = await post(P, '/v1/messages', { ...msg({}), tools: undefined, output_format: { type: 'json_schema', schema: { type: 'object', not: {} } } });
+  check(r.status === 400 && /output_format/.test(r.json?.error?.message ?? '') && /'not'/.test(r.json.error.message), 'messages: unsupported schema keyword -> 400 naming it', r.json);
+  r = await post(P, '/v1/messages', msg({ output_format: { type: 'json_schema', schema: TICKET } }));
+  check(r.status === 400 && /output_format/.test(r.json?.error?.message ?? ''), 'messages: output_format with tools -> 400 naming it', r.json);
+}
+
 async function main() {
   // the model's own ChatML template renders no tools: bare JSON calls
   let srv = await startServer();
@@ -183,6 +238,7 @@ async function main() {
     r = await post(P, '/v1/chat/completions', chat({ tool_choice: 'required', tools: [tool('f', { type: 'object' }, 'yes')] }));
     check(r.status === 400 && /strict/.test(r.json?.error?.message ?? ''), 'strict not a boolean: 400', r.json);
   }
+  await messagesSuite(P);
   srv.proc.kill('SIGTERM');
   // a Hermes template: <tool_call> tags around the call object
   srv = await startServer(['--chat-template', hermesPath]);
