@@ -10,7 +10,7 @@
 //     responses.stream (events, finalResponse); a custom tool answered as a
 //     custom_tool_call; a streamed prompt longer than the context ends in
 //     response.failed (context_length_exceeded); the 400s for
-//     previous_response_id, an unknown text.format type, strict tools.
+//     previous_response_id, an unknown text.format type, a non-boolean strict.
 //   - official `@anthropic-ai/sdk`: messages.create (tool_use -> tool_result
 //     -> answer; cache_read_input_tokens), messages.stream (events,
 //     finalMessage), countTokens, thinking blocks, stop_sequence, the 400
@@ -125,7 +125,7 @@ async function openaiResponses(port) {
   for (const [what, body, param] of [
     ['previous_response_id', { previous_response_id: 'resp_x' }, 'previous_response_id'],
     ['text.format xml', { text: { format: { type: 'xml' } } }, 'text.format'],
-    ['strict tools', { tools: [{ ...tools[0], strict: true }] }, 'tools']]) {
+    ['strict not a boolean', { tools: [{ ...tools[0], strict: 'yes' }] }, 'tools']]) {
     let err = null;
     try { await client.responses.create({ model: 'kvwise', input: 'x', ...body }); } catch (e) { err = e; }
     check(err && err.status === 400 && err.param === param, `responses: ${what} -> 400 naming ${param}`, err && err.error);

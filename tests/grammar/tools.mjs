@@ -216,6 +216,38 @@ async function messagesSuite(P) {
   check(r.status === 400 && /output_format/.test(r.json?.error?.message ?? ''), 'messages: output_format with tools -> 400 naming it', r.json);
 }
 
+// Responses: tool_choice {type: function, name} / "required", strict tools; calls are function_call items.
+async function responsesSuite(P) {
+  const rtools = [{ type: 'function', name: 'get_weather', description: 'weather', parameters: WEATHER },
+    { type: 'function', name: 'create_ticket', description: 'ticket', parameters: TICKET, strict: true }];
+  const body = (extra) => ({ model: 'm', max_output_tokens: 1200, input: 'Do what is needed.', tools: rtools, ...extra });
+  const calls = (r) => (r.json?.output ?? []).filter((o) => o.type === 'function_call');
+  const checkFc = (what, r, names, list) => {
+    check(r.status === 200, `${what}: 200`, r.json ?? r.text);
+    check(list.length === 1 && names.includes(list[0].name), `${what}: one function_call naming ${names.join('|')}`, r.json ?? r.text.slice(0, 800));
+    const p = tryParse(list[0]?.arguments), v = SCHEMAS[list[0]?.name];
+    check(p.ok && v && v(p.v), `${what}: the arguments validate (ajv)`, { args: list[0]?.arguments, errors: v?.errors });
+  };
+  for (const sp of [{ temperature: 0 }, { temperature: 1 }, { temperature: 1.2, top_p: 0.9 }]) {
+    for (const fn of ['get_weather', 'create_ticket']) {
+      const r = await post(P, '/v1/responses', body({ ...sp, tool_choice: { type: 'function', name: fn } }));
+      checkFc(`responses function ${fn} ${JSON.stringify(sp)}`, r, [fn], calls(r));
+    }
+    const r = await post(P, '/v1/responses', body({ ...sp, tool_choice: 'required' }));
+    checkFc(`responses required ${JSON.stringify(sp)}`, r, ['get_weather', 'create_ticket'], calls(r));
+  }
+  {
+    const r = await post(P, '/v1/responses', body({ stream: true, temperature: 1, tool_choice: { type: 'function', name: 'create_ticket' } }));
+    const evs = r.text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+    const done = evs.filter((e) => e.type === 'response.output_item.done' && e.item?.type === 'function_call').map((e) => e.item);
+    const deltas = evs.filter((e) => e.type === 'response.function_call_arguments.delta').map((e) => e.delta).join('');
+    checkFc('responses stream function create_ticket', r, ['create_ticket'], done);
+    check(done.length === 1 && deltas === done[0].arguments, 'responses stream: the argument deltas join to the item', { deltas, done });
+  }
+  const r = await post(P, '/v1/responses', body({ tool_choice: { type: 'function', name: 'send_mail' } }));
+  check(r.status === 400 && r.json?.error?.param === 'tool_choice' && /send_mail/.test(r.json.error.message), 'responses: a function not in tools -> 400 naming it', r.json);
+}
+
 async function main() {
   // the model's own ChatML template renders no tools: bare JSON calls
   let srv = await startServer();
@@ -239,6 +271,7 @@ async function main() {
     check(r.status === 400 && /strict/.test(r.json?.error?.message ?? ''), 'strict not a boolean: 400', r.json);
   }
   await messagesSuite(P);
+  await responsesSuite(P);
   srv.proc.kill('SIGTERM');
   // a Hermes template: <tool_call> tags around the call object
   srv = await startServer(['--chat-template', hermesPath]);
