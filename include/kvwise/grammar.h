@@ -107,6 +107,15 @@ typedef struct kw_grammar_call_format {
     const char *open, *close;   /* literal text around the call object (NULL: none) */
     const char *args_key;       /* "arguments" (NULL) or "parameters" */
     bool args_only;
+    /* tool_choice auto: free text that never contains one of text_excl (the
+     * call parser's tags: ASCII, 2-32 bytes, no tag's first character later
+     * in any tag; at most 8), then up to max_calls calls (0: no bound) with
+     * bounded whitespace around them. bare: the output is one call, or text
+     * that does not start with '{' or whitespace (a bare-JSON call parser
+     * reads a leading object as a call). */
+    bool auto_text, bare;
+    const char *const *text_excl;
+    uint32_t n_text_excl, max_calls;
 } kw_grammar_call_format;
 kw_grammar *kw_grammar_tool_call(const kw_grammar_tool *tools, uint32_t n_tools, const kw_grammar_call_format *f,
                                  const kw_json_schema_opts *opts, const kw_grammar_limits *lim, kw_err *err);

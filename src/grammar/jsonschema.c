@@ -896,6 +896,81 @@ static uint32_t call_object(js *j, const kw_grammar_tool *t, const char *key) {
     return ir_seq(ir, (uint32_t[]){head, ws(j), args, ws(j), lit(j, "}")}, 5);
 }
 
+/* Text that never contains one of the ASCII patterns pats, when no first
+ * character of a pattern occurs at a later position of any pattern (a
+ * partial match can then only restart at a first character). Regular:
+ * (N | Seg* Exit)* Seg*, N a character that starts no pattern, Seg a first
+ * character and what may follow it short of a whole pattern (a proper
+ * prefix), Exit a Seg then a character that neither continues it nor starts
+ * a pattern. bare: the text also may not start with '{' or whitespace (a
+ * bare-JSON call parser would take it for a call): empty, or N minus those
+ * then any text, or a text that starts with a pattern's first character
+ * (Seg* Exit (N | Seg* Exit)* Seg*, or Seg+). */
+#define TEXT_EXCL_MAX 8
+#define TEXT_EXCL_LEN 32
+static uint32_t text_without(js *j, const char *const *pats, uint32_t n, bool bare) {
+    gram_ir *ir = j->ir;
+    char first[TEXT_EXCL_MAX];
+    if (n == 0 || n > TEXT_EXCL_MAX) return ir_fail(ir, "tool call grammar: 1 to %d excluded tags", TEXT_EXCL_MAX);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len = strlen(pats[i]);
+        if (len < 2 || len > TEXT_EXCL_LEN) return ir_fail(ir, "tool call grammar: tag '%s' is not 2-%d bytes", pats[i], TEXT_EXCL_LEN);
+        first[i] = pats[i][0];
+    }
+    for (uint32_t i = 0; i < n; i++)
+        for (size_t k = 1; pats[i][k]; k++)
+            if ((unsigned char)pats[i][k] >= 0x80 || memchr(first, pats[i][k], n))
+                return ir_fail(ir, "tool call grammar: tag '%s' repeats a first character", pats[i]);
+    ir_range fr[TEXT_EXCL_MAX];
+    for (uint32_t i = 0; i < n; i++) fr[i] = (ir_range){(unsigned char)first[i], (unsigned char)first[i]};
+    uint32_t segs = G_NONE, exits = G_NONE;
+    for (uint32_t i = 0; i < n; i++) {
+        for (size_t len = 1; pats[i][len]; len++) {          /* the node pats[i][0..len) */
+            bool dup = false, whole = false;
+            for (uint32_t k = 0; k < n; k++) {
+                size_t lk = strlen(pats[k]);
+                if (k < i && lk > len && !memcmp(pats[k], pats[i], len)) dup = true;   /* a node of pattern k too */
+                if (lk <= len && !memcmp(pats[k], pats[i], lk)) whole = true;          /* holds pattern k */
+            }
+            if (dup || whole) continue;
+            ir_range ex[TEXT_EXCL_MAX * 2];
+            uint32_t ne = 0;
+            for (uint32_t k = 0; k < n; k++) ex[ne++] = fr[k];
+            for (uint32_t k = 0; k < n; k++)
+                if (strlen(pats[k]) > len && !memcmp(pats[k], pats[i], len))
+                    ex[ne++] = (ir_range){(unsigned char)pats[k][len], (unsigned char)pats[k][len]};
+            uint32_t node = ir_lit(ir, pats[i], len);
+            uint32_t ex_node = ir_seq2(ir, ir_lit(ir, pats[i], len), ir_class(ir, ex, ne, true));
+            segs = segs == G_NONE ? node : ir_alt2(ir, segs, node);
+            exits = exits == G_NONE ? ex_node : ir_alt2(ir, exits, ex_node);
+        }
+    }
+    if (ir->failed || segs == G_NONE) return ir_fail(ir, "tool call grammar: no tag to exclude");
+    uint32_t seg = as_ref(j, segs, "tag_part"), ext = as_ref(j, exits, "tag_exit");
+    uint32_t item = ir_alt2(ir, ir_class(ir, fr, n, true), ir_seq2(ir, ir_rep(ir, seg, 0, G_INF), ext));
+    uint32_t text = as_ref(j, ir_seq2(ir, ir_rep(ir, item, 0, G_INF), ir_rep(ir, seg, 0, G_INF)), "text");
+    if (!bare) return text;
+    ir_range nb[TEXT_EXCL_MAX + 5] = {{'{', '{'}, {' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}};
+    for (uint32_t i = 0; i < n; i++) nb[5 + i] = fr[i];
+    uint32_t plain = ir_seq2(ir, ir_class(ir, nb, 5 + n, true), text);
+    uint32_t tagged = ir_seq3(ir, ir_rep(ir, seg, 0, G_INF), ext, text);
+    uint32_t partial = ir_rep(ir, seg, 1, G_INF);
+    return ir_alt(ir, (uint32_t[]){ir_empty(ir), plain, tagged, partial}, 4);
+}
+
+/* tool_choice auto: the text (text_without the tags), then up to
+ * max_calls calls with whitespace before each and after the last; bare:
+ * the call alone, or text that cannot be read as one. */
+static uint32_t auto_output(js *j, uint32_t call, const kw_grammar_call_format *f) {
+    gram_ir *ir = j->ir;
+    uint32_t text = text_without(j, f->text_excl, f->n_text_excl, f->bare);
+    if (text == G_NONE) return G_NONE;
+    if (f->bare) return ir_alt2(ir, call, text);
+    uint32_t max = f->max_calls ? f->max_calls : G_INF;
+    uint32_t calls = ir_rep(ir, ir_seq2(ir, ws(j), call), 1, max);
+    return ir_seq2(ir, text, ir_rep(ir, ir_seq2(ir, calls, ws(j)), 0, 1));
+}
+
 kw_grammar *kw_grammar_tool_call(const kw_grammar_tool *tools, uint32_t n_tools, const kw_grammar_call_format *f,
                                  const kw_json_schema_opts *opts, const kw_grammar_limits *lim, kw_err *err) {
     kw_err dummy;
@@ -927,6 +1002,7 @@ kw_grammar *kw_grammar_tool_call(const kw_grammar_tool *tools, uint32_t n_tools,
         }
         if (!ir.failed && calls != G_NONE)
             e = ir_seq3(&ir, lit(&j, f->open ? f->open : ""), calls, lit(&j, f->close ? f->close : ""));
+        if (e != G_NONE && !ir.failed && f->auto_text) e = auto_output(&j, as_ref(&j, e, "tool_call"), f);
     }
     if (e != G_NONE && !ir.failed) ir_rule_define(&ir, root, e);
     ir.root = root;

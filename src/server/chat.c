@@ -389,16 +389,48 @@ static int call_format(const char *prompt, const kw_chat_template *tpl, const ch
  * response_format); a prefill closes one the prompt left open. */
 typedef struct forced_call {
     bool on;
+    bool auto_text;             /* tool_choice auto with a strict tool: text or calls */
     int fmt;
     char *prefill;              /* malloc'd, "" when none */
     const char *open, *close, *key;
     bool args_only;
 } forced_call;
 
+static bool any_strict(const cJSON *tools) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict")) || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "strict")))
+            return true;
+    }
+    return false;
+}
+
+/* tool_choice auto with a strict tool: the text answer is free but for the
+ * call parser's tags, every call is written under the grammar (strict tools'
+ * arguments under their schema). Hermes and templates without a known format
+ * get <tool_call> calls after the text; Llama 3 a bare-JSON call or text.
+ * Mistral's [TOOL_CALLS] is a special token a grammar cannot write: 400. */
+static int auto_strict_plan(forced_call *fc, const char *prompt, const kw_chat_template *tpl, const char *model_tpl,
+                            kw_http_error *e) {
+    fc->on = fc->auto_text = true;
+    fc->fmt = call_format(prompt, tpl, model_tpl);
+    if (fc->fmt == FMT_MISTRAL || fc->fmt == FMT_MISTRAL_ARGS)
+        return kw_http_error_set(e, 400, "tools", "unsupported_value",
+                                 "a tool with \"strict\": true under tool_choice \"auto\" cannot be enforced in this model's "
+                                 "call format ([TOOL_CALLS] is a special token); set tool_choice to \"required\" or name the "
+                                 "function, or set strict to false");
+    if (fc->fmt == FMT_LLAMA3) fc->key = "parameters";
+    else { fc->open = "<tool_call>\n"; fc->close = "\n</tool_call>"; }
+    fc->prefill = strdup("");
+    return fc->prefill ? 0 : kw_http_error_set(e, 500, NULL, NULL, "out of memory");
+}
+
 static int forced_call_plan(forced_call *fc, int mode, const char *named, const cJSON *tools, const char *prompt,
                             const kw_chat_template *tpl, const char *model_tpl, kw_http_error *e) {
     kw_sbuf b = {0};
     memset(fc, 0, sizeof *fc);
+    if (mode == TC_AUTO && cJSON_IsArray(tools) && any_strict(tools)) return auto_strict_plan(fc, prompt, tpl, model_tpl, e);
     fc->on = (mode == TC_REQUIRED || mode == TC_NAMED) && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
     fc->fmt = fc->on ? call_format(prompt, tpl, model_tpl) : FMT_NONE;
     if (fc->on) {
@@ -448,7 +480,10 @@ static int forced_call_grammar(kw_job *j, const forced_call *fc, int mode, const
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 0), "function");
         only = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
     }
-    return kw_job_set_tool_grammar(j, tools, only, fc->open, fc->close, fc->key, fc->args_only, "tool_choice", e);
+    kw_tool_grammar_req r = {.tools = tools, .only = only, .open = fc->open, .close = fc->close, .args_key = fc->key,
+                             .args_only = fc->args_only, .auto_text = fc->auto_text,
+                             .bare = fc->auto_text && fc->fmt == FMT_LLAMA3, .max_calls = j->single_call ? 1 : 0};
+    return kw_job_set_tool_grammar(j, &r, fc->auto_text ? "tools" : "tool_choice", e);
 }
 
 /* ---- the output parser ---------------------------------------------------- */
@@ -499,7 +534,7 @@ static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template 
                   (eng->chat_template && strstr(eng->chat_template, "<think>"));
     if (!use_tools && (!thinks || j->logprobs)) return 0;
     unsigned flags = (use_tools ? KW_TC_TOOLS : 0) | (opens_think ? KW_TC_START_IN_THINK : 0) |
-                     (use_tools && (tpl->family == KW_TPL_LLAMA3 || (fc->on && fc->fmt == FMT_NONE)) ? KW_TC_BARE_JSON : 0);
+                     (use_tools && (tpl->family == KW_TPL_LLAMA3 || (fc->on && !fc->auto_text && fc->fmt == FMT_NONE)) ? KW_TC_BARE_JSON : 0);
     j->tp = malloc(sizeof *j->tp);
     if (!j->tp) return -1;
     kw_toolparse_init(j->tp, flags, on_piece, j);

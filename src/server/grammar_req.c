@@ -190,8 +190,11 @@ static const char *kind_name(int kind) {
     }
 }
 
-/* KW_GK_TOOLS source: {"open","close","key","args_only","tools":[{"name","parameters","strict"}]}
- * (written by kw_job_set_tool_grammar, so its shape is trusted). */
+/* KW_GK_TOOLS source: {"open","close","key","args_only","auto","bare","max_calls",
+ * "tools":[{"name","parameters","strict"}]} (written by kw_job_set_tool_grammar,
+ * so its shape is trusted). Text under tool_choice auto never holds a tag
+ * the call parser (toolcall.c) reads as the start of a call. */
+static const char *const k_call_tags[] = {"<tool_call>", "<|python_tag|>", "[TOOL_CALLS]"};
 #define TOOL_GRAMMAR_MAX 128
 static kw_grammar *compile_tools(const char *text, size_t len, const kw_json_schema_opts *jo, kw_err *err) {
     cJSON *spec = cJSON_ParseWithLength(text, len);
@@ -217,6 +220,11 @@ static kw_grammar *compile_tools(const char *text, size_t len, const kw_json_sch
         .close = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "close")),
         .args_key = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "key")),
         .args_only = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "args_only")),
+        .auto_text = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "auto")),
+        .bare = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "bare")),
+        .text_excl = k_call_tags,
+        .n_text_excl = (uint32_t)(sizeof k_call_tags / sizeof *k_call_tags),
+        .max_calls = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(spec, "max_calls")),
     };
     kw_grammar *g = kw_grammar_tool_call(tools, (uint32_t)n, &f, jo, NULL, err);
     cJSON_Delete(spec);
@@ -391,16 +399,18 @@ static const cJSON *tool_function(const cJSON *tool) {
     return cJSON_IsObject(fn) ? fn : NULL;
 }
 
-int kw_job_set_tool_grammar(kw_job *j, const cJSON *tools, const char *only, const char *open, const char *close,
-                            const char *args_key, bool args_only, const char *param, kw_http_error *e) {
+int kw_job_set_tool_grammar(kw_job *j, const kw_tool_grammar_req *r, const char *param, kw_http_error *e) {
     cJSON *spec = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(spec, "tools");
-    if (open) cJSON_AddStringToObject(spec, "open", open);
-    if (close) cJSON_AddStringToObject(spec, "close", close);
-    if (args_key) cJSON_AddStringToObject(spec, "key", args_key);
-    if (args_only) cJSON_AddTrueToObject(spec, "args_only");
+    if (r->open) cJSON_AddStringToObject(spec, "open", r->open);
+    if (r->close) cJSON_AddStringToObject(spec, "close", r->close);
+    if (r->args_key) cJSON_AddStringToObject(spec, "key", r->args_key);
+    if (r->args_only) cJSON_AddTrueToObject(spec, "args_only");
+    if (r->auto_text) cJSON_AddTrueToObject(spec, "auto");
+    if (r->bare) cJSON_AddTrueToObject(spec, "bare");
+    if (r->max_calls) cJSON_AddNumberToObject(spec, "max_calls", r->max_calls);
     const cJSON *t;
     int i = 0;
-    cJSON_ArrayForEach(t, tools) {
+    cJSON_ArrayForEach(t, r->tools) {
         const cJSON *fn = tool_function(t);
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
         if (!name || !name[0]) {
@@ -408,7 +418,7 @@ int kw_job_set_tool_grammar(kw_job *j, const cJSON *tools, const char *only, con
             return kw_http_error_set(e, 400, "tools", "invalid_value", "tools[%d] needs a function with a string 'name'", i);
         }
         i++;
-        if (only && strcmp(name, only)) continue;
+        if (r->only && strcmp(name, r->only)) continue;
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         const cJSON *strict = cJSON_GetObjectItemCaseSensitive(fn, "strict");
         if (!strict) strict = cJSON_GetObjectItemCaseSensitive(t, "strict");
@@ -422,10 +432,11 @@ int kw_job_set_tool_grammar(kw_job *j, const cJSON *tools, const char *only, con
         }
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", name);
-        if (params && cJSON_IsObject(params)) cJSON_AddItemToObject(o, "parameters", cJSON_Duplicate(params, true));
+        bool schema = cJSON_IsObject(params) && (!r->auto_text || cJSON_IsTrue(strict));
+        if (schema) cJSON_AddItemToObject(o, "parameters", cJSON_Duplicate(params, true));
         if (cJSON_IsTrue(strict)) cJSON_AddTrueToObject(o, "strict");
         cJSON_AddItemToArray(list, o);
-        if (args_only) break;
+        if (r->args_only) break;
     }
     char *text = cJSON_PrintUnformatted(spec);
     cJSON_Delete(spec);

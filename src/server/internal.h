@@ -248,15 +248,24 @@ int kw_job_set_schema(kw_job *j, const cJSON *schema, const cJSON *strict, const
  * json_schema, json_schema: {schema, strict}}) or `grammar` (GBNF text). 0
  * when neither asks for a grammar. */
 int kw_job_parse_format(kw_job *j, const cJSON *root, kw_http_error *e);
-/* A forced tool call (tool_choice naming a function or "required"): the
- * answer is one call, in the call format f (open / close text, arguments
- * key, or the arguments alone), to one of tools (an OpenAI-shaped array,
- * {type: function, function: {name, parameters, strict}}; when only is
- * set, just that function), its arguments under the function's parameters
- * schema (strict when the tool says strict: true). Compiled and cached as
- * KW_GK_TOOLS. param names the field for errors. */
-int kw_job_set_tool_grammar(kw_job *j, const cJSON *tools, const char *only, const char *open, const char *close,
-                            const char *args_key, bool args_only, const char *param, kw_http_error *e);
+/* A tool-call grammar (chat.c forced_call_*): the answer is one call, in
+ * the call format (open / close text, arguments key, or the arguments
+ * alone), to one of tools (an OpenAI-shaped array, {type: function,
+ * function: {name, parameters, strict}}; when only is set, just that
+ * function), its arguments under the function's parameters schema (strict
+ * when the tool says strict: true). auto_text (tool_choice auto with strict
+ * tools): text without the call parser's tags, then up to max_calls calls
+ * (0: any), only strict tools' arguments under their schema (the others any
+ * object); bare: one bare-JSON call or text that cannot start one. Compiled
+ * and cached as KW_GK_TOOLS. param names the field for errors. */
+typedef struct kw_tool_grammar_req {
+    const cJSON *tools;
+    const char *only;
+    const char *open, *close, *args_key;
+    bool args_only, auto_text, bare;
+    uint32_t max_calls;
+} kw_tool_grammar_req;
+int kw_job_set_tool_grammar(kw_job *j, const kw_tool_grammar_req *r, const char *param, kw_http_error *e);
 /* Frees the matcher and drops the cache reference (kw_job_free). */
 void kw_job_grammar_free(kw_job *j);
 

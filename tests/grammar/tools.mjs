@@ -248,6 +248,28 @@ async function responsesSuite(P) {
   check(r.status === 400 && r.json?.error?.param === 'tool_choice' && /send_mail/.test(r.json.error.message), 'responses: a function not in tools -> 400 naming it', r.json);
 }
 
+// tool_choice auto with a strict tool: free text without call tags, or calls that validate.
+async function autoStrictSuite(label, P) {
+  const TAGS = ['<tool_call>', '<|python_tag|>', '[TOOL_CALLS]'];
+  let calls = 0, texts = 0;
+  for (const sp of [{ temperature: 0 }, { temperature: 1, seed: 1 }, { temperature: 1, seed: 2 }, { temperature: 1.5, seed: 3 }, { temperature: 2, seed: 4 }]) {
+    const what = `${label} auto strict ${JSON.stringify(sp)}`;
+    const r = await post(P, '/v1/chat/completions', chat({ ...sp, max_tokens: 200 }));
+    const m = r.json?.choices?.[0]?.message;
+    check(r.status === 200 && m, `${what}: 200`, r.json);
+    const tc = m?.tool_calls ?? [];
+    check(!TAGS.some((t) => (m?.content ?? '').includes(t)), `${what}: no call tag in the text`, m?.content);
+    for (const c of tc) {
+      const p = tryParse(c.function?.arguments), v = SCHEMAS[c.function?.name];
+      // only the strict tool's arguments are held to its schema; the other's are any object
+      const ok = p.ok && (c.function.name === 'create_ticket' ? v(p.v) : typeof p.v === 'object' && !Array.isArray(p.v));
+      check(ok, `${what}: a call's arguments validate`, c);
+    }
+    if (tc.length) calls++; else texts++;
+  }
+  check(texts + calls === 5, `${label} auto strict: every answer is text or calls`, { texts, calls });
+}
+
 async function main() {
   // the model's own ChatML template renders no tools: bare JSON calls
   let srv = await startServer();
@@ -270,6 +292,7 @@ async function main() {
     r = await post(P, '/v1/chat/completions', chat({ tool_choice: 'required', tools: [tool('f', { type: 'object' }, 'yes')] }));
     check(r.status === 400 && /strict/.test(r.json?.error?.message ?? ''), 'strict not a boolean: 400', r.json);
   }
+  await autoStrictSuite('chatml', P);
   await messagesSuite(P);
   await responsesSuite(P);
   srv.proc.kill('SIGTERM');
@@ -277,6 +300,7 @@ async function main() {
   srv = await startServer(['--chat-template', hermesPath]);
   P = srv.port;
   await suite('hermes', P);
+  await autoStrictSuite('hermes', P);
   {
     // parallel_tool_calls false: still the one call
     const r = await post(P, '/v1/chat/completions', chat({ temperature: 1, seed: 21, parallel_tool_calls: false, tool_choice: 'required' }));

@@ -342,6 +342,15 @@ async function main() {
         `${what} (stream ${stream})`, [r.text.slice(0, 300), callOf(r, stream)]);
     }
   }
+  // a strict tool under tool_choice auto: the grammar cannot write Mistral's [TOOL_CALLS] (a special token): 400
+  {
+    const strictTools = [{ ...TOOLS[0], function: { ...TOOLS[0].function, strict: true } }, ...TOOLS.slice(1)];
+    const r = await post(mp, { messages, tools: strictTools, test_replay: 'x' });
+    check(r.status === 400 && JSON.parse(r.text).error.param === 'tools' && /strict/.test(r.text), 'mistral: strict tool under auto: 400 naming tools', r.text);
+    const l = await post(lp, { messages, tools: strictTools, test_replay: '{"name": "read", "parameters": {"path": "z"}}' });
+    check(JSON.stringify(callOf(l, false)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: null, calls: [['read', { path: 'z' }]] }),
+      'llama3: strict tool under auto: a bare call is still parsed', l.text.slice(0, 300));
+  }
   // v11+ "required" with several tools cannot be forced (the name is followed by the special [ARGS]): 400
   {
     const r = await post(mp, { messages: v11History, tools: TOOLS, tool_choice: 'required', test_replay: 'x' });
