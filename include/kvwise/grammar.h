@@ -90,6 +90,27 @@ kw_grammar *kw_grammar_from_json_schema_cjson(const void *schema, const kw_json_
 /* response_format {"type":"json_object"}: any JSON object. */
 kw_grammar *kw_grammar_json_object(const kw_json_schema_opts *opts, kw_err *err);
 
+/* A tool call in a template's call format: open, then one call object
+ * {"name": "NAME", "ARGS_KEY": ARGUMENTS} for one of the tools, then close
+ * (e.g. "<tool_call>\n" ... "\n</tool_call>"; "[" ... "]"; "" ... "").
+ * args_only: the output is the arguments object alone (the caller wrote the
+ * rest; exactly one tool). Each tool's arguments are generated under its
+ * parameters JSON Schema (a cJSON *, NULL: any object; $refs resolve within
+ * it), OpenAI-strict when strict. opts gives the whitespace (its strict is
+ * not used). Same subset and errors as kw_grammar_from_json_schema. */
+typedef struct kw_grammar_tool {
+    const char *name;
+    const void *parameters;     /* cJSON * or NULL */
+    bool strict;
+} kw_grammar_tool;
+typedef struct kw_grammar_call_format {
+    const char *open, *close;   /* literal text around the call object (NULL: none) */
+    const char *args_key;       /* "arguments" (NULL) or "parameters" */
+    bool args_only;
+} kw_grammar_call_format;
+kw_grammar *kw_grammar_tool_call(const kw_grammar_tool *tools, uint32_t n_tools, const kw_grammar_call_format *f,
+                                 const kw_json_schema_opts *opts, const kw_grammar_limits *lim, kw_err *err);
+
 void kw_grammar_free(kw_grammar *g);
 /* Sizes for logs and tests; kw_grammar_bytes: the memory the compiled grammar holds. */
 size_t kw_grammar_bytes(const kw_grammar *g);

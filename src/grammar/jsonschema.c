@@ -874,6 +874,68 @@ kw_grammar *kw_grammar_from_json_schema(const char *text, size_t len, const kw_j
     return g;
 }
 
+/* One call object: {"name": "NAME", "KEY": ARGS} with the whitespace of
+ * the options between its tokens; ARGS under the tool's parameters schema
+ * (compiled with that schema as the document its $refs resolve in), any
+ * object when it has none. */
+static uint32_t call_object(js *j, const kw_grammar_tool *t, const char *key) {
+    gram_ir *ir = j->ir;
+    uint32_t args;
+    j->doc = t->parameters;
+    j->o.strict = t->strict;
+    if (!t->parameters || cJSON_IsNull((const cJSON *)t->parameters)) {
+        value_rule(j);
+        args = ir_ref(ir, j->r_object);
+    } else {
+        args = as_ref(j, schema(j, t->parameters), "arguments");
+    }
+    if (args == G_NONE) return G_NONE;
+    uint32_t kids[13] = {lit(j, "{"), ws(j), json_key(j, "name"), ws(j), lit(j, ":"), ws(j), json_key(j, t->name),
+                         ws(j), lit(j, ","), ws(j), json_key(j, key), ws(j), lit(j, ":")};
+    uint32_t head = ir_seq(ir, kids, 13);
+    return ir_seq(ir, (uint32_t[]){head, ws(j), args, ws(j), lit(j, "}")}, 5);
+}
+
+kw_grammar *kw_grammar_tool_call(const kw_grammar_tool *tools, uint32_t n_tools, const kw_grammar_call_format *f,
+                                 const kw_json_schema_opts *opts, const kw_grammar_limits *lim, kw_err *err) {
+    kw_err dummy;
+    if (!err) err = &dummy;
+    if (!tools || !n_tools || !f) { kw_err_set(err, "tool call grammar: no tools"); return NULL; }
+    if (f->args_only && n_tools != 1) { kw_err_set(err, "tool call grammar: arguments alone need exactly one tool"); return NULL; }
+    gram_ir ir;
+    ir_init(&ir, lim, err);
+    js j;
+    memset(&j, 0, sizeof j);
+    j.ir = &ir;
+    if (opts) j.o = *opts;
+    j.r_string = j.r_number = j.r_integer = j.r_value = j.r_object = j.r_array = G_NONE;
+    uint32_t root = ir_rule_get(&ir, "root", 4);
+    uint32_t e = G_NONE;
+    if (f->args_only) {
+        j.doc = tools[0].parameters;
+        j.o.strict = tools[0].strict;
+        if (!tools[0].parameters || cJSON_IsNull((const cJSON *)tools[0].parameters)) {
+            value_rule(&j);
+            e = ir_ref(&ir, j.r_object);
+        } else e = schema(&j, tools[0].parameters);
+    } else {
+        uint32_t calls = G_NONE;
+        for (uint32_t i = 0; i < n_tools && !ir.failed; i++) {
+            if (!tools[i].name || !tools[i].name[0]) { ir_fail(&ir, "tool call grammar: a tool has no name"); break; }
+            uint32_t c = as_ref(&j, call_object(&j, &tools[i], f->args_key ? f->args_key : "arguments"), "call");
+            calls = calls == G_NONE ? c : ir_alt2(&ir, calls, c);
+        }
+        if (!ir.failed && calls != G_NONE)
+            e = ir_seq3(&ir, lit(&j, f->open ? f->open : ""), calls, lit(&j, f->close ? f->close : ""));
+    }
+    if (e != G_NONE && !ir.failed) ir_rule_define(&ir, root, e);
+    ir.root = root;
+    for (uint32_t i = 0; i < j.n_tmp; i++) cJSON_Delete(j.tmp[i]);
+    kw_mem_free(j.tmp);
+    kw_mem_free(j.refs);
+    return ir_compile_free(&ir);
+}
+
 kw_grammar *kw_grammar_json_object(const kw_json_schema_opts *opts, kw_err *err) {
     return compile_doc(NULL, opts, NULL, err, true);
 }

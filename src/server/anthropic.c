@@ -10,9 +10,11 @@
  * top_k, stop_sequences; thinking disabled -> enable_thinking false.
  * Accepted and ignored (annotations with nothing to apply here):
  * metadata, context_management, cache_control, service_tier,
- * output_config.effort, thinking budget_tokens. Rejected with a 400 naming
- * the field (structured outputs are not applied yet): output_format,
- * output_config.format, a tool's strict: true.
+ * output_config.effort, thinking budget_tokens. Structured outputs:
+ * output_format / output_config.format {type: json_schema, schema}
+ * constrain the text answer; tool_choice any / tool force a call whose
+ * input is generated under the tool's input_schema (chat.c), strict when
+ * the tool says strict: true.
  *
  * Answer: a message with content blocks (thinking, text, tool_use) and
  * usage {input_tokens (not from the cache), cache_read_input_tokens,
@@ -236,9 +238,9 @@ static int map_tools(const cJSON *root, cJSON *canon, kw_http_error *e) {
             return kw_http_error_set(e, 400, "tools", "invalid_type", "tools[%d] needs a string 'name'", i);
         if (schema && !cJSON_IsObject(schema))
             return kw_http_error_set(e, 400, "tools", "invalid_type", "tools[%d].input_schema must be an object", i);
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "strict")))
-            return kw_http_error_set(e, 400, "tools", "invalid_value", "tools[%d].strict: true is not supported yet "
-                                     "(constrained decoding of tool inputs)", i);
+        const cJSON *strict = cJSON_GetObjectItemCaseSensitive(t, "strict");
+        if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
+            return kw_http_error_set(e, 400, "tools", "invalid_type", "tools[%d].strict must be a boolean", i);
         i++;
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "defer_loading"))) continue;
         cJSON *ft = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(ft, "function");
@@ -247,6 +249,7 @@ static int map_tools(const cJSON *root, cJSON *canon, kw_http_error *e) {
         const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
         if (cJSON_IsString(desc)) cJSON_AddStringToObject(fn, "description", desc->valuestring);
         cJSON_AddItemToObject(fn, "parameters", schema ? cJSON_Duplicate(schema, 1) : cJSON_CreateObject());
+        if (cJSON_IsTrue(strict)) cJSON_AddTrueToObject(fn, "strict");
         cJSON_AddItemToArray(out, ft);
     }
     return 0;
@@ -276,17 +279,41 @@ static int map_tool_choice(const cJSON *root, cJSON *canon, kw_http_error *e) {
     return 0;
 }
 
+/* Structured outputs: output_format (or output_config.format, the same
+ * object) {type: "json_schema", schema} constrains the text answer through
+ * the same grammar request as chat's response_format. Strict as Anthropic's
+ * structured outputs are: an object without additionalProperties allows
+ * none. Any other type is a 400 naming the field. */
+static int map_output_format(const cJSON *root, kw_job *j, kw_http_error *e) {
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(root, "output_format");
+    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(root, "output_config");
+    const cJSON *ocf = cJSON_IsObject(oc) ? cJSON_GetObjectItemCaseSensitive(oc, "format") : NULL;
+    const char *param = "output_format";
+    if (of && !cJSON_IsNull(of) && ocf && !cJSON_IsNull(ocf))
+        return kw_http_error_set(e, 400, "output_format", "invalid_value",
+                                 "'output_format' and 'output_config.format' cannot both be given");
+    if (!of || cJSON_IsNull(of)) { of = ocf; param = "output_config.format"; }
+    if (!of || cJSON_IsNull(of)) return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(of, "type");
+    if (!cJSON_IsObject(of) || !cJSON_IsString(type))
+        return kw_http_error_set(e, 400, param, "invalid_type", "'%s' must be an object with a string 'type'", param);
+    if (strcmp(type->valuestring, "json_schema"))
+        return kw_http_error_set(e, 400, param, "invalid_value", "'%s.type' must be json_schema (got '%.40s')", param,
+                                 type->valuestring);
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(of, "schema");
+    if (!cJSON_IsObject(schema))
+        return kw_http_error_set(e, 400, param, "invalid_type", "'%s.schema' must be a JSON Schema object", param);
+    cJSON *strict = cJSON_CreateTrue();
+    int rc = kw_job_set_schema(j, schema, strict, param, e);
+    cJSON_Delete(strict);
+    return rc;
+}
+
 /* thinking: {type: enabled | adaptive (the template's default) | disabled
  * (enable_thinking false), budget_tokens (not enforced), display: omitted
  * (thinking blocks without their text)}; output_config.effort is an
- * annotation; a schema (output_format, output_config.format) is refused. */
+ * annotation. */
 static int map_thinking(const cJSON *root, kw_job *j, cJSON *canon, kw_http_error *e) {
-    if (cJSON_GetObjectItemCaseSensitive(root, "output_format"))
-        return kw_http_error_set(e, 400, "output_format", "invalid_value", "'output_format' (structured outputs) is not supported yet");
-    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(root, "output_config");
-    if (cJSON_IsObject(oc) && cJSON_GetObjectItemCaseSensitive(oc, "format") && !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(oc, "format")))
-        return kw_http_error_set(e, 400, "output_config.format", "invalid_value",
-                                 "'output_config.format' (structured outputs) is not supported yet");
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
     if (!th || cJSON_IsNull(th)) return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(th, "type");
@@ -326,7 +353,8 @@ kw_job *kw_anthropic_parse(struct kw_server *srv, kw_engine *eng, const kw_chat_
     canon = cJSON_CreateObject();
     if (!j || !canon) { kw_http_error_set(e, 500, NULL, NULL, "out of memory"); goto fail; }
     if (parse_fields(root, j, count, e) < 0 || map_messages(root, canon, e) < 0 || map_tools(root, canon, e) < 0 ||
-        map_tool_choice(root, canon, e) < 0 || map_thinking(root, j, canon, e) < 0) goto fail;
+        map_tool_choice(root, canon, e) < 0 || map_thinking(root, j, canon, e) < 0 ||
+        (!count && map_output_format(root, j, e) < 0)) goto fail;
     const cJSON *replay = cJSON_GetObjectItemCaseSensitive(root, "test_replay");
     if (replay) cJSON_AddItemToObject(canon, "test_replay", cJSON_Duplicate(replay, 1));
     if (kw_chat_tokenize(j, canon, tpl, eng, e) < 0) goto fail;

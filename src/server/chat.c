@@ -375,44 +375,80 @@ static int call_format(const char *prompt, const kw_chat_template *tpl, const ch
     return FMT_NONE;
 }
 
-/* tool_choice required / named, without constrained decoding: the assistant
- * turn is prefilled with the format's call opener (and, for a named function,
- * the call's name) so the model continues inside a call. Only when the
- * template rendered the tools (their name is in the prompt) and the format is
- * known; else "" (the model may still answer without a call). A prompt that
- * left <think> open gets it closed first. Mistral v11+: `[TOOL_CALLS]`, and
- * `NAME[ARGS]` after it for a named function. malloc'd. */
-static char *tool_prefill(int mode, const char *named, const cJSON *tools, const char *prompt, const kw_chat_template *tpl,
-                          const char *model_tpl) {
+/* tool_choice "required" / a named function: the answer must be one call
+ * to the function (or to one of the tools), its arguments generated under
+ * the function's parameters schema. The grammar covers the whole call text
+ * in the format the prompt was rendered for, so the model writes it as it
+ * was trained to and the output parser reads it as any call:
+ *   Hermes      <tool_call>\n{"name": N, "arguments": A}\n</tool_call>
+ *   Llama 3     {"name": N, "parameters": A}
+ *   Mistral     [TOOL_CALLS] prefilled (a special token), then [{"name": N, "arguments": A}]
+ *   Mistral v11 [TOOL_CALLS]N[ARGS] prefilled (special tokens), then A alone
+ *   other       {"name": N, "arguments": A}, read as a bare JSON call
+ * A think block comes first where the model may write one (as for
+ * response_format); a prefill closes one the prompt left open. */
+typedef struct forced_call {
+    bool on;
+    int fmt;
+    char *prefill;              /* malloc'd, "" when none */
+    const char *open, *close, *key;
+    bool args_only;
+} forced_call;
+
+static int forced_call_plan(forced_call *fc, int mode, const char *named, const cJSON *tools, const char *prompt,
+                            const kw_chat_template *tpl, const char *model_tpl, kw_http_error *e) {
     kw_sbuf b = {0};
-    if (mode == TC_REQUIRED || mode == TC_NAMED) {
-        const char *probe = named;
-        if (!probe) {
-            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 0), "function");
-            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
-            probe = cJSON_IsString(nm) ? nm->valuestring : NULL;
-        }
-        int fmt = call_format(prompt, tpl, model_tpl);
-        if (probe && fmt != FMT_NONE && strstr(prompt, probe)) {
+    memset(fc, 0, sizeof *fc);
+    fc->on = (mode == TC_REQUIRED || mode == TC_NAMED) && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    fc->fmt = fc->on ? call_format(prompt, tpl, model_tpl) : FMT_NONE;
+    if (fc->on) {
+        if (fc->fmt == FMT_MISTRAL || fc->fmt == FMT_MISTRAL_ARGS) {
             if (kw_toolparse_prompt_opens_think(prompt)) kw_sbuf_puts(&b, "\n</think>\n\n");
-            if (fmt == FMT_HERMES) kw_sbuf_puts(&b, "<tool_call>\n");
-            else if (fmt == FMT_MISTRAL || fmt == FMT_MISTRAL_ARGS) kw_sbuf_puts(&b, "[TOOL_CALLS]");
-            if (fmt == FMT_MISTRAL_ARGS) {
-                if (mode == TC_NAMED && kw_toolparse_mistral_name(named)) kw_sbuf_printf(&b, "%s[ARGS]", named);
-            } else if (mode == TC_NAMED) {
-                cJSON *s = cJSON_CreateString(named);
-                char *q = s ? cJSON_PrintUnformatted(s) : NULL;
-                if (q) kw_sbuf_printf(&b, "%s{\"name\": %s, \"%s\":", fmt == FMT_MISTRAL ? "[" : "", q,
-                                      fmt == FMT_LLAMA3 ? "parameters" : "arguments");
-                free(q);
-                cJSON_Delete(s);
-            } else if (fmt == FMT_LLAMA3) {
-                kw_sbuf_puts(&b, "{\"name\":");
+            kw_sbuf_puts(&b, "[TOOL_CALLS]");
+        }
+        switch (fc->fmt) {
+        case FMT_HERMES: fc->open = "<tool_call>\n"; fc->close = "\n</tool_call>"; break;
+        case FMT_LLAMA3: fc->key = "parameters"; break;
+        case FMT_MISTRAL: fc->open = "["; fc->close = "]"; break;
+        case FMT_MISTRAL_ARGS: {
+            const char *only = named;
+            if (!only && cJSON_GetArraySize(tools) == 1) {
+                const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 0), "function");
+                only = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
             }
+            if (!only) {
+                kw_sbuf_free(&b);
+                return kw_http_error_set(e, 400, "tool_choice", "unsupported_value",
+                                         "'tool_choice' \"required\" with several tools cannot be enforced in this model's call "
+                                         "format ([TOOL_CALLS]NAME[ARGS]: the name is followed by a special token); "
+                                         "name the function instead");
+            }
+            if (!kw_toolparse_mistral_name(only)) {
+                kw_sbuf_free(&b);
+                return kw_http_error_set(e, 400, "tool_choice", "invalid_value",
+                                         "function name \"%.64s\" cannot be written in this model's call format", only);
+            }
+            kw_sbuf_printf(&b, "%s[ARGS]", only);
+            fc->args_only = true;
+            break;
+        }
+        default: break;
         }
     }
     kw_sbuf_add(&b, "", 0);
-    return kw_sbuf_take(&b);
+    fc->prefill = kw_sbuf_take(&b);
+    return fc->prefill ? 0 : kw_http_error_set(e, 500, NULL, NULL, "out of memory");
+}
+
+/* The forced call's grammar on j (after the prompt is tokenized). */
+static int forced_call_grammar(kw_job *j, const forced_call *fc, int mode, const char *named, const cJSON *tools,
+                               kw_http_error *e) {
+    const char *only = mode == TC_NAMED ? named : NULL;
+    if (fc->args_only && !only) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 0), "function");
+        only = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+    }
+    return kw_job_set_tool_grammar(j, tools, only, fc->open, fc->close, fc->key, fc->args_only, "tool_choice", e);
 }
 
 /* ---- the output parser ---------------------------------------------------- */
@@ -454,7 +490,8 @@ static void on_piece(void *user, const kw_tc_event *ev) {
  * prefill (already in the prompt) is fed to the parser first: it produces
  * no output of its own, it puts the parser inside the call. */
 static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template *tpl, kw_engine *eng,
-                           const char *prompt, int choice, const char *prefill) {
+                           const char *prompt, int choice, const forced_call *fc) {
+    const char *prefill = fc->prefill;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     bool use_tools = cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 && choice != TC_NONE;
     bool opens_think = kw_toolparse_prompt_opens_think(prompt);
@@ -462,7 +499,7 @@ static int toolparse_setup(kw_job *j, const cJSON *root, const kw_chat_template 
                   (eng->chat_template && strstr(eng->chat_template, "<think>"));
     if (!use_tools && (!thinks || j->logprobs)) return 0;
     unsigned flags = (use_tools ? KW_TC_TOOLS : 0) | (opens_think ? KW_TC_START_IN_THINK : 0) |
-                     (use_tools && tpl->family == KW_TPL_LLAMA3 ? KW_TC_BARE_JSON : 0);
+                     (use_tools && (tpl->family == KW_TPL_LLAMA3 || (fc->on && fc->fmt == FMT_NONE)) ? KW_TC_BARE_JSON : 0);
     j->tp = malloc(sizeof *j->tp);
     if (!j->tp) return -1;
     kw_toolparse_init(j->tp, flags, on_piece, j);
@@ -514,15 +551,18 @@ static int32_t think_token(kw_engine *eng) {
  * where it starts: after the think block the prompt opened, or after one
  * the answer may open when the template thinks; else at the first token. */
 static int output_grammar(kw_job *j, const cJSON *root, kw_engine *eng, const char *prompt, int choice,
-                          kw_http_error *e) {
+                          const char *named, const forced_call *fc, kw_http_error *e) {
     if (kw_job_parse_format(j, root, e) < 0) return -1;
-    if (!j->req.grammar) return 0;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 && choice != TC_NONE)
-        return kw_http_error_set(e, 400, "response_format", "unsupported_value",
-                                 "an output grammar (response_format / grammar) together with tools is not supported; "
-                                 "set tool_choice to \"none\" or drop the tools");
-    if (kw_toolparse_prompt_opens_think(prompt)) {
+    if (j->req.grammar && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0 && choice != TC_NONE)
+        return kw_http_error_set(e, 400, j->gparam, "unsupported_value",
+                                 "an output grammar ('%s') together with tools is not supported; "
+                                 "set tool_choice to \"none\" or drop the tools", j->gparam);
+    if (fc->on && forced_call_grammar(j, fc, choice, named, tools, e) < 0) return -1;
+    if (!j->req.grammar) return 0;
+    if (fc->prefill && fc->prefill[0]) {
+        j->req.grammar_think = KW_GTHINK_NONE;      /* the prefill is past any think block */
+    } else if (kw_toolparse_prompt_opens_think(prompt)) {
         j->req.grammar_think = KW_GTHINK_OPEN;
     } else if (strstr(prompt, "<think>") || (eng->chat_template && strstr(eng->chat_template, "<think>"))) {
         j->req.think_tok = think_token(eng);
@@ -544,11 +584,17 @@ int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_eng
     char *text = render_chat(root, tpl, e);
     if (hidden) cJSON_AddItemToObject(root, "tools", hidden);
     if (!text) return -1;
-    char *prefill = tool_prefill(choice, named, cJSON_GetObjectItemCaseSensitive(root, "tools"), text, tpl,
-                                 eng->chat_template);
+    forced_call fc;
+    if (forced_call_plan(&fc, choice, named, cJSON_GetObjectItemCaseSensitive(root, "tools"), text, tpl,
+                         eng->chat_template, e) < 0) {
+        free(text);
+        return -1;
+    }
+    char *prefill = fc.prefill;
     kw_sbuf full = {0};      /* the prompt the model reads: text + prefill */
-    if (prefill) { kw_sbuf_puts(&full, text); kw_sbuf_puts(&full, prefill); }
-    if (!prefill || full.oom) {
+    kw_sbuf_puts(&full, text);
+    kw_sbuf_puts(&full, prefill);
+    if (full.oom) {
         free(text); free(prefill); kw_sbuf_free(&full);
         return kw_http_error_set(e, 500, NULL, NULL, "out of memory");
     }
@@ -565,14 +611,14 @@ int kw_chat_tokenize(kw_job *j, cJSON *root, const kw_chat_template *tpl, kw_eng
     /* special tokens only where the template wrote them, never in the messages (kw_chat_apply) */
     int rc = eng->tokenize(eng, full.p, full.len, !has_bos, KW_SPECIAL_TEMPLATE, &ids, &n_ids, &err);
     kw_sbuf_free(&full);
-    if (rc == 0 && toolparse_setup(j, root, tpl, eng, text, choice, prefill) < 0) {
+    if (rc == 0 && toolparse_setup(j, root, tpl, eng, text, choice, &fc) < 0) {
         free(text); free(prefill); free(ids);
         return kw_http_error_set(e, 500, NULL, NULL, "out of memory");
     }
     if (rc < 0) { free(text); free(prefill); return kw_openai_error_400_or_oom(e, "messages", err.msg); }
     j->req.prompt = ids;
     j->req.n_prompt = (int32_t)n_ids;
-    rc = output_grammar(j, root, eng, text, choice, e);
+    rc = output_grammar(j, root, eng, text, choice, named, &fc, e);
     free(text);
     free(prefill);
     return rc;

@@ -185,13 +185,48 @@ static const char *kind_name(int kind) {
     case KW_GK_GBNF: return "gbnf";
     case KW_GK_REGEX: return "regex";
     case KW_GK_LARK: return "lark";
+    case KW_GK_TOOLS: return "tool call";
     default: return "?";
     }
+}
+
+/* KW_GK_TOOLS source: {"open","close","key","args_only","tools":[{"name","parameters","strict"}]}
+ * (written by kw_job_set_tool_grammar, so its shape is trusted). */
+#define TOOL_GRAMMAR_MAX 128
+static kw_grammar *compile_tools(const char *text, size_t len, const kw_json_schema_opts *jo, kw_err *err) {
+    cJSON *spec = cJSON_ParseWithLength(text, len);
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(spec, "tools");
+    int n = cJSON_GetArraySize(tl);
+    if (!spec || n <= 0 || n > TOOL_GRAMMAR_MAX) {
+        cJSON_Delete(spec);
+        if (n > TOOL_GRAMMAR_MAX) kw_err_set(err, "more than %d tools", TOOL_GRAMMAR_MAX);
+        else kw_err_set(err, "no tools");
+        return NULL;
+    }
+    kw_grammar_tool tools[TOOL_GRAMMAR_MAX];
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tl) {
+        tools[i].name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"));
+        tools[i].parameters = cJSON_GetObjectItemCaseSensitive(t, "parameters");
+        tools[i].strict = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "strict"));
+        i++;
+    }
+    kw_grammar_call_format f = {
+        .open = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "open")),
+        .close = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "close")),
+        .args_key = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "key")),
+        .args_only = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "args_only")),
+    };
+    kw_grammar *g = kw_grammar_tool_call(tools, (uint32_t)n, &f, jo, NULL, err);
+    cJSON_Delete(spec);
+    return g;
 }
 
 static kw_grammar *compile(int kind, const char *text, size_t len, bool strict, kw_err *err) {
     kw_json_schema_opts jo = {.strict = strict, .whitespace = KW_JSON_WS_BOUNDED};
     switch (kind) {
+    case KW_GK_TOOLS: return compile_tools(text, len, &jo, err);
     case KW_GK_JSON_SCHEMA: return kw_grammar_from_json_schema(text, len, &jo, NULL, err);
     case KW_GK_JSON_OBJECT: return kw_grammar_json_object(&jo, err);
     case KW_GK_GBNF: return kw_grammar_from_gbnf(text, len, NULL, err);
@@ -293,6 +328,7 @@ int kw_job_set_grammar(kw_job *j, int kind, const char *text, size_t len, bool s
         return kw_http_error_set(e, 503, NULL, "out_of_memory", "out of memory for the grammar matcher");
     }
     j->gent = ent;
+    j->gparam = param;
     j->req.grammar = m;
     return 0;
 }
@@ -347,4 +383,54 @@ int kw_job_parse_format(kw_job *j, const cJSON *root, kw_http_error *e) {
     }
     if (has_rf) return parse_response_format(j, rf, "response_format", e);
     return 0;
+}
+
+/* The function object of an OpenAI tool entry named name (NULL: any). */
+static const cJSON *tool_function(const cJSON *tool) {
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+    return cJSON_IsObject(fn) ? fn : NULL;
+}
+
+int kw_job_set_tool_grammar(kw_job *j, const cJSON *tools, const char *only, const char *open, const char *close,
+                            const char *args_key, bool args_only, const char *param, kw_http_error *e) {
+    cJSON *spec = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(spec, "tools");
+    if (open) cJSON_AddStringToObject(spec, "open", open);
+    if (close) cJSON_AddStringToObject(spec, "close", close);
+    if (args_key) cJSON_AddStringToObject(spec, "key", args_key);
+    if (args_only) cJSON_AddTrueToObject(spec, "args_only");
+    const cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = tool_function(t);
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+        if (!name || !name[0]) {
+            cJSON_Delete(spec);
+            return kw_http_error_set(e, 400, "tools", "invalid_value", "tools[%d] needs a function with a string 'name'", i);
+        }
+        i++;
+        if (only && strcmp(name, only)) continue;
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        const cJSON *strict = cJSON_GetObjectItemCaseSensitive(fn, "strict");
+        if (!strict) strict = cJSON_GetObjectItemCaseSensitive(t, "strict");
+        if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
+            cJSON_Delete(spec);
+            return kw_http_error_set(e, 400, "tools", "invalid_type", "tools[%d].function.parameters must be a JSON Schema object", i - 1);
+        }
+        if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict)) {
+            cJSON_Delete(spec);
+            return kw_http_error_set(e, 400, "tools", "invalid_type", "tools[%d].function.strict must be a boolean", i - 1);
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", name);
+        if (params && cJSON_IsObject(params)) cJSON_AddItemToObject(o, "parameters", cJSON_Duplicate(params, true));
+        if (cJSON_IsTrue(strict)) cJSON_AddTrueToObject(o, "strict");
+        cJSON_AddItemToArray(list, o);
+        if (args_only) break;
+    }
+    char *text = cJSON_PrintUnformatted(spec);
+    cJSON_Delete(spec);
+    if (!text) return kw_http_error_set(e, 503, NULL, "out_of_memory", "out of memory");
+    int rc = kw_job_set_grammar(j, KW_GK_TOOLS, text, strlen(text), false, param, e);
+    free(text);
+    return rc;
 }

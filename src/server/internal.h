@@ -127,6 +127,7 @@ struct kw_job {
     double t_start;             /* Ollama durations: when the job was made (monotonic s) */
     double t_admitted, t_first; /* ... when it got a slot, when the first token came */
     struct gc_entry *gent;      /* structured outputs: the cached grammar req.grammar runs on (grammar_req.c) */
+    const char *gparam;         /* the request field that asked for it (errors name it) */
 };
 
 
@@ -233,7 +234,7 @@ void kw_gcache_release(kw_gcache *c, struct gc_entry *e);
 /* The server's grammar cache (NULL before an engine is attached). */
 kw_gcache *kw_server_gcache(struct kw_server *s);
 
-enum { KW_GK_JSON_SCHEMA = 0, KW_GK_JSON_OBJECT, KW_GK_GBNF, KW_GK_REGEX, KW_GK_LARK };
+enum { KW_GK_JSON_SCHEMA = 0, KW_GK_JSON_OBJECT, KW_GK_GBNF, KW_GK_REGEX, KW_GK_LARK, KW_GK_TOOLS };
 /* Constrains j's answer by a grammar of kind KW_GK_* compiled from text
  * (cached): j->req.grammar gets a fresh matcher. param names the request
  * field in errors: 400 with the compiler's message (which names the
@@ -247,6 +248,15 @@ int kw_job_set_schema(kw_job *j, const cJSON *schema, const cJSON *strict, const
  * json_schema, json_schema: {schema, strict}}) or `grammar` (GBNF text). 0
  * when neither asks for a grammar. */
 int kw_job_parse_format(kw_job *j, const cJSON *root, kw_http_error *e);
+/* A forced tool call (tool_choice naming a function or "required"): the
+ * answer is one call, in the call format f (open / close text, arguments
+ * key, or the arguments alone), to one of tools (an OpenAI-shaped array,
+ * {type: function, function: {name, parameters, strict}}; when only is
+ * set, just that function), its arguments under the function's parameters
+ * schema (strict when the tool says strict: true). Compiled and cached as
+ * KW_GK_TOOLS. param names the field for errors. */
+int kw_job_set_tool_grammar(kw_job *j, const cJSON *tools, const char *only, const char *open, const char *close,
+                            const char *args_key, bool args_only, const char *param, kw_http_error *e);
 /* Frees the matcher and drops the cache reference (kw_job_free). */
 void kw_job_grammar_free(kw_job *j);
 

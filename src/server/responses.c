@@ -15,8 +15,9 @@
  * Refused with a 400 naming the field: previous_response_id, store: true,
  * background, conversation (nothing is kept), a text.format type other than
  * text / json_object / json_schema (those constrain the answer as chat's
- * response_format does), a tool's strict: true (not applied yet),
- * truncation "auto". Accepted and ignored: include, metadata, user,
+ * response_format does), truncation "auto". tool_choice "required" or
+ * naming a tool forces one call, its arguments generated under the tool's
+ * parameters (chat.c; strict when the tool says strict: true). Accepted and ignored: include, metadata, user,
  * prompt_cache_key (logged), client_metadata, service_tier, safety_identifier,
  * text.verbosity, reasoning.summary.
  *
@@ -247,9 +248,9 @@ static int map_tools(const cJSON *root, kw_job *j, cJSON *canon, kw_http_error *
         bool fn = !strcmp(ty, "function"), custom = !strcmp(ty, "custom");
         if ((fn || custom) && (!cJSON_IsString(name) || !name->valuestring[0]))
             return kw_http_error_set(e, 400, "tools", "invalid_type", "tools[%d] needs a string 'name'", i);
-        if (fn && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "strict")))
-            return kw_http_error_set(e, 400, "tools", "invalid_value", "tools[%d].strict: true is not supported yet "
-                                     "(constrained decoding of arguments)", i);
+        const cJSON *strict = cJSON_GetObjectItemCaseSensitive(t, "strict");
+        if (fn && strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
+            return kw_http_error_set(e, 400, "tools", "invalid_type", "tools[%d].strict must be a boolean", i);
         i++;
         if (fn) {
             cJSON *ft = cJSON_CreateObject(), *f = cJSON_AddObjectToObject(ft, "function");
@@ -259,6 +260,7 @@ static int map_tools(const cJSON *root, kw_job *j, cJSON *canon, kw_http_error *
             if (cJSON_IsString(desc)) cJSON_AddStringToObject(f, "description", desc->valuestring);
             const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
             cJSON_AddItemToObject(f, "parameters", cJSON_IsObject(params) ? cJSON_Duplicate(params, 1) : cJSON_CreateObject());
+            if (cJSON_IsTrue(strict)) cJSON_AddTrueToObject(f, "strict");
             cJSON_AddItemToArray(out, ft);
         } else if (custom) {
             cJSON_AddItemToArray(out, custom_as_function(t, name->valuestring));

@@ -10,11 +10,11 @@
 //     responses.stream (events, finalResponse); a custom tool answered as a
 //     custom_tool_call; a streamed prompt longer than the context ends in
 //     response.failed (context_length_exceeded); the 400s for
-//     previous_response_id, an unknown text.format type, strict tools.
+//     previous_response_id, an unknown text.format type, a non-boolean strict.
 //   - official `@anthropic-ai/sdk`: messages.create (tool_use -> tool_result
 //     -> answer; cache_read_input_tokens), messages.stream (events,
-//     finalMessage), countTokens, thinking blocks, stop_sequence, the 400s
-//     for output_config.format, typed errors (401).
+//     finalMessage), countTokens, thinking blocks, stop_sequence, the 400
+//     for an unknown output_config.format type, typed errors (401).
 import fs from 'node:fs';
 import path from 'node:path';
 import { ANSWER, FILE_TEXT, check, finish, makeModel, modulePath, serve, setup, stopServer, workspace, writeScript } from './lib.mjs';
@@ -125,7 +125,7 @@ async function openaiResponses(port) {
   for (const [what, body, param] of [
     ['previous_response_id', { previous_response_id: 'resp_x' }, 'previous_response_id'],
     ['text.format xml', { text: { format: { type: 'xml' } } }, 'text.format'],
-    ['strict tools', { tools: [{ ...tools[0], strict: true }] }, 'tools']]) {
+    ['strict not a boolean', { tools: [{ ...tools[0], strict: 'yes' }] }, 'tools']]) {
     let err = null;
     try { await client.responses.create({ model: 'kvwise', input: 'x', ...body }); } catch (e) { err = e; }
     check(err && err.status === 400 && err.param === param, `responses: ${what} -> 400 naming ${param}`, err && err.error);
@@ -167,9 +167,9 @@ async function anthropicSdk(port) {
   check(stopped.stop_reason === 'stop_sequence' && stopped.stop_sequence === 'STOP' && stopped.content[0].text === 'one two ',
     'stop_sequences: stop_reason stop_sequence naming it', stopped);
   let err = null;
-  try { await client.messages.create({ model: 'kvwise', max_tokens: 8, messages, output_config: { format: { type: 'json_schema', schema: {} } } }); } catch (e) { err = e; }
+  try { await client.messages.create({ model: 'kvwise', max_tokens: 8, messages, output_config: { format: { type: 'xml' } } }); } catch (e) { err = e; }
   check(err && err.status === 400 && err.error && err.error.error && err.error.error.type === 'invalid_request_error' &&
-    /output_config\.format/.test(err.error.error.message), 'output_config.format -> 400 in Anthropic\'s error shape', err && err.error);
+    /output_config\.format/.test(err.error.error.message), 'output_config.format of an unknown type -> 400 in Anthropic\'s error shape', err && err.error);
   err = null;
   try { await new Anthropic({ apiKey: 'wrong', baseURL: `http://127.0.0.1:${port}`, maxRetries: 0 }).messages.create({ model: 'kvwise', max_tokens: 8, messages }); } catch (e) { err = e; }
   check(err instanceof Anthropic.AuthenticationError, 'a wrong x-api-key -> AuthenticationError (401)', err && String(err));

@@ -7,7 +7,11 @@
 // field by field against the OpenAI chat.completion format: a streamed call
 // is a delta with index, id, type and name (arguments "") and then argument
 // fragments whose concatenation is the non-streamed arguments text. Then
-// tool_choice: none / required / a named function (prefill) / bad values.
+// tool_choice: none / required / a named function (the call format each
+// template gets: the forced-call grammar's text, and the Mistral prefills) /
+// bad values. The replay sampler writes its script as is (the grammar does not
+// apply to scripted tokens): the scripts here are what the grammar lets through;
+// tests/grammar/tools.mjs checks the grammar itself with a sampling model.
 import { spawn, spawnSync } from 'node:child_process';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -272,8 +276,8 @@ async function main() {
   check(r6.status === 400 && JSON.parse(r6.text).error.param === 'tool_choice', 'tool_choice required without tools: 400', r6.text);
   const r7 = await post(port, { messages, tool_choice: 'auto', test_replay: 'x' });
   check(r7.status === 200, 'tool_choice auto without tools: accepted', r7.text);
-  // "required" with a template that does not render tools (the tiny model's ChatML fallback): no prefill is
-  // possible, a model answering without a call finishes with "stop"
+  // "required" with a template that does not render tools (the tiny model's ChatML fallback): no prefill;
+  // a scripted answer without a call (the grammar would not allow it) finishes with "stop"
   const r8 = await post(port, { messages, tools: TOOLS, tool_choice: 'required', test_replay: 'Plain answer.' });
   const m8 = JSON.parse(r8.text).choices[0];
   check(m8.message.content === 'Plain answer.' && !m8.message.tool_calls && m8.finish_reason === 'stop', 'tool_choice required, no call: stop', m8);
@@ -281,8 +285,8 @@ async function main() {
   const usage = async (body) => JSON.parse((await post(tp, { messages, test_replay: 'ok', ...body })).text).usage.prompt_tokens;
   const pNoTools = await usage({}), pNone = await usage({ tools: TOOLS, tool_choice: 'none' }), pAuto = await usage({ tools: TOOLS });
   check(pNone === pNoTools && pAuto > pNone, 'tool_choice none: tools not rendered', { pNoTools, pNone, pAuto });
-  // "required" / named: the assistant turn is prefilled with the call opener (and the name), the model continues
-  // inside the call; the template opened <think>, so the prefill closes it first (no reasoning reported)
+  // "required" / named with a Hermes template: no prefill, the model may think first (the template opened
+  // <think>), then writes <tool_call>{...}</tool_call> (what the forced-call grammar allows)
   const callOf = (r, stream) => {
     if (!stream) {
       const c = JSON.parse(r.text).choices[0];
@@ -307,32 +311,29 @@ async function main() {
   };
   for (const stream of [false, true]) {
     for (const kw of [{}, { chat_template_kwargs: { enable_thinking: false } }]) {
-      const tag = `(stream ${stream}, ${kw.chat_template_kwargs ? 'thinking off' : 'think open'})`;
+      const think = !kw.chat_template_kwargs;
+      const tag = `(stream ${stream}, ${think ? 'think open' : 'thinking off'})`;
+      const pre = think ? 'Let me see.</think>\n\n' : '';
       const req = await post(tp, { messages, tools: TOOLS, tool_choice: 'required', stream, ...kw,
-        test_replay: '{"name": "read", "arguments": {"path": "x"}}\n</tool_call>' });
-      check(JSON.stringify(callOf(req, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: null, calls: [['read', { path: 'x' }]] }),
-        `tool_choice required: prefilled <tool_call> ${tag}`, callOf(req, stream));
+        test_replay: pre + '<tool_call>\n{"name": "read", "arguments": {"path": "x"}}\n</tool_call>' });
+      check(JSON.stringify(callOf(req, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: think ? 'Let me see.' : null, calls: [['read', { path: 'x' }]] }),
+        `tool_choice required: a <tool_call> ${tag}`, callOf(req, stream));
       const named = await post(tp, { messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } }, stream, ...kw,
-        test_replay: ' {"city": "Rome"}}\n</tool_call>' });
-      check(JSON.stringify(callOf(named, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: null, calls: [['get_weather', { city: 'Rome' }]] }),
-        `tool_choice named: prefilled name ${tag}`, callOf(named, stream));
-      // a model that still does not call: the opener it was given goes out as text, finish_reason "stop"
-      const refuse = await post(tp, { messages, tools: TOOLS, tool_choice: 'required', stream, ...kw, test_replay: 'Sure.' });
-      check(JSON.stringify(callOf(refuse, stream)) === JSON.stringify({ finish: 'stop', content: '<tool_call>\nSure.', reasoning: null, calls: [] }),
-        `tool_choice required, model writes no call ${tag}`, callOf(refuse, stream));
+        test_replay: pre + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>' });
+      check(JSON.stringify(callOf(named, stream)) === JSON.stringify({ finish: 'tool_calls', content: null, reasoning: think ? 'Let me see.' : null, calls: [['get_weather', { city: 'Rome' }]] }),
+        `tool_choice named: a <tool_call> ${tag}`, callOf(named, stream));
     }
   }
-  // the prefill in the other call formats: Llama 3 JSON ("parameters", bare at the start) and Mistral [TOOL_CALLS]
+  // the other call formats: Llama 3 JSON ("parameters", bare at the start), Mistral [TOOL_CALLS] (prefilled: a special token)
   const lp = await portOf(srvLlama), mp = await portOf(srvMistral);
   const v11History = [...turn2, { role: 'assistant', content: 'It is 21 degrees.' }, { role: 'user', content: 'And in Rome?' }];
   const fmtCases = [
-    ['llama3 named', lp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}}', ['get_weather', { city: 'Rome' }]],
-    ['llama3 required', lp, 'required', ' "read", "parameters": {"path": "x"}}', ['read', { path: 'x' }]],
+    ['llama3 named', lp, { type: 'function', function: { name: 'get_weather' } }, '{"name": "get_weather", "parameters": {"city": "Rome"}}', ['get_weather', { city: 'Rome' }]],
+    ['llama3 required', lp, 'required', '{"name": "read", "parameters": {"path": "x"}}', ['read', { path: 'x' }]],
     ['llama3 auto (bare JSON)', lp, 'auto', '{"name": "read", "parameters": {"path": "y"}}', ['read', { path: 'y' }]],
-    ['mistral named', mp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}}]', ['get_weather', { city: 'Rome' }]],
+    ['mistral named', mp, { type: 'function', function: { name: 'get_weather' } }, '[{"name": "get_weather", "arguments": {"city": "Rome"}}]', ['get_weather', { city: 'Rome' }]],
     ['mistral required', mp, 'required', '[{"name": "read", "arguments": {"path": "x"}}]', ['read', { path: 'x' }]],
     ['mistral v11 named', mp, { type: 'function', function: { name: 'get_weather' } }, ' {"city": "Rome"}', ['get_weather', { city: 'Rome' }], v11History],
-    ['mistral v11 required', mp, 'required', 'read[CALL_ID]x1[ARGS]{"path": "x"}', ['read', { path: 'x' }], v11History],
   ];
   for (const [what, p, choice, replay, call, msgs] of fmtCases) {
     for (const stream of [false, true]) {
@@ -341,12 +342,17 @@ async function main() {
         `${what} (stream ${stream})`, [r.text.slice(0, 300), callOf(r, stream)]);
     }
   }
+  // v11+ "required" with several tools cannot be forced (the name is followed by the special [ARGS]): 400
+  {
+    const r = await post(mp, { messages: v11History, tools: TOOLS, tool_choice: 'required', test_replay: 'x' });
+    check(r.status === 400 && JSON.parse(r.text).error.param === 'tool_choice' && /name the function/.test(r.text), 'mistral v11 required, several tools: 400', r.text);
+  }
   // which Mistral prefill was used shows in prompt_tokens (prompt + prefill): the v11+ one
-  // ("[TOOL_CALLS]get_weather[ARGS]") is shorter than the list one ('[TOOL_CALLS][{"name": "get_weather", "arguments":')
+  // ("[TOOL_CALLS]get_weather[ARGS]") is longer than the list one ("[TOOL_CALLS]": the grammar writes the rest)
   const named = { type: 'function', function: { name: 'get_weather' } };
   const pt = async (msgs, choice) => JSON.parse((await post(mp, { messages: msgs, tools: TOOLS, tool_choice: choice, test_replay: ' {}' })).text).usage.prompt_tokens;
   const dV11 = (await pt(v11History, named)) - (await pt(v11History, 'auto')), dList = (await pt(messages, named)) - (await pt(messages, 'auto'));
-  check(dV11 > 0 && dV11 < dList, 'mistral named prefill: the v11+ form when the prompt writes calls with [ARGS]', { dV11, dList });
+  check(dList > 0 && dV11 > dList, 'mistral named prefill: the v11+ form when the prompt writes calls with [ARGS]', { dV11, dList });
   // the replay script: rules by last role + tools, by text; no match samples; the request field wins
   const content = async (body) => { const r = await post(tp, { max_tokens: 32, chat_template_kwargs: { enable_thinking: false }, ...body }); return [r.status, r.status === 200 ? JSON.parse(r.text).choices[0].message.content : r.text]; };
   check(JSON.stringify(await content({ messages: [{ role: 'user', content: 'scripted please' }] })) === JSON.stringify([200, 'From the script.']), 'replay script: if_contains');
