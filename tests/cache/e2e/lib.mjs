@@ -93,8 +93,11 @@ export async function post(base, p, body, timeoutMs = 60000) {
   }
 }
 
-// Streams a chat completion; returns {status, ttftMs, usage, text, progress}
-// (progress: the ": prompt_progress a/b" comments, one per prefill chunk but the last).
+// Streams a chat completion; returns {status, ttftMs, usage, text, reasoning,
+// toolCalls, progress} (progress: the ": prompt_progress a/b" comments, one per
+// prefill chunk but the last). TTFT is the first delta that carries output:
+// content, reasoning (a template that opens <think> makes the first tokens
+// reasoning) or a tool call.
 export async function streamChat(base, body, timeoutMs = 60000) {
   const t0 = Date.now();
   const r = await fetch(base + '/v1/chat/completions', {
@@ -103,7 +106,7 @@ export async function streamChat(base, body, timeoutMs = 60000) {
     signal: AbortSignal.timeout(timeoutMs),
   });
   if (r.status !== 200) return { status: r.status, text: await r.text() };
-  let ttftMs = null, usage = null, text = '', buf = '', progress = 0;
+  let ttftMs = null, usage = null, text = '', reasoning = '', buf = '', progress = 0, toolCalls = 0;
   const dec = new TextDecoder();
   for await (const chunk of r.body) {
     buf += dec.decode(chunk, { stream: true });
@@ -118,10 +121,14 @@ export async function streamChat(base, body, timeoutMs = 60000) {
       const j = JSON.parse(data);
       if (j.usage) usage = j.usage;
       const d = j.choices && j.choices[0] && j.choices[0].delta;
-      if (d && d.content) { if (ttftMs === null) ttftMs = Date.now() - t0; text += d.content; }
+      if (!d) continue;
+      if ((d.content || d.reasoning_content || d.tool_calls) && ttftMs === null) ttftMs = Date.now() - t0;
+      if (d.content) text += d.content;
+      if (d.reasoning_content) reasoning += d.reasoning_content;
+      if (d.tool_calls) toolCalls++;
     }
   }
-  return { status: 200, ttftMs, usage, text, progress };
+  return { status: 200, ttftMs, usage, text, reasoning, toolCalls, progress };
 }
 
 // A deterministic word generator: distinct long prompts without randomness.
