@@ -11,10 +11,13 @@
  * schema that draws among the allowed tokens (preferring closing tokens
  * half of the time, so documents end), timing kw_grammar_mask at every
  * step; the share of a decode step uses --decode-ms (default 35, the 1B
- * model's decode step on the dev machine).
+ * model's decode step on the dev machine). Then the other front-ends'
+ * grammars: json_object, GBNF, regex, Lark apply_patch, and tool calls
+ * (forced, and tool_choice auto's tag-free text).
  *
  * usage: bench_grammar [--schemas DIR] [--n-vocab N] [--gguf FILE] [--steps N] [--decode-ms MS]
  *                      [--limit N] [--cputime] */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +182,63 @@ static int walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gramma
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* Tool-call grammars (kw_grammar_tool_call) with two tools: a forced Hermes
+ * call, and tool_choice auto (tag-free text, then calls). The auto walks
+ * never pick EOG and stay in the text (the state every token of a plain
+ * answer is sampled in) for max_steps tokens. */
+static void bench_tools(const kw_grammar_vocab *v, int max_steps, uint32_t *mask, int32_t *allowed) {
+    static const char *const tags[] = {"<tool_call>", "<|python_tag|>", "[TOOL_CALLS]"};
+    const char *sa = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":40},"
+                     "\"unit\":{\"enum\":[\"celsius\",\"fahrenheit\"]}},\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}";
+    const char *sb = "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"maxLength\":80},"
+                     "\"lines\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":8}},\"required\":[\"path\"]}";
+    kw_err e;
+    kw_grammar_tool t[2] = {{.name = "get_weather"}, {.name = "read_file", .strict = true}};
+    cJSON *pa = cJSON_Parse(sa), *pb = cJSON_Parse(sb);
+    t[0].parameters = pa;
+    t[1].parameters = pb;
+    kw_grammar_call_format forms[3] = {
+        {.open = "<tool_call>\n", .close = "\n</tool_call>"},
+        {.open = "<tool_call>\n", .close = "\n</tool_call>", .auto_text = true, .text_excl = tags, .n_text_excl = 3},
+        {.open = "<tool_call>\n", .close = "\n</tool_call>", .auto_text = true, .text_excl = tags, .n_text_excl = 3}};
+    /* the third: another tool set under auto, whose text rule's walks come from the vocab's cache */
+    const char *names[3] = {"tool-forced", "tool-auto", "tool-auto2"};
+    int32_t nv = kw_grammar_vocab_size(v);
+    for (int k = 0; k < 3; k++) {
+        double a = now_sec();
+        kw_grammar *g = kw_grammar_tool_call(k == 2 ? t + 1 : t, k == 2 ? 1 : 2, &forms[k], NULL, NULL, &e);
+        double b = now_sec();
+        kw_grammar_index *ix = g ? kw_grammar_index_new(g, v, NULL, &e) : NULL;
+        double c = now_sec();
+        if (!ix) { fprintf(stderr, "%s: %s\n", names[k], e.msg); kw_grammar_free(g); continue; }
+        dvec st = {0};
+        if (k == 0) {
+            for (uint32_t s = 0; s < 5; s++) walk(g, ix, v, 55 + s, max_steps, "\"]}", &st, mask, allowed);
+        } else {
+            uint32_t seed = 31;
+            kw_grammar_matcher *m = kw_grammar_matcher_new(g, ix, &e);
+            for (int step = 0; m && step < max_steps; step++) {
+                double t0 = now_sec();
+                int32_t n = kw_grammar_mask(m, mask, &e);
+                dpush(&st, now_sec() - t0);
+                if (n <= 0) break;
+                int32_t na = 0;
+                for (int32_t i = 0; i < nv; i++)
+                    if (kw_grammar_mask_test(mask, i) && kw_grammar_vocab_kind(v, i) == KW_GTOK_TEXT) allowed[na++] = i;
+                if (!na || kw_grammar_accept_token(m, allowed[rnd32(&seed) % (uint32_t)na], &e)) break;
+            }
+            kw_grammar_matcher_free(m);
+        }
+        printf("%-12s compile %.2f ms, index %.1f ms, mask mean %.3f ms p99 %.3f ms max %.3f ms (%zu steps)\n",
+               names[k], (b - a) * 1e3, (c - b) * 1e3, mean(&st) * 1e3, pct(&st, 0.99) * 1e3, pct(&st, 1.0) * 1e3, st.n);
+        free(st.v);
+        kw_grammar_index_free(ix);
+        kw_grammar_free(g);
+    }
+    cJSON_Delete(pa);
+    cJSON_Delete(pb);
+}
+
 int main(int argc, char **argv) {
     const char *dir = "tests/grammar/schemas", *gguf = NULL;
     int32_t n_vocab = 151936;
@@ -302,6 +362,7 @@ int main(int argc, char **argv) {
         kw_grammar_index_free(ix);
         kw_grammar_free(g);
     }
+    bench_tools(v, max_steps, mask, allowed);
     for (int i = 0; i < n; i++) free(names[i]);
     free(comp.v); free(idx.v); free(steps.v); free(idx_bytes.v); free(mask); free(allowed);
     kw_grammar_vocab_free(v);

@@ -946,7 +946,7 @@ static uint32_t text_without(js *j, const char *const *pats, uint32_t n, bool ba
         }
     }
     if (ir->failed || segs == G_NONE) return ir_fail(ir, "tool call grammar: no tag to exclude");
-    uint32_t seg = as_ref(j, segs, "tag_part"), ext = as_ref(j, exits, "tag_exit");
+    uint32_t seg = segs, ext = exits;
     uint32_t item = ir_alt2(ir, ir_class(ir, fr, n, true), ir_seq2(ir, ir_rep(ir, seg, 0, G_INF), ext));
     uint32_t text = as_ref(j, ir_seq2(ir, ir_rep(ir, item, 0, G_INF), ir_rep(ir, seg, 0, G_INF)), "text");
     if (!bare) return text;
@@ -959,16 +959,20 @@ static uint32_t text_without(js *j, const char *const *pats, uint32_t n, bool ba
 }
 
 /* tool_choice auto: the text (text_without the tags), then up to
- * max_calls calls with whitespace before each and after the last; bare:
- * the call alone, or text that cannot be read as one. */
+ * max_calls calls, whitespace between calls and after the last; bare: the
+ * call alone, or text that cannot be read as one. No whitespace rule
+ * between the text and the first call: the text holds its own, and a text
+ * that may end before every blank would make the index record a suffix for
+ * every token with a blank in it. */
 static uint32_t auto_output(js *j, uint32_t call, const kw_grammar_call_format *f) {
     gram_ir *ir = j->ir;
     uint32_t text = text_without(j, f->text_excl, f->n_text_excl, f->bare);
     if (text == G_NONE) return G_NONE;
     if (f->bare) return ir_alt2(ir, call, text);
-    uint32_t max = f->max_calls ? f->max_calls : G_INF;
-    uint32_t calls = ir_rep(ir, ir_seq2(ir, ws(j), call), 1, max);
-    return ir_seq2(ir, text, ir_rep(ir, ir_seq2(ir, calls, ws(j)), 0, 1));
+    uint32_t more = f->max_calls == 1 ? ir_empty(ir)
+                    : ir_rep(ir, ir_seq2(ir, ws(j), call), 0, f->max_calls ? f->max_calls - 1 : G_INF);
+    uint32_t calls = ir_seq3(ir, call, more, ws(j));
+    return ir_seq2(ir, text, ir_rep(ir, calls, 0, 1));
 }
 
 kw_grammar *kw_grammar_tool_call(const kw_grammar_tool *tools, uint32_t n_tools, const kw_grammar_call_format *f,
