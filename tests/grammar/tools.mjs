@@ -6,7 +6,11 @@
 // parse and validate against the schema with ajv (npm, tests/grammar/setup.sh).
 // Two prompt formats: the model's plain ChatML template (no tool rendering:
 // a bare JSON call) and a Hermes template (<tool_call> ... </tool_call>).
-// Greedy and sampled, streamed and not; refusals name the field.
+// Greedy and sampled, streamed and not; refusals name the field. Also:
+// tool_choice auto with a strict tool (text without call tags, or valid
+// calls); Anthropic Messages tool_choice tool / any and output_format /
+// output_config.format; Responses tool_choice; a thinking template whose
+// think block stays unconstrained.
 import { spawn, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import http from 'node:http';
@@ -49,6 +53,10 @@ fs.writeFileSync(hermesPath,
   'For each call return <tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n{% endif %}' +
   '{%- for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}' +
   '{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}');
+
+// The same with a thinking generation prompt (the template opens <think>, as Qwen3's does).
+const thinkPath = path.join(tmp, 'hermes-think.jinja');
+fs.writeFileSync(thinkPath, fs.readFileSync(hermesPath, 'utf8').replace("<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>\n{% endif %}"));
 
 async function startServer(extra = []) {
   const args = ['serve', '--port', '0', '--ctx-size', '4096', '--decode-concurrency', '4', '-m', modelPath, '--threads', '1', ...extra];
@@ -305,6 +313,18 @@ async function main() {
     // parallel_tool_calls false: still the one call
     const r = await post(P, '/v1/chat/completions', chat({ temperature: 1, seed: 21, parallel_tool_calls: false, tool_choice: 'required' }));
     checkCall('hermes required parallel_tool_calls false', r, ['get_weather', 'create_ticket'], r.json?.choices?.[0]?.message?.tool_calls);
+  }
+  srv.proc.kill('SIGTERM');
+  // reasoning: the grammar applies after </think>, the think block is free (the noise model never closes it:
+  // the answer is all reasoning, unconstrained, and no call within max_tokens)
+  srv = await startServer(['--chat-template', thinkPath]);
+  P = srv.port;
+  {
+    const r = await post(P, '/v1/chat/completions', chat({ temperature: 1, seed: 3, max_tokens: 40, tool_choice: { type: 'function', function: { name: 'get_weather' } } }));
+    const m = r.json?.choices?.[0]?.message;
+    check(r.status === 200 && r.json.choices[0].finish_reason === 'length' && typeof m?.reasoning_content === 'string' &&
+      m.reasoning_content.length > 0 && !m.reasoning_content.startsWith('<tool_call>') && !(m.tool_calls?.length),
+    'think open + forced call: the think block is unconstrained (reasoning, no call yet)', r.json);
   }
   srv.proc.kill('SIGTERM');
   console.log(`${passed} passed, ${failed} failed`);
