@@ -224,8 +224,10 @@ static kw_grammar *compile_tools(const char *text, size_t len, const kw_json_sch
         .bare = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "bare")),
         .text_excl = k_call_tags,
         .n_text_excl = (uint32_t)(sizeof k_call_tags / sizeof *k_call_tags),
-        .max_calls = (uint32_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(spec, "max_calls")),
     };
+    /* max_calls is written only when bounded; absent means no bound (0). */
+    const cJSON *mc = cJSON_GetObjectItemCaseSensitive(spec, "max_calls");
+    if (cJSON_IsNumber(mc) && mc->valuedouble >= 1 && mc->valuedouble <= 1e6) f.max_calls = (uint32_t)mc->valuedouble;
     kw_grammar *g = kw_grammar_tool_call(tools, (uint32_t)n, &f, jo, NULL, err);
     cJSON_Delete(spec);
     return g;
