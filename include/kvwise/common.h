@@ -45,6 +45,12 @@ struct timespec kw_deadline_after(clockid_t clock, double seconds);
 /* Stops a worker thread that waits on cv under mu while *stop is false:
  * sets *stop under mu, wakes it, and joins it when it was started. */
 void kw_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, bool *stop, pthread_t th, bool started);
+/* A row of figures for a JSON report: kw_json_add_nums(obj, (kw_json_num[]){
+ * {"a", 1}, {"b", 2}, {NULL}}) adds each as a number member of obj (a cJSON
+ * object; NULL obj: nothing). The list ends at the first NULL key. */
+typedef struct kw_json_num { const char *key; double value; } kw_json_num;
+struct cJSON;
+void kw_json_add_nums(struct cJSON *obj, const kw_json_num *nums);
 /* Formats bytes as "3.11 GiB" into buf; returns buf. */
 const char *kw_format_bytes(uint64_t bytes, char *buf, size_t cap);
 

@@ -54,13 +54,18 @@ typedef struct kw_kvmem_opts {
 #define KW_KVMEM_CHECKPOINTS_PER_SEQ 4
 #define KW_KVMEM_CHECKPOINT_INTERVAL 4096   /* serve's --checkpoint-interval default */
 
+/* Admission counters since create. */
+typedef struct kw_kvmem_admissions {
+    uint64_t admitted, waited, never, evict_calls, evicted_for_admission;
+    uint64_t cached_tokens_served;   /* prompt tokens that were not prefilled */
+} kw_kvmem_admissions;
+
 typedef struct kw_kvmem_stats {
     int32_t pool_blocks, free_blocks, live_blocks, cached_only_blocks;
     int32_t block_tokens;
     uint64_t block_bytes;
     int32_t live_seqs;
-    uint64_t admitted, waited, never, evict_calls, evicted_for_admission;
-    uint64_t cached_tokens_served;   /* prompt tokens that were not prefilled */
+    kw_kvmem_admissions adm;
     kw_prefix_cache_stats cache;     /* its max_bytes: the cap in force for KV and checkpoints together */
     bool has_checkpoints;            /* a recurrent model's kvmem */
     int32_t checkpoint_interval;

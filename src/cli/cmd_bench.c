@@ -346,19 +346,14 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
     cJSON_AddStringToObject(j, "model", o->model);
     cJSON_AddStringToObject(j, "arch", hp->arch_name);
     cJSON_AddStringToObject(j, "kernel", kw_kernel_name());
-    cJSON_AddNumberToObject(j, "decode_prefetch_bytes", (double)kw_decode_prefetch_bytes());
-    cJSON_AddNumberToObject(j, "threads", o->t);
-    cJSON_AddNumberToObject(j, "n_prompt", o->p);
-    cJSON_AddNumberToObject(j, "n_ubatch", o->ub);
-    cJSON_AddNumberToObject(j, "n_gen", o->n);
-    cJSON_AddNumberToObject(j, "repetitions", o->r);
-    cJSON_AddNumberToObject(j, "n_depth", o->d);
+    kw_json_add_nums(j, (kw_json_num[]){
+        {"decode_prefetch_bytes", (double)kw_decode_prefetch_bytes()}, {"threads", o->t}, {"n_prompt", o->p},
+        {"n_ubatch", o->ub}, {"n_gen", o->n}, {"repetitions", o->r}, {"n_depth", o->d}, {NULL, 0}});
     cJSON_AddStringToObject(j, "kv_type", kw_kv_type_name(o->kv_type));
-    cJSON_AddNumberToObject(j, "weight_bytes", (double)hp->weight_bytes);
-    cJSON_AddNumberToObject(j, "weight_bytes_per_token", (double)wbytes);
-    cJSON_AddNumberToObject(j, "weight_bytes_per_token_counted", (double)counted_per_token());
-    cJSON_AddNumberToObject(j, "kv_bytes_per_token", (double)kvbytes);
-    cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)rbytes);
+    kw_json_add_nums(j, (kw_json_num[]){
+        {"weight_bytes", (double)hp->weight_bytes}, {"weight_bytes_per_token", (double)wbytes},
+        {"weight_bytes_per_token_counted", (double)counted_per_token()},
+        {"kv_bytes_per_token", (double)kvbytes}, {"decode_bytes_per_token", (double)rbytes}, {NULL, 0}});
     const struct { const char *k; stat3 s; } rows[] = {
         {"pp_tok_s", pp}, {"tg_tok_s", tg}, {"bandwidth_bytes_s", bw}, {"probe_buffer_bytes_s", bwbuf}};
     cJSON_AddStringToObject(j, "bandwidth_source", "weights");   /* bandwidth_bytes_s: the model's own pages */

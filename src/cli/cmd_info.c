@@ -145,22 +145,15 @@ static void print_text(const kw_gguf *g, const char *path, const model_summary *
 static int print_json(const kw_gguf *g, const char *path, const model_summary *s, bool tensors) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "file", path);
-    cJSON_AddNumberToObject(o, "gguf_version", g->version);
-    cJSON_AddNumberToObject(o, "n_tensors", (double)g->n_tensors);
-    cJSON_AddNumberToObject(o, "n_kv", (double)g->n_kv);
-    cJSON_AddNumberToObject(o, "alignment", g->alignment);
+    kw_json_add_nums(o, (kw_json_num[]){{"gguf_version", g->version}, {"n_tensors", (double)g->n_tensors},
+        {"n_kv", (double)g->n_kv}, {"alignment", g->alignment}, {NULL, 0}});
     if (s->arch) cJSON_AddStringToObject(o, "arch", s->arch); else cJSON_AddNullToObject(o, "arch");
     if (s->name) cJSON_AddStringToObject(o, "name", s->name); else cJSON_AddNullToObject(o, "name");
-    cJSON_AddNumberToObject(o, "n_layer", (double)s->n_layer);
-    cJSON_AddNumberToObject(o, "n_embd", (double)s->n_embd);
-    cJSON_AddNumberToObject(o, "n_head", (double)s->n_head);
-    cJSON_AddNumberToObject(o, "n_head_kv", (double)s->n_head_kv);
-    cJSON_AddNumberToObject(o, "head_dim", (double)s->head_dim);
-    cJSON_AddNumberToObject(o, "n_ff", (double)s->n_ff);
-    cJSON_AddNumberToObject(o, "n_vocab", (double)s->n_vocab);
-    cJSON_AddNumberToObject(o, "n_ctx_train", (double)s->n_ctx_train);
-    cJSON_AddNumberToObject(o, "rope_freq_base", s->rope_base);
-    cJSON_AddNumberToObject(o, "rope_dim", (double)s->rope_dim);
+    kw_json_add_nums(o, (kw_json_num[]){
+        {"n_layer", (double)s->n_layer}, {"n_embd", (double)s->n_embd}, {"n_head", (double)s->n_head},
+        {"n_head_kv", (double)s->n_head_kv}, {"head_dim", (double)s->head_dim}, {"n_ff", (double)s->n_ff},
+        {"n_vocab", (double)s->n_vocab}, {"n_ctx_train", (double)s->n_ctx_train},
+        {"rope_freq_base", s->rope_base}, {"rope_dim", (double)s->rope_dim}, {NULL, 0}});
     if (s->rope_scaling) {
         cJSON_AddStringToObject(o, "rope_scaling", s->rope_scaling);
         cJSON_AddNumberToObject(o, "rope_scaling_factor", s->rope_scale);

@@ -175,18 +175,14 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddNumberToObject(c, "header_timeout_s", o->header_timeout_s);
     cJSON_AddNumberToObject(c, "body_timeout_s", o->body_timeout_s);
     cJSON_AddStringToObject(c, "allowed_hosts", o->allowed_hosts ? o->allowed_hosts : "");
-    cJSON_AddNumberToObject(c, "max_client_connections", o->max_client_conns);
-    cJSON_AddNumberToObject(c, "max_connections", o->max_conns);
-    cJSON_AddNumberToObject(c, "connection_bytes", (double)KW_SERVER_CONN_BYTES);
-    cJSON_AddNumberToObject(c, "connection_shed_margin", KW_SERVER_SHED_MARGIN);
-    cJSON_AddNumberToObject(c, "http_threads", o->http_threads);
-    cJSON_AddNumberToObject(c, "request_memory_bytes", (double)o->request_memory);
-    cJSON_AddNumberToObject(c, "ctx_size", e->n_ctx);
-    cJSON_AddNumberToObject(c, "decode_concurrency", o->decode_conc < e->n_slots ? o->decode_conc : e->n_slots);
-    cJSON_AddNumberToObject(c, "prompt_concurrency", o->prompt_conc);
-    cJSON_AddNumberToObject(c, "prefill_step_size", o->prefill_step);
-    cJSON_AddNumberToObject(c, "max_batch_tokens", e->max_batch);
-    cJSON_AddNumberToObject(c, "max_queue", o->max_queue);
+    kw_json_add_nums(c, (kw_json_num[]){
+        {"max_client_connections", o->max_client_conns}, {"max_connections", o->max_conns},
+        {"connection_bytes", (double)KW_SERVER_CONN_BYTES}, {"connection_shed_margin", KW_SERVER_SHED_MARGIN},
+        {"http_threads", o->http_threads}, {"request_memory_bytes", (double)o->request_memory},
+        {"ctx_size", e->n_ctx},
+        {"decode_concurrency", o->decode_conc < e->n_slots ? o->decode_conc : e->n_slots},
+        {"prompt_concurrency", o->prompt_conc}, {"prefill_step_size", o->prefill_step},
+        {"max_batch_tokens", e->max_batch}, {"max_queue", o->max_queue}, {NULL, 0}});
     cJSON_AddStringToObject(c, "kv_type", o->kv_type);
     cJSON_AddNumberToObject(c, "kv_block_size", o->kv_block_tokens);
     cJSON_AddNumberToObject(c, "kv_blocks_requested", o->kv_blocks);

@@ -141,8 +141,7 @@ static uint32_t json_literal(js *j, const cJSON *v) {
 /* "name" as JSON text */
 static uint32_t json_key(js *j, const char *name) {
     cJSON *s = cJSON_CreateString(name);
-    if (!s) return ir_fail(j->ir, "JSON Schema: out of memory");
-    uint32_t id = json_literal(j, s);
+    uint32_t id = s ? json_literal(j, s) : ir_fail(j->ir, "JSON Schema: out of memory");
     cJSON_Delete(s);
     return id;
 }

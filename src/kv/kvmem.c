@@ -33,8 +33,8 @@ struct kw_kvmem {
     bool *live;                  /* [n_slots] */
     int32_t n_slots, n_ctx;
     uint64_t led_live, led_cached;   /* what this module has put on the ledger */
-    uint64_t admitted, waited, never, evict_calls, evicted_for_admission, ledger_errors;
-    uint64_t cached_tokens_served;
+    kw_kvmem_admissions adm;
+    uint64_t ledger_errors;
     double log_interval_s, last_log;
     kw_state_cache *ckpt;        /* recurrent models: the saved states, else NULL */
     int32_t ckpt_interval;
@@ -103,11 +103,11 @@ static bool make_room(kw_kvmem *m, int32_t blocks) {
         !kw_ledger_fits(m->ledger, (uint64_t)(blocks - evictable) * m->pool->block_bytes)) return false;
     bool counted = false;
     while (!room_for(m, blocks)) {
-        if (!counted) { m->evict_calls++; counted = true; }
+        if (!counted) { m->adm.evict_calls++; counted = true; }
         int32_t want = m->pool->n_free < blocks ? blocks : m->pool->n_free + 1;
         int32_t freed = kw_prefix_cache_evict(m->cache, want);
         if (freed <= 0) return false;
-        m->evicted_for_admission += (uint64_t)freed;
+        m->adm.evicted_for_admission += (uint64_t)freed;
         ledger_sync(m);
     }
     return true;
@@ -222,7 +222,7 @@ int32_t kw_kvmem_begin_state(kw_kvmem *m, int32_t slot, const int32_t *prompt, i
     if (m->live[slot]) slot_release(m, slot);
     int32_t ret;
     if (!kw_kvmem_could_ever_fit(m, n_reserve)) {
-        m->never++;
+        m->adm.never++;
         ret = KW_KVMEM_NEVER;
         goto out;
     }
@@ -240,7 +240,7 @@ int32_t kw_kvmem_begin_state(kw_kvmem *m, int32_t slot, const int32_t *prompt, i
     if (!make_room(m, new_blocks)) {
         kw_block_table_release(t, m->pool);
         ledger_sync(m);
-        m->waited++;
+        m->adm.waited++;
         ret = KW_KVMEM_WAIT;
         goto out;
     }
@@ -264,8 +264,8 @@ int32_t kw_kvmem_begin_state(kw_kvmem *m, int32_t slot, const int32_t *prompt, i
         goto out;
     }
     m->live[slot] = true;
-    m->admitted++;
-    m->cached_tokens_served += (uint64_t)matched;
+    m->adm.admitted++;
+    m->adm.cached_tokens_served += (uint64_t)matched;
     ret = matched;
 out:
     pthread_mutex_unlock(&m->mu);
@@ -360,12 +360,7 @@ static kw_kvmem_stats stats_locked(const kw_kvmem *m) {
     s.cached_only_blocks = (int32_t)(s.cache.exclusive_bytes / m->pool->block_bytes);
     s.live_blocks = s.pool_blocks - s.free_blocks - s.cached_only_blocks;
     for (int32_t i = 0; i < m->n_slots; i++) s.live_seqs += m->live[i];
-    s.admitted = m->admitted;
-    s.waited = m->waited;
-    s.never = m->never;
-    s.evict_calls = m->evict_calls;
-    s.evicted_for_admission = m->evicted_for_admission;
-    s.cached_tokens_served = m->cached_tokens_served;
+    s.adm = m->adm;
     if (m->ckpt) {
         s.has_checkpoints = true;
         s.checkpoint_interval = m->ckpt_interval;
@@ -403,12 +398,10 @@ static void add_entries_json(cJSON *c, const kw_prefix_cache_entry *e, int32_t n
     for (int32_t i = 0; a && i < n; i++) {
         cJSON *o = cJSON_CreateObject();
         if (!o) return;
-        cJSON_AddNumberToObject(o, "tokens", e[i].tokens);
-        cJSON_AddNumberToObject(o, "blocks", e[i].blocks);
-        cJSON_AddNumberToObject(o, "bytes", (double)((uint64_t)e[i].blocks * block_bytes));
-        cJSON_AddNumberToObject(o, "exclusive_bytes", (double)((uint64_t)e[i].exclusive_blocks * block_bytes));
-        cJSON_AddNumberToObject(o, "hits", (double)e[i].hits);
-        cJSON_AddNumberToObject(o, "idle_s", e[i].idle_s);
+        kw_json_add_nums(o, (kw_json_num[]){
+            {"tokens", e[i].tokens}, {"blocks", e[i].blocks}, {"bytes", (double)((uint64_t)e[i].blocks * block_bytes)},
+            {"exclusive_bytes", (double)((uint64_t)e[i].exclusive_blocks * block_bytes)},
+            {"hits", (double)e[i].hits}, {"idle_s", e[i].idle_s}, {NULL, 0}});
         cJSON_AddItemToArray(a, o);
     }
 }
@@ -419,53 +412,31 @@ void kw_kvmem_add_json(kw_kvmem *m, struct cJSON *obj) {
     kw_kvmem_stats s = stats_locked(m);
     int32_t n_ent = kw_prefix_cache_entries(m->cache, ent, KVMEM_JSON_ENTRIES);
     pthread_mutex_unlock(&m->mu);
+    const kw_prefix_cache_stats *pc = &s.cache;
     cJSON *c = cJSON_AddObjectToObject(obj, "prompt_cache");
-    if (c) {
-        cJSON_AddNumberToObject(c, "sequences", s.cache.n_seqs);
-        cJSON_AddNumberToObject(c, "max_sequences", s.cache.max_seqs);
-        cJSON_AddNumberToObject(c, "bytes", (double)s.cache.bytes);
-        cJSON_AddNumberToObject(c, "max_bytes", (double)s.cache.max_bytes);
-        cJSON_AddNumberToObject(c, "exclusive_bytes", (double)s.cache.exclusive_bytes);
-        cJSON_AddNumberToObject(c, "meta_bytes", (double)s.cache.meta_bytes);
-        cJSON_AddNumberToObject(c, "blocks", s.cache.n_blocks);
-        cJSON_AddNumberToObject(c, "tokens", (double)s.cache.tokens);
-        cJSON_AddNumberToObject(c, "latest_tokens", s.cache.latest_tokens);
-        cJSON_AddNumberToObject(c, "lookups", (double)s.cache.lookups);
-        cJSON_AddNumberToObject(c, "hits", (double)s.cache.hits);
-        cJSON_AddNumberToObject(c, "hit_rate", s.cache.lookups ? (double)s.cache.hits / (double)s.cache.lookups : 0.0);
-        cJSON_AddNumberToObject(c, "tokens_looked_up", (double)s.cache.tokens_looked_up);
-        cJSON_AddNumberToObject(c, "tokens_matched", (double)s.cache.tokens_matched);
-        cJSON_AddNumberToObject(c, "evicted_sequences", (double)s.cache.evicted_seqs);
-        cJSON_AddNumberToObject(c, "evicted_blocks", (double)s.cache.evicted_blocks);
-        add_entries_json(c, ent, n_ent, s.block_bytes);
-        cJSON *k = s.has_checkpoints ? cJSON_AddObjectToObject(c, "checkpoints") : NULL;
-        if (k) {
-            cJSON_AddNumberToObject(k, "entries", s.checkpoints.entries);
-            cJSON_AddNumberToObject(k, "max_entries", s.checkpoints.max_entries);
-            cJSON_AddNumberToObject(k, "bytes", (double)s.checkpoints.bytes);
-            cJSON_AddNumberToObject(k, "max_bytes", (double)s.checkpoints.max_bytes);
-            cJSON_AddNumberToObject(k, "saves", (double)s.checkpoints.saves);
-            cJSON_AddNumberToObject(k, "restores", (double)s.checkpoints.hits);
-            cJSON_AddNumberToObject(k, "evicted", (double)s.checkpoints.evicted);
-            cJSON_AddNumberToObject(k, "longest_tokens", s.checkpoints.longest);
-            cJSON_AddNumberToObject(k, "interval", s.checkpoint_interval);
-        }
-    }
-    cJSON *k = cJSON_AddObjectToObject(obj, "kv_pool");
-    if (k) {
-        cJSON_AddNumberToObject(k, "blocks", s.pool_blocks);
-        cJSON_AddNumberToObject(k, "block_tokens", s.block_tokens);
-        cJSON_AddNumberToObject(k, "block_bytes", (double)s.block_bytes);
-        cJSON_AddNumberToObject(k, "bytes", (double)s.block_bytes * s.pool_blocks);
-        cJSON_AddNumberToObject(k, "free_blocks", s.free_blocks);
-        cJSON_AddNumberToObject(k, "live_blocks", s.live_blocks);
-        cJSON_AddNumberToObject(k, "cached_only_blocks", s.cached_only_blocks);
-        cJSON_AddNumberToObject(k, "live_sequences", s.live_seqs);
-        cJSON_AddNumberToObject(k, "admitted", (double)s.admitted);
-        cJSON_AddNumberToObject(k, "waited", (double)s.waited);
-        cJSON_AddNumberToObject(k, "never_fit", (double)s.never);
-        cJSON_AddNumberToObject(k, "evicted_blocks_for_admission", (double)s.evicted_for_admission);
-    }
+    kw_json_add_nums(c, (kw_json_num[]){
+        {"sequences", pc->n_seqs}, {"max_sequences", pc->max_seqs}, {"bytes", (double)pc->bytes},
+        {"max_bytes", (double)pc->max_bytes}, {"exclusive_bytes", (double)pc->exclusive_bytes},
+        {"meta_bytes", (double)pc->meta_bytes}, {"blocks", pc->n_blocks}, {"tokens", (double)pc->tokens},
+        {"latest_tokens", pc->latest_tokens}, {"lookups", (double)pc->lookups}, {"hits", (double)pc->hits},
+        {"hit_rate", pc->lookups ? (double)pc->hits / (double)pc->lookups : 0.0},
+        {"tokens_looked_up", (double)pc->tokens_looked_up}, {"tokens_matched", (double)pc->tokens_matched},
+        {"evicted_sequences", (double)pc->evicted_seqs}, {"evicted_blocks", (double)pc->evicted_blocks}, {NULL, 0}});
+    if (c) add_entries_json(c, ent, n_ent, s.block_bytes);
+    const kw_state_cache_stats *ck = &s.checkpoints;
+    if (c && s.has_checkpoints)
+        kw_json_add_nums(cJSON_AddObjectToObject(c, "checkpoints"), (kw_json_num[]){
+            {"entries", ck->entries}, {"max_entries", ck->max_entries}, {"bytes", (double)ck->bytes},
+            {"max_bytes", (double)ck->max_bytes}, {"saves", (double)ck->saves}, {"restores", (double)ck->hits},
+            {"evicted", (double)ck->evicted}, {"longest_tokens", ck->longest}, {"interval", s.checkpoint_interval},
+            {NULL, 0}});
+    kw_json_add_nums(cJSON_AddObjectToObject(obj, "kv_pool"), (kw_json_num[]){
+        {"blocks", s.pool_blocks}, {"block_tokens", s.block_tokens}, {"block_bytes", (double)s.block_bytes},
+        {"bytes", (double)s.block_bytes * s.pool_blocks}, {"free_blocks", s.free_blocks},
+        {"live_blocks", s.live_blocks}, {"cached_only_blocks", s.cached_only_blocks},
+        {"live_sequences", s.live_seqs}, {"admitted", (double)s.adm.admitted}, {"waited", (double)s.adm.waited},
+        {"never_fit", (double)s.adm.never}, {"evicted_blocks_for_admission", (double)s.adm.evicted_for_admission},
+        {NULL, 0}});
 }
 
 static int appendf(char **buf, size_t *len, const char *fmt, ...) KW_PRINTF(3, 4);
@@ -515,6 +486,6 @@ int kw_kvmem_metrics(kw_kvmem *m, char **buf, size_t *len) {
     METRIC("gauge", "kvwise_kv_pool_live_blocks", "KV blocks mapped by running requests.", "%d", s.live_blocks);
     METRIC("gauge", "kvwise_kv_pool_cached_only_blocks", "KV blocks held only by the prompt cache.", "%d", s.cached_only_blocks);
     METRIC("gauge", "kvwise_kv_block_bytes", "Bytes of one KV block (all layers).", "%llu", (unsigned long long)s.block_bytes);
-    METRIC("counter", "kvwise_kv_admission_waits_total", "Admissions that had to wait for KV.", "%llu", (unsigned long long)s.waited);
+    METRIC("counter", "kvwise_kv_admission_waits_total", "Admissions that had to wait for KV.", "%llu", (unsigned long long)s.adm.waited);
     return rc ? -1 : 0;
 }

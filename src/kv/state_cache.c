@@ -18,12 +18,10 @@ typedef struct sc_entry {
 
 struct kw_state_cache {
     size_t state_bytes;
-    int32_t max_entries;
-    uint64_t max_bytes;
     sc_entry *e;
     int32_t n, cap;
-    uint64_t bytes, clock;
-    uint64_t saves, hits, evicted;
+    uint64_t clock;
+    kw_state_cache_stats st;    /* caps, bytes and counters, kept as reported */
 };
 
 kw_state_cache *kw_state_cache_create(size_t state_bytes, int32_t max_entries, uint64_t max_bytes) {
@@ -31,13 +29,13 @@ kw_state_cache *kw_state_cache_create(size_t state_bytes, int32_t max_entries, u
     kw_state_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->state_bytes = state_bytes;
-    c->max_entries = max_entries > 0 ? max_entries : 0;
-    c->max_bytes = max_bytes;
+    c->st.max_entries = max_entries > 0 ? max_entries : 0;
+    c->st.max_bytes = max_bytes;
     return c;
 }
 
 static void drop(kw_state_cache *c, int32_t i) {
-    c->bytes -= kw_state_cache_entry_bytes(c, c->e[i].n);
+    c->st.bytes -= kw_state_cache_entry_bytes(c, c->e[i].n);
     free(c->e[i].tokens);
     kw_mem_free(c->e[i].state);
     c->e[i] = c->e[--c->n];
@@ -65,7 +63,7 @@ static void evict_lru(kw_state_cache *c) {
     for (int32_t i = 1; i < c->n; i++)
         if (c->e[i].used < c->e[old].used) old = i;
     drop(c, old);
-    c->evicted++;
+    c->st.evicted++;
 }
 
 bool kw_state_cache_evict_oldest(kw_state_cache *c) {
@@ -76,7 +74,7 @@ bool kw_state_cache_evict_oldest(kw_state_cache *c) {
 
 /* Evicts until `more` entries of `bytes` each fit beside the rest. */
 static void make_room(kw_state_cache *c, int32_t more, uint64_t bytes) {
-    while (c->n > 0 && (c->n + more > c->max_entries || c->bytes + (uint64_t)more * bytes > c->max_bytes))
+    while (c->n > 0 && (c->n + more > c->st.max_entries || c->st.bytes + (uint64_t)more * bytes > c->st.max_bytes))
         evict_lru(c);
 }
 
@@ -86,11 +84,11 @@ int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, con
     if (i >= 0) {   /* the same tokens give the same state: refresh it */
         memcpy(c->e[i].state, state, c->state_bytes);
         c->e[i].used = ++c->clock;
-        c->saves++;
+        c->st.saves++;
         return 0;
     }
     uint64_t need = kw_state_cache_entry_bytes(c, n);
-    if (c->max_entries < 1 || need > c->max_bytes) return -1;
+    if (c->st.max_entries < 1 || need > c->st.max_bytes) return -1;
     make_room(c, 1, need);
     if (c->n == c->cap) {
         int32_t cap = c->cap ? 2 * c->cap : 8;
@@ -109,8 +107,8 @@ int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, con
     memcpy(en.state, state, c->state_bytes);
     en.used = ++c->clock;
     c->e[c->n++] = en;
-    c->bytes += need;
-    c->saves++;
+    c->st.bytes += need;
+    c->st.saves++;
     return 0;
 }
 
@@ -128,28 +126,22 @@ int kw_state_cache_restore(kw_state_cache *c, const int32_t *prompt, int32_t n, 
     if (i < 0) return -1;
     memcpy(dst, c->e[i].state, c->state_bytes);
     c->e[i].used = ++c->clock;
-    c->hits++;
+    c->st.hits++;
     return 0;
 }
 
 void kw_state_cache_set_caps(kw_state_cache *c, int32_t max_entries, uint64_t max_bytes) {
     if (!c) return;
-    c->max_entries = max_entries > 0 ? max_entries : 0;
-    c->max_bytes = max_bytes;
+    c->st.max_entries = max_entries > 0 ? max_entries : 0;
+    c->st.max_bytes = max_bytes;
     make_room(c, 0, 0);
 }
 
 kw_state_cache_stats kw_state_cache_get_stats(const kw_state_cache *c) {
-    kw_state_cache_stats s;
-    memset(&s, 0, sizeof s);
-    if (!c) return s;
+    if (!c) return (kw_state_cache_stats){0};
+    kw_state_cache_stats s = c->st;
     s.entries = c->n;
-    s.max_entries = c->max_entries;
-    s.bytes = c->bytes;
-    s.max_bytes = c->max_bytes;
-    s.saves = c->saves;
-    s.hits = c->hits;
-    s.evicted = c->evicted;
+    s.longest = 0;
     for (int32_t i = 0; i < c->n; i++)
         if (c->e[i].n > s.longest) s.longest = c->e[i].n;
     return s;

@@ -236,25 +236,15 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     if (model_path) cJSON_AddStringToObject(jm, "path", model_path); else cJSON_AddNullToObject(jm, "path");
     cJSON_AddStringToObject(jm, "name", hp->name);
     cJSON_AddStringToObject(jm, "arch", hp->arch_name);
-    num(jm, "n_layer", hp->n_layer);
-    num(jm, "n_kv_layers", hp->n_kv_layers);
-    num(jm, "n_linear_layers", m->n_linear_layers);
-    num(jm, "n_head", hp->n_head);
-    num(jm, "n_head_kv", hp->n_head_kv);
-    num(jm, "head_dim_k", hp->head_dim_k);
-    num(jm, "head_dim_v", hp->head_dim_v);
-    num(jm, "n_embd", hp->n_embd);
-    num(jm, "n_ff", hp->n_ff);
-    num(jm, "n_vocab", hp->n_vocab);
-    num(jm, "n_ctx_train", hp->n_ctx_train);
-    num(jm, "weight_bytes", (double)m->weight_bytes);
-    num(jm, "resident_bytes", (double)m->resident_bytes);
-    num(jm, "repack_bytes", (double)m->repack_bytes);
-    num(jm, "released_bytes", (double)m->released_bytes);
-    num(jm, "read_bytes_per_token", (double)m->read_bytes_per_token);
-    num(jm, "n_experts", m->n_experts);
-    num(jm, "n_experts_used", m->n_experts_used);
-    num(jm, "expert_bytes", (double)m->expert_bytes);
+    kw_json_add_nums(jm, (kw_json_num[]){
+        {"n_layer", hp->n_layer}, {"n_kv_layers", hp->n_kv_layers}, {"n_linear_layers", m->n_linear_layers},
+        {"n_head", hp->n_head}, {"n_head_kv", hp->n_head_kv}, {"head_dim_k", hp->head_dim_k},
+        {"head_dim_v", hp->head_dim_v}, {"n_embd", hp->n_embd}, {"n_ff", hp->n_ff}, {"n_vocab", hp->n_vocab},
+        {"n_ctx_train", hp->n_ctx_train}, {"weight_bytes", (double)m->weight_bytes},
+        {"resident_bytes", (double)m->resident_bytes}, {"repack_bytes", (double)m->repack_bytes},
+        {"released_bytes", (double)m->released_bytes},
+        {"read_bytes_per_token", (double)m->read_bytes_per_token}, {"n_experts", m->n_experts},
+        {"n_experts_used", m->n_experts_used}, {"expert_bytes", (double)m->expert_bytes}, {NULL, 0}});
     if (m->main_type < KW_TYPE_COUNT) cJSON_AddStringToObject(jm, "main_type", kw_plan_type_name(m->main_type));
     else cJSON_AddNullToObject(jm, "main_type");
     num(jm, "tokenizer_bytes", (double)m->tokenizer_bytes);
@@ -276,13 +266,13 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     num(js, "threads", o->n_threads);
 
     cJSON *jk = cJSON_AddObjectToObject(root, "kv");
-    num(jk, "bytes_per_token", (double)p->kv_bytes_per_token);
-    num(jk, "bytes_per_token_f16", (double)p->kv_bytes_per_token_f16);
-    num(jk, "bytes_per_token_q8_0", (double)kw_plan_kv_bytes_per_token(m, KW_TYPE_Q8_0));
-    num(jk, "block_bytes", (double)p->kv_block_bytes);
-    num(jk, "per_sequence_kv_bytes", (double)p->seq_kv_bytes);
-    num(jk, "per_sequence_state_bytes", (double)p->seq_state_bytes);
-    num(jk, "per_sequence_bytes", (double)p->seq_bytes);
+    kw_json_add_nums(jk, (kw_json_num[]){
+        {"bytes_per_token", (double)p->kv_bytes_per_token},
+        {"bytes_per_token_f16", (double)p->kv_bytes_per_token_f16},
+        {"bytes_per_token_q8_0", (double)kw_plan_kv_bytes_per_token(m, KW_TYPE_Q8_0)},
+        {"block_bytes", (double)p->kv_block_bytes}, {"per_sequence_kv_bytes", (double)p->seq_kv_bytes},
+        {"per_sequence_state_bytes", (double)p->seq_state_bytes}, {"per_sequence_bytes", (double)p->seq_bytes},
+        {NULL, 0}});
 
     cJSON *jw = cJSON_AddObjectToObject(root, "workspace");
     num(jw, "bytes", (double)p->workspace_bytes);
@@ -295,42 +285,30 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
     }
 
     cJSON *jb = cJSON_AddObjectToObject(root, "budget");
-    num(jb, "memory_limit", (double)p->memory_limit);
-    num(jb, "weights", (double)p->weights);
-    num(jb, "workspace", (double)p->workspace_bytes);
-    num(jb, "tokenizer", (double)p->tokenizer);
-    num(jb, "overhead", (double)p->overhead);
-    num(jb, "connections", (double)p->connections);
-    num(jb, "max_connections", (double)p->o.max_connections);
-    num(jb, "max_body", (double)p->o.max_body);
-    num(jb, "http_threads", (double)p->o.http_threads);
-    num(jb, "request_memory", (double)p->o.request_memory);
-    num(jb, "live_kv", (double)p->live_kv);
-    num(jb, "fixed", (double)p->fixed);
-    num(jb, "needed", (double)p->needed);
+    kw_json_add_nums(jb, (kw_json_num[]){
+        {"memory_limit", (double)p->memory_limit}, {"weights", (double)p->weights},
+        {"workspace", (double)p->workspace_bytes}, {"tokenizer", (double)p->tokenizer},
+        {"overhead", (double)p->overhead}, {"connections", (double)p->connections},
+        {"max_connections", (double)p->o.max_connections}, {"max_body", (double)p->o.max_body},
+        {"http_threads", (double)p->o.http_threads}, {"request_memory", (double)p->o.request_memory},
+        {"live_kv", (double)p->live_kv}, {"fixed", (double)p->fixed}, {"needed", (double)p->needed}, {NULL, 0}});
     cJSON_AddBoolToObject(jb, "fits", p->fits);
-    num(jb, "remainder", (double)p->remainder);
-    num(jb, "shortfall", (double)p->shortfall);
-    num(jb, "prompt_cache_bytes", (double)p->prompt_cache_bytes);
-    num(jb, "prompt_cache_size", p->prompt_cache_size);
-    num(jb, "kv_pool_blocks", p->kv_pool_blocks);
-    num(jb, "headroom", (double)p->headroom);
-    num(jb, "max_ctx", p->max_ctx);
-    num(jb, "max_ctx_q8_0", p->max_ctx_q8);
-    num(jb, "max_concurrency", p->max_concurrency);
+    kw_json_add_nums(jb, (kw_json_num[]){
+        {"remainder", (double)p->remainder}, {"shortfall", (double)p->shortfall},
+        {"prompt_cache_bytes", (double)p->prompt_cache_bytes}, {"prompt_cache_size", p->prompt_cache_size},
+        {"kv_pool_blocks", p->kv_pool_blocks}, {"headroom", (double)p->headroom}, {"max_ctx", p->max_ctx},
+        {"max_ctx_q8_0", p->max_ctx_q8}, {"max_concurrency", p->max_concurrency}, {NULL, 0}});
 
     cJSON *jp = cJSON_AddObjectToObject(root, "speed");
     num(jp, "bytes_per_token", (double)p->bytes_per_token);
     num(jp, "bandwidth_bytes_per_s", o->bandwidth);
     cJSON_AddBoolToObject(jp, "bandwidth_measured", o->bandwidth_measured);
-    num(jp, "decode_tok_s", p->decode_tok_s);
-    num(jp, "decode_tok_s_full_ctx", p->decode_tok_s_full_ctx);
-    num(jp, "decode_aggregate_tok_s", p->decode_aggregate_tok_s);
-    num(jp, "prefill_tok_s", p->prefill_tok_s);
-    num(jp, "decode_measured_tok_s", p->decode_measured_tok_s);
-    num(jp, "probe_tokens", p->probe_tokens);
-    num(jp, "ttft_tokens", p->ttft_tokens);
-    num(jp, "ttft_s", p->prefill_tok_s > 0 ? p->ttft_tokens / p->prefill_tok_s : 0.0);
+    kw_json_add_nums(jp, (kw_json_num[]){
+        {"decode_tok_s", p->decode_tok_s}, {"decode_tok_s_full_ctx", p->decode_tok_s_full_ctx},
+        {"decode_aggregate_tok_s", p->decode_aggregate_tok_s}, {"prefill_tok_s", p->prefill_tok_s},
+        {"decode_measured_tok_s", p->decode_measured_tok_s}, {"probe_tokens", p->probe_tokens},
+        {"ttft_tokens", p->ttft_tokens},
+        {"ttft_s", p->prefill_tok_s > 0 ? p->ttft_tokens / p->prefill_tok_s : 0.0}, {NULL, 0}});
 
     cJSON *jwarn = cJSON_AddArrayToObject(root, "warnings");
     for (int i = 0; i < p->n_warnings && jwarn; i++) cJSON_AddItemToArray(jwarn, cJSON_CreateString(p->warnings[i]));

@@ -1,5 +1,6 @@
 /* common.c - the error type, byte-size parsing/formatting and the monotonic clock (common.h). */
 #include "kvwise/common.h"
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -133,4 +134,9 @@ void kw_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, bool *stop, pthread
     pthread_cond_signal(cv);
     pthread_mutex_unlock(mu);
     if (started) pthread_join(th, NULL);
+}
+
+void kw_json_add_nums(struct cJSON *obj, const kw_json_num *nums) {
+    if (!obj) return;
+    for (; nums->key; nums++) cJSON_AddNumberToObject(obj, nums->key, nums->value);
 }

@@ -47,7 +47,7 @@ static void test_reuse_and_reserve(void) {
     /* turn 2 extends turn 1: 15 tokens come from the cache */
     KW_CHECK_EQ_INT(kw_kvmem_begin(m, 1, t, 25, 30), 15);
     kw_kvmem_stats s = kw_kvmem_get_stats(m);
-    KW_CHECK_EQ_INT(s.cached_tokens_served, 15);
+    KW_CHECK_EQ_INT(s.adm.cached_tokens_served, 15);
     KW_CHECK_EQ_INT(s.live_seqs, 1);
     KW_CHECK_EQ_INT(kw_kvmem_table(m, 1)->n, 8);
     /* 3 shared full blocks + a private copy of the 4th + 4 fresh = 8 live, 1 cached-only */
@@ -90,7 +90,7 @@ static void test_pressure_wait_never(void) {
     KW_CHECK_EQ_INT(kw_kvmem_begin(m, 0, c, 30, 48), 0);
     kw_kvmem_stats s = kw_kvmem_get_stats(m);
     KW_CHECK_EQ_INT(s.cache.n_seqs, 1);
-    KW_CHECK(s.evicted_for_admission >= 5);
+    KW_CHECK(s.adm.evicted_for_admission >= 5);
     /* a second one cannot fit beside it now: wait (not never) */
     int32_t cached_before = kw_kvmem_get_stats(m).cache.n_blocks;
     KW_CHECK_EQ_INT(kw_kvmem_begin(m, 1, b, 20, 40), KW_KVMEM_WAIT);
@@ -110,8 +110,8 @@ static void test_pressure_wait_never(void) {
     KW_CHECK_EQ_INT(p->n_free, 0);
     kw_kvmem_end(m, 0, a, 64, false);
     s = kw_kvmem_get_stats(m);
-    KW_CHECK_EQ_INT(s.never, 1);
-    KW_CHECK_EQ_INT(s.waited, 1);
+    KW_CHECK_EQ_INT(s.adm.never, 1);
+    KW_CHECK_EQ_INT(s.adm.waited, 1);
     /* bad input */
     KW_CHECK_EQ_INT(kw_kvmem_begin(m, 7, a, 20, 20), KW_KVMEM_NEVER);
     KW_CHECK_EQ_INT(kw_kvmem_begin(m, 0, NULL, 20, 20), KW_KVMEM_NEVER);

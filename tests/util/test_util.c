@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include "kvwise/common.h"
 #include "kvwise/memory.h"
+#include <cjson/cJSON.h>
 
 static void test_parse_bytes(void) {
     uint64_t v = 0;
@@ -92,8 +93,21 @@ static void test_finish_needs_checks(void) {
     KW_CHECK_EQ_INT(finish_code(0, 2), 1);
 }
 
+/* A row of figures lands as number members in order, stops at the NULL key; a NULL object is a no-op. */
+static void test_json_add_nums(void) {
+    cJSON *o = cJSON_CreateObject();
+    kw_json_add_nums(o, (kw_json_num[]){{"a", 1}, {"b", 2.5}, {NULL, 0}, {"c", 3}});
+    KW_CHECK_EQ_INT(cJSON_GetArraySize(o), 2);
+    KW_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "b")) == 2.5);
+    KW_CHECK(strcmp(o->child->string, "a") == 0);
+    KW_CHECK(cJSON_GetObjectItemCaseSensitive(o, "c") == NULL);
+    kw_json_add_nums(NULL, (kw_json_num[]){{"a", 1}, {NULL, 0}});
+    cJSON_Delete(o);
+}
+
 int main(void) {
     test_finish_needs_checks();
+    test_json_add_nums();
     test_err_one_line();
     test_parse_bytes();
     test_alloc();
