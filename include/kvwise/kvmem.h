@@ -90,8 +90,9 @@ int32_t kw_kvmem_begin(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t
 int32_t kw_kvmem_begin_state(kw_kvmem *m, int32_t slot, const int32_t *prompt, int32_t n, int32_t n_reserve,
                              float *state, int32_t *kv_prefix);
 /* Saves state, which has taken in tokens[0..n), as a checkpoint (a no-op
- * without state_bytes or with the cache off). */
-void kw_kvmem_checkpoint(kw_kvmem *m, const int32_t *tokens, int32_t n, const float *state);
+ * without state_bytes or with the cache off); interior: an interval mark
+ * inside a prompt (kw_state_cache_save: evicted first once superseded). */
+void kw_kvmem_checkpoint(kw_kvmem *m, const int32_t *tokens, int32_t n, const float *state, bool interior);
 int kw_kvmem_ensure(kw_kvmem *m, int32_t slot, int32_t n_positions);
 void kw_kvmem_end(kw_kvmem *m, int32_t slot, const int32_t *tokens, int32_t n, bool keep);
 /* Prompt tokens kw_kvmem_begin would find cached right now (0..n-1); changes nothing. */

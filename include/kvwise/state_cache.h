@@ -30,16 +30,19 @@ void kw_state_cache_destroy(kw_state_cache *c);
 /* What one entry of n tokens costs. */
 uint64_t kw_state_cache_entry_bytes(const kw_state_cache *c, int32_t n);
 /* Saves a copy of state, which has taken in tokens[0..n) (an entry with the
- * same tokens is refreshed instead). Evicts LRU entries to keep the caps;
- * returns 0, or -1 when it keeps nothing (caps too small for one entry, or
- * out of memory). */
-int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, const float *state);
+ * same tokens is refreshed instead). interior: an interval mark inside a
+ * prompt, superseded (evicted before any other entry) once a later save
+ * extends it. Evicts to keep the caps: superseded entries first, then the
+ * least recently used; returns 0, or -1 when it keeps nothing (caps too
+ * small for one entry, or out of memory). */
+int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, const float *state, bool interior);
 /* The longest entry whose tokens are prompt[0..n) with n <= max_n (0: none). */
 int32_t kw_state_cache_longest(const kw_state_cache *c, const int32_t *prompt, int32_t max_n);
 /* Copies the entry for prompt[0..n) into dst and marks it used: 0, or -1 if
  * there is none. */
 int kw_state_cache_restore(kw_state_cache *c, const int32_t *prompt, int32_t n, float *dst);
-/* Evicts the least recently used entry; false when there is none. */
+/* Evicts the entry that goes first (superseded, else least recently used);
+ * false when there is none. */
 bool kw_state_cache_evict_oldest(kw_state_cache *c);
 /* New caps; evicts LRU entries down to them. */
 void kw_state_cache_set_caps(kw_state_cache *c, int32_t max_entries, uint64_t max_bytes);

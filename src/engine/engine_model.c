@@ -105,7 +105,8 @@ static void save_checkpoints(model_engine *me, int32_t from, int32_t to, const i
         int32_t s = slot[i];
         const kw_rec_state *st = &me->states[s];
         if (st->n_past != me->next_ckpt[s]) continue;
-        kw_kvmem_checkpoint(me->kvm, me->prompts[s], st->n_past, st->data);
+        bool interior = st->n_past != me->n_prompt[s] && st->n_past != me->branch_at[s];
+        kw_kvmem_checkpoint(me->kvm, me->prompts[s], st->n_past, st->data, interior);
         me->next_ckpt[s] = next_checkpoint(me, s, st->n_past);
     }
 }
@@ -127,7 +128,7 @@ static int me_seq_ensure(kw_engine *e, int32_t slot, int32_t n_positions) {
 static void me_seq_end(kw_engine *e, int32_t slot, const int32_t *tokens, int32_t n, bool keep) {
     model_engine *me = e->impl;
     if (me->states && keep && n > me->n_prompt[slot] && me->states[slot].n_past == n)
-        kw_kvmem_checkpoint(me->kvm, tokens, n, me->states[slot].data);   /* the end of the sequence */
+        kw_kvmem_checkpoint(me->kvm, tokens, n, me->states[slot].data, false);   /* the end of the sequence */
     kw_kvmem_end(me->kvm, slot, tokens, n, keep);
     if (me->states) {
         free(me->prompts[slot]);

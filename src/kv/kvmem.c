@@ -92,18 +92,32 @@ static bool room_for(const kw_kvmem *m, int32_t blocks) {
     return !m->ledger || kw_ledger_fits(m->ledger, (uint64_t)blocks * m->pool->block_bytes);
 }
 
-/* Evicts cache leaves until `blocks` fit or nothing more can go. Evicts
- * nothing when even an empty cache would not make room (a request that
- * must wait anyway does not cost the others their cache hits). */
+static void checkpoints_sync(kw_kvmem *m);
+
+/* The oldest checkpoint goes (its bytes back to the budget); false when none is left. */
+static bool evict_checkpoint(kw_kvmem *m) {
+    if (!m->ckpt || !kw_state_cache_evict_oldest(m->ckpt)) return false;
+    checkpoints_sync(m);
+    return true;
+}
+
+/* Evicts cache until `blocks` fit or nothing more can go: cached KV leaves
+ * when the pool lacks blocks, checkpoints first when only the budget is
+ * short (a running sequence outranks any cache; a checkpoint is the larger
+ * item, and the newest ones, the live conversations' ends, stay longest).
+ * Evicts nothing when even an empty cache would not make room (a request
+ * that must wait anyway does not cost the others their cache hits). */
 static bool make_room(kw_kvmem *m, int32_t blocks) {
     if (room_for(m, blocks)) return true;
     int32_t evictable = cached_only_blocks(m);
     if (m->pool->n_free + evictable < blocks) return false;
-    if (m->ledger && blocks > evictable &&
-        !kw_ledger_fits(m->ledger, (uint64_t)(blocks - evictable) * m->pool->block_bytes)) return false;
+    uint64_t need = (uint64_t)blocks * m->pool->block_bytes;
+    uint64_t freeable = (uint64_t)evictable * m->pool->block_bytes + m->led_ckpt;
+    if (m->ledger && need > freeable && !kw_ledger_fits(m->ledger, need - freeable)) return false;
     bool counted = false;
     while (!room_for(m, blocks)) {
         if (!counted) { m->adm.evict_calls++; counted = true; }
+        if (m->pool->n_free >= blocks && evict_checkpoint(m)) continue;
         int32_t want = m->pool->n_free < blocks ? blocks : m->pool->n_free + 1;
         int32_t freed = kw_prefix_cache_evict(m->cache, want);
         if (freed <= 0) return false;
@@ -196,9 +210,9 @@ int32_t kw_kvmem_max_positions(const kw_kvmem *m) {
 bool kw_kvmem_could_ever_fit(const kw_kvmem *m, int32_t n_positions) {
     if (n_positions > kw_kvmem_max_positions(m)) return false;
     if (!m->ledger) return true;
-    /* the budget left for KV if every cached and live block were gone */
+    /* the budget left for KV if every cached and live block and every checkpoint were gone */
     uint64_t kv_room = kw_ledger_available(m->ledger) + kw_ledger_line(m->ledger, KW_LEDGER_KV_LIVE) +
-                       kw_ledger_line(m->ledger, KW_LEDGER_KV_CACHED);
+                       kw_ledger_line(m->ledger, KW_LEDGER_KV_CACHED) + kw_ledger_line(m->ledger, KW_LEDGER_REC_CHECKPOINTS);
     return (uint64_t)blocks_for(m, n_positions) * m->pool->block_bytes <= kv_room;
 }
 
@@ -332,10 +346,10 @@ void kw_kvmem_set_cache_caps(kw_kvmem *m, int32_t max_seqs, uint64_t max_bytes) 
     pthread_mutex_unlock(&m->mu);
 }
 
-void kw_kvmem_checkpoint(kw_kvmem *m, const int32_t *tokens, int32_t n, const float *state) {
+void kw_kvmem_checkpoint(kw_kvmem *m, const int32_t *tokens, int32_t n, const float *state, bool interior) {
     if (!m || !m->ckpt || !tokens || n <= 0 || !state) return;
     pthread_mutex_lock(&m->mu);
-    if (kw_prefix_cache_enabled(m->cache) && kw_state_cache_save(m->ckpt, tokens, n, state) == 0) checkpoints_sync(m);
+    if (kw_prefix_cache_enabled(m->cache) && kw_state_cache_save(m->ckpt, tokens, n, state, interior) == 0) checkpoints_sync(m);
     pthread_mutex_unlock(&m->mu);
 }
 

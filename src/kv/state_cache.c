@@ -3,7 +3,15 @@
  * Owns the entries: a small array scanned linearly (a server keeps tens of
  * checkpoints, each of them megabytes; the scan is nothing next to the
  * prefill it saves). Each entry holds its tokens (malloc) and its state
- * (kw_mem_alloc, KW_MEM_KV), a last-use stamp for LRU eviction. */
+ * (kw_mem_alloc, KW_MEM_KV), a last-use stamp for LRU eviction.
+ *
+ * Eviction: superseded interior checkpoints first, then least recently used.
+ * An interior checkpoint (a --checkpoint-interval mark inside a prompt) is
+ * superseded once an entry extends its tokens (saved later, or already there): the prompt's end now
+ * serves every request that shares the whole prompt, and the interior one
+ * only a request that branches off inside it. A restore makes it current
+ * again. Without this, a few concurrent long prompts fill a small cache with
+ * their interval marks and push out each other's ends, so no turn hits. */
 #include "kvwise/state_cache.h"
 #include "kvwise/memory.h"
 #include <stdlib.h>
@@ -14,6 +22,8 @@ typedef struct sc_entry {
     int32_t *tokens;
     float *state;
     uint64_t used;              /* stamp of the last save or restore */
+    bool interior;              /* saved at an interval mark inside a prompt */
+    bool superseded;            /* interior, and a later save extends it: evicted first */
 } sc_entry;
 
 struct kw_state_cache {
@@ -58,10 +68,16 @@ static int32_t find(const kw_state_cache *c, const int32_t *tokens, int32_t n) {
     return -1;
 }
 
+/* Whether a goes before b: superseded first, then the older. */
+static bool evicts_before(const sc_entry *a, const sc_entry *b) {
+    if (a->superseded != b->superseded) return a->superseded;
+    return a->used < b->used;
+}
+
 static void evict_lru(kw_state_cache *c) {
     int32_t old = 0;
     for (int32_t i = 1; i < c->n; i++)
-        if (c->e[i].used < c->e[old].used) old = i;
+        if (evicts_before(&c->e[i], &c->e[old])) old = i;
     drop(c, old);
     c->st.evicted++;
 }
@@ -78,12 +94,30 @@ static void make_room(kw_state_cache *c, int32_t more, uint64_t bytes) {
         evict_lru(c);
 }
 
-int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, const float *state) {
+/* Interior entries that tokens[0..n) extends are superseded. */
+static void supersede_prefixes(kw_state_cache *c, const int32_t *tokens, int32_t n) {
+    for (int32_t i = 0; i < c->n; i++) {
+        sc_entry *e = &c->e[i];
+        if (e->interior && e->n < n && !memcmp(e->tokens, tokens, (size_t)e->n * sizeof *tokens)) e->superseded = true;
+    }
+}
+
+/* Whether an entry extends tokens[0..n). */
+static bool extended(const kw_state_cache *c, const int32_t *tokens, int32_t n) {
+    for (int32_t i = 0; i < c->n; i++)
+        if (c->e[i].n > n && !memcmp(c->e[i].tokens, tokens, (size_t)n * sizeof *tokens)) return true;
+    return false;
+}
+
+int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, const float *state, bool interior) {
     if (!c || !tokens || n <= 0 || !state) return -1;
+    supersede_prefixes(c, tokens, n);
     int32_t i = find(c, tokens, n);
     if (i >= 0) {   /* the same tokens give the same state: refresh it */
         memcpy(c->e[i].state, state, c->state_bytes);
         c->e[i].used = ++c->clock;
+        c->e[i].interior = c->e[i].interior && interior;
+        c->e[i].superseded = false;
         c->st.saves++;
         return 0;
     }
@@ -106,6 +140,8 @@ int kw_state_cache_save(kw_state_cache *c, const int32_t *tokens, int32_t n, con
     memcpy(en.tokens, tokens, (size_t)n * sizeof *tokens);
     memcpy(en.state, state, c->state_bytes);
     en.used = ++c->clock;
+    en.interior = interior;
+    en.superseded = interior && extended(c, tokens, n);
     c->e[c->n++] = en;
     c->st.bytes += need;
     c->st.saves++;
@@ -126,6 +162,7 @@ int kw_state_cache_restore(kw_state_cache *c, const int32_t *prompt, int32_t n, 
     if (i < 0) return -1;
     memcpy(dst, c->e[i].state, c->state_bytes);
     c->e[i].used = ++c->clock;
+    c->e[i].superseded = false;
     c->st.hits++;
     return 0;
 }

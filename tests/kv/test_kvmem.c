@@ -190,8 +190,8 @@ static void test_checkpoints(void) {
     KW_CHECK_EQ_INT(kw_kvmem_cached_prefix(m, t, 30), 0);     /* KV alone is not enough */
     KW_CHECK_EQ_INT(kw_kvmem_begin_state(m, 0, t, 30, 34, got, &kvp), 0);
     KW_CHECK_EQ_INT(kvp, 24);                                 /* where it left what is cached */
-    kw_kvmem_checkpoint(m, t, 12, st);
-    kw_kvmem_checkpoint(m, t, 24, st);
+    kw_kvmem_checkpoint(m, t, 12, st, false);
+    kw_kvmem_checkpoint(m, t, 24, st, false);
     KW_CHECK_EQ_INT(kw_ledger_line(led, KW_LEDGER_REC_CHECKPOINTS), 2 * SBYTES + 36 * 4);
     kw_kvmem_end(m, 0, t, 30, true);
     KW_CHECK_EQ_INT(kw_kvmem_cached_prefix(m, t, 30), 24);
@@ -209,7 +209,7 @@ static void test_checkpoints(void) {
     for (int k = 0; k < 12; k++) {
         int32_t u[24]; fill(u, 24, 1000 * (k + 1));
         KW_CHECK(kw_kvmem_begin_state(m, 0, u, 20, 24, got, NULL) >= 0);
-        kw_kvmem_checkpoint(m, u, 20, st);
+        kw_kvmem_checkpoint(m, u, 20, st, false);
         kw_kvmem_end(m, 0, u, 24, true);
         kw_kvmem_stats s = kw_kvmem_get_stats(m);
         KW_CHECK_MSG(s.cache.bytes + s.checkpoints.bytes <= cap, "insert %d: KV %llu + checkpoints %llu > %llu", k,
@@ -226,9 +226,46 @@ static void test_checkpoints(void) {
     kw_kvmem_set_cache_caps(m, 0, 0);                          /* cache off: checkpoints go too */
     KW_CHECK_EQ_INT(kw_kvmem_get_stats(m).checkpoints.entries, 0);
     KW_CHECK_EQ_INT(kw_ledger_line(led, KW_LEDGER_REC_CHECKPOINTS), 0);
-    kw_kvmem_checkpoint(m, t, 12, st);
+    kw_kvmem_checkpoint(m, t, 12, st, false);
     KW_CHECK_EQ_INT(kw_kvmem_get_stats(m).checkpoints.entries, 0);
     kw_kvmem_destroy(m);
+    KW_CHECK_EQ_INT(kw_ledger_used(led), 0);
+    kw_ledger_destroy(led);
+    kw_kv_pool_destroy(p);
+}
+
+/* Checkpoints are cache: under a tight budget a running sequence's KV takes
+ * their bytes. Two checkpoints of 3 blocks' bytes each in a 10-block budget
+ * leave 4 blocks; a request for 6 blocks is admitted (it could fit once they
+ * go, so it is not "never"), the oldest checkpoint going first. */
+static void test_checkpoints_yield_to_live(void) {
+    kw_kv_pool *p = make_pool(32);
+    const uint64_t bb = p->block_bytes;
+    kw_ledger *led = kw_ledger_create(10 * bb);
+    const size_t sbytes = (size_t)(3 * bb);
+    kw_kvmem_opts o = {.n_slots = 2, .n_ctx = 256, .cache_max_seqs = 4, .cache_max_bytes = 40 * bb, .ledger = led,
+                       .state_bytes = sbytes, .checkpoint_interval = 0};
+    kw_err err;
+    kw_kvmem *m = kw_kvmem_create(p, &o, &err);
+    KW_CHECK(m != NULL);
+    float *st = calloc(1, sbytes), *got = calloc(1, sbytes);
+    int32_t a[8], b[8], c[256];
+    fill(a, 8, 100); fill(b, 8, 200); fill(c, 256, 300);
+    kw_kvmem_checkpoint(m, a, 8, st, false);
+    kw_kvmem_checkpoint(m, b, 8, st, false);
+    KW_CHECK_EQ_INT(kw_kvmem_get_stats(m).checkpoints.entries, 2);
+    int32_t bt = p->lay.block_tokens, n = 6 * bt;
+    KW_CHECK(kw_kvmem_could_ever_fit(m, n));
+    KW_CHECK_EQ_INT(kw_kvmem_begin_state(m, 0, c, n, n, got, NULL), 0);
+    kw_kvmem_stats s = kw_kvmem_get_stats(m);
+    KW_CHECK_EQ_INT(s.checkpoints.entries, 1);
+    KW_CHECK_EQ_INT(s.checkpoints.evicted, 1);
+    KW_CHECK(kw_ledger_used(led) <= 10 * bb);
+    KW_CHECK_EQ_INT(kw_ledger_line(led, KW_LEDGER_REC_CHECKPOINTS), s.checkpoints.bytes);
+    kw_kvmem_end(m, 0, c, 0, false);
+    kw_kvmem_destroy(m);
+    free(st);
+    free(got);
     KW_CHECK_EQ_INT(kw_ledger_used(led), 0);
     kw_ledger_destroy(led);
     kw_kv_pool_destroy(p);
@@ -237,6 +274,7 @@ static void test_checkpoints(void) {
 int main(void) {
     test_reuse_and_reserve();
     test_checkpoints();
+    test_checkpoints_yield_to_live();
     test_pressure_wait_never();
     test_ledger_wall();
     return kw_test_finish();

@@ -8,16 +8,57 @@
 // that suggestion, which must work on the first try. Skips (77) when the
 // model file is absent. Under ASan the VmHWM bound is skipped (the allocator's
 // shadow and quarantine are not the server's memory); the rest still holds.
+// With --hybrid (reliability_wall_hybrid): the same on a qwen35 model it makes
+// (qwen3.5-0.8b shape cut to 8 layers, q8_0: 6 delta-net layers, a 6.4 MiB
+// recurrent state per sequence) with checkpoints on and a small prompt cache,
+// then 4 concurrent 3-turn conversations on distinct system prompts under the
+// held connections; /v1/memory is sampled too: the KV cap, the checkpoint cap,
+// their sum under --prompt-cache-bytes and both count caps hold at every
+// sample, checkpoints were saved, restored and evicted, every turn answered.
 import net from 'node:net';
 import fs from 'node:fs';
+import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { check, finish, startServer, request, sleep, BIN, asanBuild } from './lib.mjs';
+import { check, finish, startServer, request, sleep, BIN, asanBuild, tmp } from './lib.mjs';
 
-const MODEL = process.env.KW_WALL_MODEL || '/work/models/1b-q4_0.gguf';
+const HYBRID = process.argv.includes('--hybrid');
+const NAME = HYBRID ? 'reliability_wall_hybrid' : 'reliability_wall_load';
+const CACHE_MIB = 128, CACHE_SEQS = 6;
+let MODEL = process.env.KW_WALL_MODEL || '/work/models/1b-q4_0.gguf';
+if (HYBRID) {
+  MODEL = path.join(tmp, 'qwen35.gguf');
+  const r = spawnSync(BIN, ['mkmodel', '--preset', 'qwen3.5-0.8b', '--layers', '8', '--type', 'q8_0', '--seed', '3', '-o', MODEL], { encoding: 'utf8' });
+  if (r.status !== 0) { console.error('wall_hybrid: mkmodel failed: ' + r.stderr.slice(-400)); process.exit(1); }
+}
 if (!fs.existsSync(MODEL)) { console.log(`wall_load: skipped: no model at ${MODEL}`); process.exit(77); }
 const servers = [];
 const vmhwm = (pid) => Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
-const flags = ['--ctx-size', '8192', '--decode-concurrency', '4', '--max-body', '40MiB', '--threads', '2'];
+const flags = ['--ctx-size', '8192', '--decode-concurrency', '4', '--max-body', '40MiB', '--threads', '2',
+  ...(HYBRID ? ['--prompt-cache-bytes', `${CACHE_MIB}MiB`, '--prompt-cache-size', String(CACHE_SEQS), '--checkpoint-interval', '512'] : [])];
+
+// The prompt cache as /v1/memory shows it: KV blocks and checkpoints with their caps.
+async function cacheSample(port) {
+  const r = await request(port, 'GET', '/v1/memory', { timeout: 5000 });
+  const pc = r.json?.prompt_cache;
+  return pc ? { kv: pc.bytes, kv_max: pc.max_bytes, seqs: pc.sequences, max_seqs: pc.max_sequences, ck: pc.checkpoints } : null;
+}
+const capsHold = (c) => c && c.ck && c.kv <= c.kv_max && c.seqs <= c.max_seqs && c.seqs <= CACHE_SEQS &&
+  c.ck.bytes <= c.ck.max_bytes && c.ck.entries <= c.ck.max_entries && c.kv + c.ck.bytes <= CACHE_MIB * 1048576;
+
+// A coding-agent style conversation: a long system prompt of its own, then turns that grow the history.
+async function conversation(port, k, turns) {
+  const sys = Array.from({ length: 120 }, (_, i) => `rule${k}x${i}`).join(' ');
+  const messages = [{ role: 'system', content: sys }];
+  const out = [];
+  for (let t = 0; t < turns; t++) {
+    messages.push({ role: 'user', content: `Step ${t} of task ${k}: go on.` });
+    const r = await request(port, 'POST', '/v1/chat/completions', { body: { messages, max_tokens: 12, temperature: 0 }, timeout: 90000 });
+    out.push({ status: r.status, cached: r.json?.usage?.prompt_tokens_details?.cached_tokens ?? -1, prompt: r.json?.usage?.prompt_tokens ?? -1,
+      ...(r.status !== 200 ? { error: r.json?.error?.message ?? r.text?.slice(0, 200) } : {}) });
+    messages.push({ role: 'assistant', content: r.json?.choices?.[0]?.message?.content ?? '' });
+  }
+  return out;
+}
 
 async function startup() {
   const t0 = Date.now();
@@ -79,7 +120,7 @@ async function main() {
     while (running) {
       const t0 = Date.now();
       const h = await request(P, 'GET', '/health', { timeout: 5000 });
-      samples.push({ health_ms: Date.now() - t0, status: h.status, hwm: vmhwm(srv.proc.pid) });
+      samples.push({ health_ms: Date.now() - t0, status: h.status, hwm: vmhwm(srv.proc.pid), cache: HYBRID ? await cacheSample(P) : null });
       await sleep(200);
     }
   })();
@@ -101,6 +142,8 @@ async function main() {
     times.push(...rs);
   }
   const h = await Promise.all(hostile);
+  // after the timed rounds (their budget is for plain chat), under the held connections
+  const turns = HYBRID ? (await Promise.all([0, 1, 2, 3].map((k) => conversation(P, k, 3)))).flat() : [];
   running = false;
   await sampler;
   for (const s of held) s.destroy();
@@ -117,7 +160,19 @@ async function main() {
   else check(peak <= limit, `VmHWM ${(peak / 1048576).toFixed(1)} MiB <= --memory-limit ${mib} MiB at every sample`, peak);
   check(times.every((t) => t.status === 200 && t.ms <= budget), `every normal request served within ${budget} ms`, times);
   check(samples.length > 0 && slowHealth.length === 0, '/health answered within 1 s at every sample', slowHealth);
-  finish('reliability_wall_load', servers);
+  if (HYBRID) {
+    const bad = samples.filter((x) => !capsHold(x.cache));
+    const last = await cacheSample(P);
+    const peakCk = Math.max(...samples.map((x) => x.cache?.ck?.bytes ?? 0));
+    console.log(`wall_hybrid: ${turns.length} turns (cached/prompt ${turns.map((t) => `${t.cached}/${t.prompt}`).join(' ')}); ` +
+                `checkpoints peak ${(peakCk / 1048576).toFixed(1)} MiB of cap ${((last?.ck?.max_bytes ?? 0) / 1048576).toFixed(1)} MiB, ` +
+                `saves ${last?.ck?.saves} restores ${last?.ck?.restores} evicted ${last?.ck?.evicted}; KV cache peak ` +
+                `${(Math.max(...samples.map((x) => x.cache?.kv ?? 0)) / 1048576).toFixed(1)} MiB`);
+    check(bad.length === 0, `prompt-cache caps (KV, checkpoints, their sum <= ${CACHE_MIB} MiB, ${CACHE_SEQS} sequences) hold at all ${samples.length} samples`, bad.slice(0, 3));
+    check(turns.length === 12 && turns.every((t) => t.status === 200), 'every conversation turn answered (200)', turns);
+    check(last && last.ck.saves > 0 && last.ck.restores > 0 && last.ck.evicted > 0, 'checkpoints were saved, restored (a turn resumed from one) and evicted under the caps', last?.ck);
+  }
+  finish(NAME, servers);
 }
 
-main().catch((e) => { console.error(e); check(false, 'the test ran to its end', String(e)); finish('reliability_wall_load', servers); });
+main().catch((e) => { console.error(e); check(false, 'the test ran to its end', String(e)); finish(NAME, servers); });
