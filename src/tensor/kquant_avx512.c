@@ -117,6 +117,29 @@ KW_INLINE __m512i q5k_hbit(__m512i h, const int s) {
     return h;
 }
 
+/* acc + accb * d * dx - (sum_s m_s * bsum32_s) * dmin * dx for one
+ * super-block: the mins as an exact vpdpwssd of the min pairs with the
+ * Q8_K 32-value sums. Both Q4_K / Q5_K tiles end a block with it. */
+KW_INLINE __m512 q45k_finish(const uint8_t *blk, const int q5, const kw_block_q8_K *xb, __m512 accb, __m512 acc) {
+    int32_t s32[4];
+    q8k_sums32(xb, s32);
+    __m512i im = _mm512_setzero_si512();
+    _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+        __m512i mp = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_MN(q5) + 32 * t)));
+        im = _mm512_dpwssd_epi32(im, mp, _mm512_set1_epi32(s32[t]));   /* exact: <= 8*63*4096 */
+    }
+    __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_D(q5))));
+    __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_DMIN(q5))));
+    __m512 dx = _mm512_set1_ps(xb->d);
+    acc = _mm512_fmadd_ps(accb, _mm512_mul_ps(dv, dx), acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(dmv, dx), acc);
+}
+
+/* Sub-block s's scales as floats, lanes = rows. */
+KW_INLINE __m512 q45k_scale(const uint8_t *blk, const int q5, int s) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + K45_OFF_SC(q5) + 16 * s))));
+}
+
 /* One group of 16 rows x C activation rows (Q8_K, xs bytes apart): y[c*ldy + L].
  * Q5_K (q5): each level also gets bit s of its qh byte as 16. One row
  * (decode) reads the quants with non-temporal loads, as the packed Q4_0 /
@@ -139,7 +162,7 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
         __m512 accb[8];
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
             const int j = s >> 1, hi = s & 1;
-            __m512 fsc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + K45_OFF_SC(q5) + 16 * s))));
+            __m512 fsc = q45k_scale(blk, q5, s);
             __m512i w[8];
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
                 __m512i p = kw_x16_load(blk + 64 * (8 * j + k), C == 1);
@@ -159,24 +182,54 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
                 accb[c] = s == 0 ? _mm512_mul_ps(dot, fsc) : _mm512_fmadd_ps(dot, fsc, accb[c]);
             }
         }
-        __m512i mp[4];
-        _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++)
-            mp[t] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_MN(q5) + 32 * t)));
-        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_D(q5))));
-        __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + K45_OFF_DMIN(q5))));
-        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
-            const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
-            int32_t s32[4];
-            q8k_sums32(xb, s32);
-            __m512i im = _mm512_setzero_si512();
-            _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++)
-                im = _mm512_dpwssd_epi32(im, mp[t], _mm512_set1_epi32(s32[t]));   /* exact: <= 8*63*4096 */
-            __m512 dx = _mm512_set1_ps(xb->d);
-            acc[c] = _mm512_fmadd_ps(accb[c], _mm512_mul_ps(dv, dx), acc[c]);
-            acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(dmv, dx), acc[c]);
-        }
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+            acc[c] = q45k_finish(blk, q5, (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i, accb[c], acc[c]);
     }
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
+}
+
+
+/* Q4_K / Q5_K for one activation row (decode). Each part is loaded once
+ * and gives both sub-blocks of its pair (low nibbles 2j, high nibbles
+ * 2j+1), where q45k_tile loads and masks it per sub-block: twice the loads
+ * and masks, and one thread streamed ~8 GB/s of Q4_K (packed Q4_0: 12.6).
+ * The sub-block dots are exact integers either way and the float steps
+ * after them are q45k_tile's, in its order (s = 0..7), so the outputs are
+ * q45k_tile's bit for bit. */
+KW_INLINE void q45k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y, const int q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    const size_t blkb = K45_BLK(q5);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = grp + (size_t)i * blkb;
+        const kw_block_q8_K *xb = (const kw_block_q8_K *)x0 + i;
+        _Pragma("GCC unroll 45") for (size_t o = 0; o < blkb; o += 64)
+            _mm_prefetch((const char *)blk + blkb + o, _MM_HINT_T0);
+        __m512 accb = _mm512_setzero_ps();
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            const int32_t *xl = (const int32_t *)(xb->qs + 64 * j), *xh = xl + 8;
+            __m512i d[2][2] = {{_mm512_setzero_si512(), _mm512_setzero_si512()},
+                               {_mm512_setzero_si512(), _mm512_setzero_si512()}};
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                __m512i p = _mm512_loadu_si512(blk + 64 * (8 * j + k));
+                __m512i lo = _mm512_and_si512(p, m4), hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+                if (q5) {
+                    __m512i qh = _mm512_loadu_si512(blk + 2048 + 64 * k);
+                    lo = _mm512_or_si512(lo, _mm512_and_si512(q5k_hbit(qh, 2 * j), m10));
+                    hi = _mm512_or_si512(hi, _mm512_and_si512(q5k_hbit(qh, 2 * j + 1), m10));
+                }
+                d[0][k & 1] = kw_dpbusd_bcst(d[0][k & 1], lo, xl + k);
+                d[1][k & 1] = kw_dpbusd_bcst(d[1][k & 1], hi, xh + k);
+            }
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {   /* q45k_tile's float steps, in its order */
+                const int s = 2 * j + h;
+                __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(d[h][0], d[h][1]));
+                accb = s == 0 ? _mm512_mul_ps(dot, q45k_scale(blk, q5, s)) : _mm512_fmadd_ps(dot, q45k_scale(blk, q5, s), accb);
+            }
+        }
+        acc = q45k_finish(blk, q5, xb, accb, acc);
+    }
+    _mm512_storeu_ps(y, acc);
 }
 
 /* ---------------- Q6_K ---------------- */
@@ -365,6 +418,7 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
             float *y = Y + i * ldy + r;
             if (kind == KQ_Q6K && C == 1) q6k_tile_row(grp, h->nb, x0, y);
             else if (kind == KQ_Q6K) { KW_TILE_ROWS_SWITCH(C, q6k_tile, grp, h->nb, x0, xs, y, ldy) }
+            else if (kind != KQ_Q6K && C == 1) q45k_tile_row(grp, h->nb, x0, y, kind == KQ_Q5K);
             else if (kind == KQ_Q5K) { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 1) }
             else { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 0) }
         }
