@@ -4,6 +4,7 @@
 #include "plan_internal.h"
 #include "kvwise/server.h"
 #include "kvwise/kv.h"
+#include "kvwise/kvmem.h"
 #include "kvwise/tensor.h"
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -122,6 +123,12 @@ static void print_kv(const kw_plan_model *m, const kw_plan *p, FILE *out) {
         fprintf(out, "  linear-attention state: %s per sequence (%d layers; %s)\n",
                 kw_format_bytes(m->linear_state_bytes, a, sizeof a), m->n_linear_layers,
                 m->linear_formula[0] ? m->linear_formula : "size unknown");
+    if (m->linear_state_bytes && p->kv_bytes_per_token)
+        fprintf(out, "  prompt-cache checkpoints: a copy of that state each (the KV of %" PRIu64 " tokens), saved at prompt\n"
+                     "    ends, sequence ends, branch points and every --checkpoint-interval (default %d) prompt tokens;\n"
+                     "    at most half of --prompt-cache-bytes and %d per cached conversation (docs/MEMORY.md)\n",
+                (uint64_t)(m->linear_state_bytes / p->kv_bytes_per_token), KW_KVMEM_CHECKPOINT_INTERVAL,
+                KW_KVMEM_CHECKPOINTS_PER_SEQ);
     fprintf(out, "  one sequence at ctx %d: %s", o->ctx, kw_format_bytes(p->seq_kv_bytes, a, sizeof a));
     if (p->seq_state_bytes) fprintf(out, " + state %s = %s", kw_format_bytes(p->seq_state_bytes, b, sizeof b),
                                     kw_format_bytes(p->seq_bytes, c, sizeof c));
@@ -272,6 +279,8 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
         {"bytes_per_token_q8_0", (double)kw_plan_kv_bytes_per_token(m, KW_TYPE_Q8_0)},
         {"block_bytes", (double)p->kv_block_bytes}, {"per_sequence_kv_bytes", (double)p->seq_kv_bytes},
         {"per_sequence_state_bytes", (double)p->seq_state_bytes}, {"per_sequence_bytes", (double)p->seq_bytes},
+        {"checkpoint_bytes", (double)m->linear_state_bytes},
+        {"checkpoints_per_cached_sequence", m->linear_state_bytes ? KW_KVMEM_CHECKPOINTS_PER_SEQ : 0},
         {NULL, 0}});
 
     cJSON *jw = cJSON_AddObjectToObject(root, "workspace");

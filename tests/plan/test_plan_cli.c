@@ -54,7 +54,8 @@ static void check_schema(const cJSON *j) {
     static const char *settings_nums[] = {"ram", "reserve", "memory_limit", "ctx", "concurrency", "prompt_concurrency",
                                           "prefill_step_size", "block_tokens", "threads"};
     static const char *kv_nums[] = {"bytes_per_token", "bytes_per_token_f16", "bytes_per_token_q8_0", "block_bytes",
-                                    "per_sequence_kv_bytes", "per_sequence_state_bytes", "per_sequence_bytes"};
+                                    "per_sequence_kv_bytes", "per_sequence_state_bytes", "per_sequence_bytes",
+                                    "checkpoint_bytes", "checkpoints_per_cached_sequence"};
     static const char *budget_nums[] = {"memory_limit", "weights", "workspace", "tokenizer", "overhead", "connections", "live_kv", "fixed",
                                         "needed", "remainder", "shortfall", "prompt_cache_bytes", "prompt_cache_size",
                                         "headroom", "kv_pool_blocks", "max_ctx", "max_ctx_q8_0", "max_concurrency"};
@@ -213,6 +214,9 @@ static void test_conformance_models(void) {
         double n_kv = kvt ? cJSON_GetObjectItem(kvt, "n_kv_layers")->valuedouble : n_layer;
         KW_CHECK_EQ_INT(num_at(j, "model", "n_kv_layers"), n_kv);
         KW_CHECK_EQ_INT(num_at(j, "model", "n_linear_layers"), rs ? cJSON_GetObjectItem(rs, "n_recurrent_layers")->valuedouble : 0);
+        /* a prompt-cache checkpoint is one copy of the state, 4 at most per cached conversation */
+        KW_CHECK_EQ_INT(num_at(j, "kv", "checkpoint_bytes"), num_at(j, "model", "linear_state_bytes"));
+        KW_CHECK_EQ_INT(num_at(j, "kv", "checkpoints_per_cached_sequence"), rs ? 4 : 0);
         KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token"), n_kv * 2 * kvh * row);
         KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token_q8_0"), (int)hd % 32 ? 0 : n_kv * 2 * kvh * hd / 32 * 34);
         KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 2048 * n_kv * 2 * kvh * row);
