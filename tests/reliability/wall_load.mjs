@@ -45,6 +45,7 @@ async function cacheSample(port) {
 const capsHold = (c) => c && c.ck && c.kv <= c.kv_max && c.seqs <= c.max_seqs && c.seqs <= CACHE_SEQS &&
   c.ck.bytes <= c.ck.max_bytes && c.ck.entries <= c.ck.max_entries && c.kv + c.ck.bytes <= CACHE_MIB * 1048576;
 
+let retried503 = 0;
 // A coding-agent style conversation: a long system prompt of its own, then turns that grow the history.
 async function conversation(port, k, turns) {
   const sys = Array.from({ length: 120 }, (_, i) => `rule${k}x${i}`).join(' ');
@@ -52,7 +53,14 @@ async function conversation(port, k, turns) {
   const out = [];
   for (let t = 0; t < turns; t++) {
     messages.push({ role: 'user', content: `Step ${t} of task ${k}: go on.` });
-    const r = await request(port, 'POST', '/v1/chat/completions', { body: { messages, max_tokens: 12, temperature: 0 }, timeout: 90000 });
+    // a 503 says "retry" (memory taken right now): a client retries it after Retry-After, up to 3 times
+    let r, tries = 0;
+    for (;;) {
+      r = await request(port, 'POST', '/v1/chat/completions', { body: { messages, max_tokens: 12, temperature: 0 }, timeout: 90000 });
+      if (r.status !== 503 || ++tries > 3) break;
+      retried503++;
+      await sleep(1000 * Number(r.headers?.['retry-after'] ?? 1));
+    }
     out.push({ status: r.status, cached: r.json?.usage?.prompt_tokens_details?.cached_tokens ?? -1, prompt: r.json?.usage?.prompt_tokens ?? -1,
       ...(r.status !== 200 ? { error: r.json?.error?.message ?? r.text?.slice(0, 200) } : {}) });
     messages.push({ role: 'assistant', content: r.json?.choices?.[0]?.message?.content ?? '' });
@@ -164,12 +172,12 @@ async function main() {
     const bad = samples.filter((x) => !capsHold(x.cache));
     const last = await cacheSample(P);
     const peakCk = Math.max(...samples.map((x) => x.cache?.ck?.bytes ?? 0));
-    console.log(`wall_hybrid: ${turns.length} turns (cached/prompt ${turns.map((t) => `${t.cached}/${t.prompt}`).join(' ')}); ` +
+    console.log(`wall_hybrid: ${retried503} turn(s) retried after a 503; ${turns.length} turns (cached/prompt ${turns.map((t) => `${t.cached}/${t.prompt}`).join(' ')}); ` +
                 `checkpoints peak ${(peakCk / 1048576).toFixed(1)} MiB of cap ${((last?.ck?.max_bytes ?? 0) / 1048576).toFixed(1)} MiB, ` +
                 `saves ${last?.ck?.saves} restores ${last?.ck?.restores} evicted ${last?.ck?.evicted}; KV cache peak ` +
                 `${(Math.max(...samples.map((x) => x.cache?.kv ?? 0)) / 1048576).toFixed(1)} MiB`);
     check(bad.length === 0, `prompt-cache caps (KV, checkpoints, their sum <= ${CACHE_MIB} MiB, ${CACHE_SEQS} sequences) hold at all ${samples.length} samples`, bad.slice(0, 3));
-    check(turns.length === 12 && turns.every((t) => t.status === 200), 'every conversation turn answered (200)', turns);
+    check(turns.length === 12 && turns.every((t) => t.status === 200), 'every conversation turn answered (200; a 503 retried up to 3 times)', turns);
     check(last && last.ck.saves > 0 && last.ck.restores > 0 && last.ck.evicted > 0, 'checkpoints were saved, restored (a turn resumed from one) and evicted under the caps', last?.ck);
   }
   finish(NAME, servers);
