@@ -141,10 +141,8 @@ KW_INLINE __m512 q45k_scale(const uint8_t *blk, const int q5, int s) {
 }
 
 /* One group of 16 rows x C activation rows (Q8_K, xs bytes apart): y[c*ldy + L].
- * Q5_K (q5): each level also gets bit s of its qh byte as 16. One row
- * (decode) reads the quants with non-temporal loads, as the packed Q4_0 /
- * Q8_0 tile does (kernels_avx512.c): Q4_K decode 1.02x (bench/ab.sh). The
- * Q6_K row tile gained nothing from them (0.997x) and keeps plain loads. */
+ * Q5_K (q5): each level also gets bit s of its qh byte as 16. C >= 2: one
+ * activation row (decode) goes to q45k_tile_row. */
 KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_t xs, float *y, int64_t ldy,
                          const int q5, const int C) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
@@ -153,22 +151,18 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *blk = grp + (size_t)i * blkb;
-        if (C > 1)
-            _Pragma("GCC unroll 45") for (size_t o = 0; o < blkb; o += 64)
-                _mm_prefetch((const char *)blk + Q4K_PREFETCH + o, _MM_HINT_T1);
-        else
-            _Pragma("GCC unroll 45") for (size_t o = 0; o < blkb; o += 64)
-                _mm_prefetch((const char *)blk + blkb + o, _MM_HINT_T0);
+        _Pragma("GCC unroll 45") for (size_t o = 0; o < blkb; o += 64)
+            _mm_prefetch((const char *)blk + Q4K_PREFETCH + o, _MM_HINT_T1);
         __m512 accb[8];
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
             const int j = s >> 1, hi = s & 1;
             __m512 fsc = q45k_scale(blk, q5, s);
             __m512i w[8];
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                __m512i p = kw_x16_load(blk + 64 * (8 * j + k), C == 1);
+                __m512i p = _mm512_loadu_si512(blk + 64 * (8 * j + k));
                 w[k] = _mm512_and_si512(hi ? _mm512_srli_epi16(p, 4) : p, m4);
                 if (q5)
-                    w[k] = _mm512_or_si512(w[k], _mm512_and_si512(q5k_hbit(kw_x16_load(blk + 2048 + 64 * k, C == 1), s), m10));
+                    w[k] = _mm512_or_si512(w[k], _mm512_and_si512(q5k_hbit(_mm512_loadu_si512(blk + 2048 + 64 * k), s), m10));
             }
             _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
                 const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
@@ -187,7 +181,6 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
     }
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) _mm512_storeu_ps(y + (size_t)c * (size_t)ldy, acc[c]);
 }
-
 
 /* Q4_K / Q5_K for one activation row (decode). Each part is loaded once
  * and gives both sub-blocks of its pair (low nibbles 2j, high nibbles
@@ -418,7 +411,7 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
             float *y = Y + i * ldy + r;
             if (kind == KQ_Q6K && C == 1) q6k_tile_row(grp, h->nb, x0, y);
             else if (kind == KQ_Q6K) { KW_TILE_ROWS_SWITCH(C, q6k_tile, grp, h->nb, x0, xs, y, ldy) }
-            else if (kind != KQ_Q6K && C == 1) q45k_tile_row(grp, h->nb, x0, y, kind == KQ_Q5K);
+            else if (C == 1) q45k_tile_row(grp, h->nb, x0, y, kind == KQ_Q5K);
             else if (kind == KQ_Q5K) { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 1) }
             else { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 0) }
         }
