@@ -23,7 +23,7 @@ typedef struct sc_entry {
     float *state;
     uint64_t used;              /* stamp of the last save or restore */
     bool interior;              /* saved at an interval mark inside a prompt */
-    bool superseded;            /* interior, and a later save extends it: evicted first */
+    bool superseded;            /* interior, and another entry extends it: evicted first */
 } sc_entry;
 
 struct kw_state_cache {
@@ -94,18 +94,21 @@ static void make_room(kw_state_cache *c, int32_t more, uint64_t bytes) {
         evict_lru(c);
 }
 
+/* Whether a[0..na) is longer than b[0..nb) and starts with it. */
+static bool extends(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
+    return na > nb && !memcmp(a, b, (size_t)nb * sizeof *b);
+}
+
 /* Interior entries that tokens[0..n) extends are superseded. */
 static void supersede_prefixes(kw_state_cache *c, const int32_t *tokens, int32_t n) {
-    for (int32_t i = 0; i < c->n; i++) {
-        sc_entry *e = &c->e[i];
-        if (e->interior && e->n < n && !memcmp(e->tokens, tokens, (size_t)e->n * sizeof *tokens)) e->superseded = true;
-    }
+    for (int32_t i = 0; i < c->n; i++)
+        if (c->e[i].interior && extends(tokens, n, c->e[i].tokens, c->e[i].n)) c->e[i].superseded = true;
 }
 
 /* Whether an entry extends tokens[0..n). */
 static bool extended(const kw_state_cache *c, const int32_t *tokens, int32_t n) {
     for (int32_t i = 0; i < c->n; i++)
-        if (c->e[i].n > n && !memcmp(c->e[i].tokens, tokens, (size_t)n * sizeof *tokens)) return true;
+        if (extends(c->e[i].tokens, c->e[i].n, tokens, n)) return true;
     return false;
 }
 
