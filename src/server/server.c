@@ -1003,7 +1003,7 @@ int kw_server_set_engine(kw_server *s, kw_engine *e, kw_sched *sched, char *note
     return 0;
 }
 
-kw_gcache *kw_server_gcache(kw_server *s) { return s->gcache; }
+kw_gcache *kw_server_gcache(kw_server *s) { return s ? s->gcache : NULL; }   /* NULL: a job without a server (fuzz, tests) */
 
 const char *kw_server_template_desc(const kw_server *s) { return s->tpl_desc; }
 
