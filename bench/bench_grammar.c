@@ -9,8 +9,9 @@
  * with synthetic pieces to --n-vocab, then an EOG and a special token; or
  * the vocab of one GGUF (--gguf FILE). Mask steps: a random walk per
  * schema that draws among the allowed tokens (preferring closing tokens
- * half of the time, so documents end), timing kw_grammar_mask at every
- * step; the share of a decode step uses --decode-ms (default 35, the 1B
+ * half of the time, so documents end), timing the scheduler's grammar
+ * work at every step (the budget policy's mask, the distance check after
+ * the token; the last tokens of --steps close the document); the share of a decode step uses --decode-ms (default 35, the 1B
  * model's decode step on the dev machine). Then the other front-ends'
  * grammars: json_object, GBNF, regex, Lark apply_patch, and tool calls
  * (forced, and tool_choice auto's tag-free text).
@@ -153,12 +154,14 @@ static int walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gramma
     int32_t nv = kw_grammar_vocab_size(v);
     int rc = 0, t;
     for (t = 0; t < max_steps; t++) {
+        /* the scheduler's per-step work: the budget policy's mask (the plain
+           one until the last tokens, then the closing one) and, after the
+           token, the distance check */
         double t0 = now_sec();
-        int32_t n = kw_grammar_mask(m, mask, &e);
+        bool closing_mask;
+        int32_t n = kw_grammar_mask_budget(m, mask, max_steps - t, &closing_mask, &e);
         double dt = now_sec() - t0;
-        dpush(steps, dt);
-        if (getenv("BENCH_GRAMMAR_TRACE") && dt > 1e-3) fprintf(stderr, "slow step %d: %.3f ms (%d allowed)\n", t, dt * 1e3, n);
-        if (n <= 0) { rc = n < 0 ? -1 : (kw_grammar_is_complete(m) ? 1 : -1); break; }
+        if (n <= 0) { dpush(steps, dt); rc = n < 0 ? -1 : (kw_grammar_is_complete(m) ? 1 : -1); break; }
         int32_t na = 0, eog = -1;
         bool closing = rnd32(&seed) % 2;
         for (int pass = 0; pass < 2 && !na; pass++)
@@ -174,7 +177,19 @@ static int walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gramma
             }
         int32_t pick = (eog >= 0 && (na == 0 || rnd32(&seed) % 4 != 0)) ? eog : allowed[rnd32(&seed) % (uint32_t)na];
         if (kw_grammar_accept_token(m, pick, &e)) { fprintf(stderr, "accept failed: %s\n", e.msg); rc = -1; break; }
-        if (pick == eog) { rc = 1; break; }
+        t0 = now_sec();
+        if (!closing_mask && pick != eog && !kw_grammar_budget_ok(m, max_steps - t - 1)) {
+            /* too few tokens left after it: back, and the closing mask's shortest token */
+            kw_grammar_rollback(m, 1);
+            if (kw_grammar_mask_closing(m, mask, &e) > 0)
+                for (int32_t i = 0; i < nv; i++)
+                    if (kw_grammar_mask_test(mask, i)) { pick = i; break; }
+            if (kw_grammar_accept_token(m, pick, &e)) { fprintf(stderr, "accept failed: %s\n", e.msg); rc = -1; break; }
+        }
+        dt += now_sec() - t0;
+        dpush(steps, dt);
+        if (getenv("BENCH_GRAMMAR_TRACE") && dt > 1e-3) fprintf(stderr, "slow step %d: %.3f ms (%d allowed)\n", t, dt * 1e3, n);
+        if (pick == eog || kw_grammar_is_complete(m)) { rc = 1; break; }
     }
     kw_grammar_matcher_free(m);
     return rc;

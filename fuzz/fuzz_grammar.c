@@ -8,7 +8,8 @@
  * crash, sanitizer report or leak; a compile that fails has an error
  * message; the mask bit of every token of the small vocab equals whether
  * accept_token succeeds on a clone of the matcher (checked before and
- * after feeding the text). Limits are lowered so that every input runs in
+ * after feeding the text); the closing mask is a subset of it whose
+ * tokens each shorten the distance to a complete output by their length. Limits are lowered so that every input runs in
  * milliseconds. Seeds in fuzz/corpus/grammar/; run by scripts/fuzz.sh grammar. */
 #include <stdint.h>
 #include <stdio.h>
@@ -54,6 +55,39 @@ static void check_mask(kw_grammar_matcher *m) {
     }
 }
 
+/* The closing mask: a subset of the plain mask, never empty while a
+   completion is known (the vocab has every byte), and each of its tokens
+   shortens the distance by at least its length. */
+static void check_closing(kw_grammar_matcher *m) {
+    int32_t nv = kw_grammar_vocab_size(g_vocab);
+    uint32_t mask[16], plain[16];
+    kw_err e;
+    if (kw_grammar_mask(m, plain, &e) < 0) return;
+    uint32_t d = kw_grammar_distance(m);
+    int32_t n = kw_grammar_mask_closing(m, mask, &e);
+    if (d != KW_GRAMMAR_FAR && !kw_grammar_is_complete(m) && n <= 0) {
+        fprintf(stderr, "distance %u but no closing token\n", d);
+        abort();
+    }
+    for (int32_t i = 0; i < nv && n > 0; i++) {
+        if (!kw_grammar_mask_test(mask, i)) continue;
+        if (!kw_grammar_mask_test(plain, i)) { fprintf(stderr, "closing token %d not in the mask\n", i); abort(); }
+        if (kw_grammar_vocab_kind(g_vocab, i) != KW_GTOK_TEXT) continue;
+        kw_grammar_matcher *c = kw_grammar_matcher_clone(m);
+        if (!c) abort();
+        uint32_t len;
+        kw_grammar_vocab_token(g_vocab, i, &len);
+        if (kw_grammar_accept_token(c, i, &e) == 0) {
+            uint32_t d2 = kw_grammar_distance(c);
+            if (d2 == KW_GRAMMAR_FAR || d2 + len > d) {
+                fprintf(stderr, "closing token %d (%u bytes): distance %u -> %u\n", i, len, d, d2);
+                abort();
+            }
+        }
+        kw_grammar_matcher_free(c);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     if (!g_vocab) make_vocab();
@@ -95,8 +129,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (size_t i = 0; i < fl && i < 64; i++)
                 if (kw_grammar_accept_bytes(m, feed + i, 1, &e)) break;
             check_mask(m);
+            check_closing(m);
             kw_grammar_rollback(m, 3);
             check_mask(m);
+            check_closing(m);
             kw_grammar_matcher_free(m);
         }
         kw_grammar_index_free(ix);

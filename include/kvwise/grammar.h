@@ -185,6 +185,30 @@ int kw_grammar_rollback(kw_grammar_matcher *m, uint32_t n);
  * the grammar is stuck: the caller ends the output with an error), or -1
  * on an internal limit (err says which). */
 int32_t kw_grammar_mask(kw_grammar_matcher *m, uint32_t *mask, kw_err *err);
+/* Budget-aware closing (docs/GRAMMAR.md "Closing within the budget").
+ * kw_grammar_distance: the fewest bytes that complete a sentence from the
+ * current state (0 when it can end here; KW_GRAMMAR_FAR when the compile
+ * analysis did not reach this state). kw_grammar_mask_closing writes the
+ * mask of tokens that follow one shortest completion: text tokens whose
+ * bytes are a prefix of it, or the EOG tokens when the output can end.
+ * Each such token lowers the distance by its length, so a caller that
+ * switches to this mask while tokens left >= distance + 1 ends the output
+ * complete, given one token per byte (byte-level vocabularies and byte
+ * fallback have them). Returns the number of tokens allowed (0: none in
+ * this vocab), or -1 (err says why). */
+#define KW_GRAMMAR_FAR UINT32_MAX
+uint32_t kw_grammar_distance(kw_grammar_matcher *m);
+int32_t kw_grammar_mask_closing(kw_grammar_matcher *m, uint32_t *mask, kw_err *err);
+/* The budget policy over those two, for a step with tokens_left tokens
+ * left (this one included). kw_grammar_mask_budget: the closing mask once
+ * tokens_left <= distance + 1 and it allows some token (*closing = true),
+ * else kw_grammar_mask. kw_grammar_budget_ok, after a token was accepted
+ * with tokens_left left: the output is complete, its distance is not
+ * known, or distance + 1 <= tokens_left; when false the caller rolls the
+ * token back and draws again under kw_grammar_mask_closing. */
+int32_t kw_grammar_mask_budget(kw_grammar_matcher *m, uint32_t *mask, int64_t tokens_left, bool *closing,
+                               kw_err *err);
+bool kw_grammar_budget_ok(kw_grammar_matcher *m, int64_t tokens_left);
 /* logits[i] = -INFINITY for every token whose bit is clear. */
 void kw_grammar_mask_apply(const uint32_t *mask, float *logits, int32_t n_vocab);
 static inline bool kw_grammar_mask_test(const uint32_t *mask, int32_t id) {

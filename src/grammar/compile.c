@@ -1055,6 +1055,7 @@ void kw_grammar_free(kw_grammar *g) {
     kw_mem_free(g->st_ref_off); kw_mem_free(g->st_ref_n); kw_mem_free(g->refs); kw_mem_free(g->st_slot);
     kw_mem_free(g->rule_start); kw_mem_free(g->rule_min); kw_mem_free(g->rule_max);
     kw_mem_free(g->rule_loop); kw_mem_free(g->rule_nullable); kw_mem_free(g->rule_follow);
+    kw_mem_free(g->st_dist); kw_mem_free(g->rule_minlen); kw_mem_free(g->rule_iter);
     kw_mem_free(g->names); kw_mem_free(g->rule_name);
     kw_mem_free(g);
 }
@@ -1062,7 +1063,7 @@ void kw_grammar_free(kw_grammar *g) {
 size_t kw_grammar_bytes(const kw_grammar *g) {
     const void *parts[] = {g, g->trans, g->st_rule, g->st_flags, g->st_ref_off, g->st_ref_n, g->refs, g->st_slot,
                            g->rule_start, g->rule_min, g->rule_max, g->rule_loop, g->rule_nullable, g->rule_follow,
-                           g->names, g->rule_name};
+                           g->st_dist, g->rule_minlen, g->rule_iter, g->names, g->rule_name};
     size_t n = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) n += kw_mem_size(parts[i]);
     return n;
@@ -1176,8 +1177,8 @@ kw_grammar *gram_compile(gram_ir *ir, kw_err *err) {
     }
     /* 6. minimization, analyses */
     if (minimize(&c) || nullable_and_left_recursion(&c) || follow_sets(&c)) goto fail;
-    /* 7. slots */
-    if (assign_slots(&c)) goto fail;
+    /* 7. slots, closing distances */
+    if (assign_slots(&c) || gram_close_analyse(g)) goto fail;
     kw_mem_free(mark);
     kw_mem_free(c.nfirst); kw_mem_free(c.edges); kw_mem_free(c.r_nstart); kw_mem_free(c.r_nend);
     kw_mem_free(c.sref_off); kw_mem_free(c.sref_n); kw_mem_free(c.refs); kw_mem_free(c.dead);

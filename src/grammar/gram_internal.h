@@ -154,12 +154,17 @@ struct kw_grammar {
     uint32_t *rule_start, *rule_min, *rule_max;
     uint8_t *rule_loop, *rule_nullable;
     uint8_t *rule_follow;         /* n_rules x 32 bytes: bytes that may follow the rule's end */
+    /* closing (close.c): fewest bytes from a state to its rule's end, of a
+       whole rule, of one LOOP iteration (G_INF: not known) */
+    uint32_t *st_dist, *rule_minlen, *rule_iter;
     uint32_t root;
     char *names; uint32_t *rule_name;   /* for messages */
     kw_grammar_limits lim;
 };
 /* IR -> automaton. Takes ownership of nothing; ir is left to the caller. */
 kw_grammar *gram_compile(gram_ir *ir, kw_err *err);
+/* Fills st_dist, rule_minlen, rule_iter of a compiled grammar (close.c); -1 out of memory. */
+int gram_close_analyse(kw_grammar *g);
 
 static inline int32_t g_next(const kw_grammar *g, uint32_t st, uint8_t b) {
     return g->trans[(size_t)st * g->n_cls + g->cls_of[b]];

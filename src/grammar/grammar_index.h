@@ -47,6 +47,7 @@ const kw_grammar_vocab *gi_vocab(const kw_grammar_index *ix);
 
 /* match.c accessors for index.c */
 g_stepper *gm_stepper(kw_grammar_matcher *m);
+const kw_grammar *gm_grammar(const kw_grammar_matcher *m);
 const g_head *gm_heads(const kw_grammar_matcher *m, uint32_t *n);
 const kw_grammar_index *gm_index(const kw_grammar_matcher *m);
 int gm_done(const kw_grammar_matcher *m);

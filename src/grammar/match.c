@@ -443,6 +443,7 @@ bool kw_grammar_is_complete(const kw_grammar_matcher *m) { return m->done || (m-
 
 /* for the mask (index.c) */
 g_stepper *gm_stepper(kw_grammar_matcher *m) { return &m->st; }
+const kw_grammar *gm_grammar(const kw_grammar_matcher *m) { return m->g; }
 const g_head *gm_heads(const kw_grammar_matcher *m, uint32_t *n) { *n = m->n_heads; return m->heads; }
 const kw_grammar_index *gm_index(const kw_grammar_matcher *m) { return m->ix; }
 int gm_done(const kw_grammar_matcher *m) { return m->done; }

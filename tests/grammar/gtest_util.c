@@ -125,6 +125,70 @@ int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gra
     return rc;
 }
 
+/* A uniform draw among the tokens of mask (EOG only when alone); -1 when none. */
+static int32_t draw(const uint32_t *mask, const kw_grammar_vocab *v, int32_t *allowed, uint32_t *seed) {
+    int32_t nv = kw_grammar_vocab_size(v), na = 0, eog = -1;
+    for (int32_t i = 0; i < nv; i++) {
+        if (!kw_grammar_mask_test(mask, i)) continue;
+        if (kw_grammar_vocab_kind(v, i) == KW_GTOK_EOG) eog = i;
+        else allowed[na++] = i;
+    }
+    return na ? allowed[rnd(seed) % (uint32_t)na] : eog;
+}
+
+int gt_budget_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_grammar_vocab *v, uint32_t seed,
+                   int max_tokens, char *out, size_t cap, int *n_closing, char *why, size_t why_cap) {
+    kw_err e;
+    kw_grammar_matcher *m = kw_grammar_matcher_new(g, ix, &e);
+    if (!m) { snprintf(why, why_cap, "matcher: %s", e.msg); return -1; }
+    int32_t nv = kw_grammar_vocab_size(v);
+    size_t words = ((size_t)nv + 31) / 32;
+    uint32_t *mask = calloc(words, 4), *plain = calloc(words, 4);
+    int32_t *allowed = malloc((size_t)nv * sizeof *allowed);
+    size_t o = 0;
+    int rc = 0;
+    *n_closing = 0;
+    out[0] = 0;
+    for (int t = 0; t < max_tokens && rc == 0; t++) {
+        bool closing;
+        int32_t n = kw_grammar_mask_budget(m, mask, max_tokens - t, &closing, &e);
+        if (n <= 0) { snprintf(why, why_cap, "mask %d (%s) after '%s'", n, n ? e.msg : "stuck", out); rc = -1; break; }
+        int32_t pick = draw(mask, v, allowed, &seed);
+        if (kw_grammar_accept_token(m, pick, &e)) {
+            snprintf(why, why_cap, "accept_token(%d) after the mask allowed it: %s", pick, e.msg);
+            rc = -1;
+            break;
+        }
+        if (!closing && !kw_grammar_budget_ok(m, max_tokens - t - 1)) {
+            kw_grammar_rollback(m, 1);
+            closing = kw_grammar_mask_closing(m, mask, &e) > 0;
+            if (closing) pick = draw(mask, v, allowed, &seed);
+            if (kw_grammar_accept_token(m, pick, &e)) { snprintf(why, why_cap, "redraw: %s", e.msg); rc = -1; break; }
+        }
+        if (closing) {
+            (*n_closing)++;
+            /* the closing tokens must be tokens the plain mask allows */
+            kw_grammar_matcher *c = kw_grammar_matcher_clone(m);
+            kw_grammar_rollback(c, 1);
+            kw_grammar_mask_closing(c, mask, &e);
+            kw_grammar_mask(c, plain, &e);
+            for (size_t w = 0; w < words && rc == 0; w++)
+                if (mask[w] & ~plain[w]) { snprintf(why, why_cap, "closing mask allows a token the grammar does not"); rc = -1; }
+            kw_grammar_matcher_free(c);
+        }
+        if (kw_grammar_vocab_kind(v, pick) == KW_GTOK_EOG) { rc = rc ? rc : 1; break; }
+        uint32_t len;
+        const char *tb = kw_grammar_vocab_token(v, pick, &len);
+        if (o + len + 1 < cap) { memcpy(out + o, tb, len); o += len; out[o] = 0; }
+        if (rc == 0 && kw_grammar_is_complete(m)) rc = 1;
+    }
+    free(mask);
+    free(plain);
+    free(allowed);
+    kw_grammar_matcher_free(m);
+    return rc;
+}
+
 int gt_check_mask_exact(kw_grammar_matcher *m, const kw_grammar_vocab *v) {
     int32_t nv = kw_grammar_vocab_size(v);
     uint32_t *mask = calloc(((size_t)nv + 31) / 32, 4);

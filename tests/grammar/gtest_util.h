@@ -25,6 +25,17 @@ int gt_random_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_gra
                    int max_tokens, double p_end, const char *prefer, char *out, size_t cap, size_t *out_len,
                    char *why, size_t why_cap);
 
+/* A walk under the budget policy (kw_grammar_mask_budget /
+ * kw_grammar_budget_ok, as the scheduler runs it) with max_tokens tokens:
+ * uniform draws among the allowed tokens (EOG only when nothing else is
+ * allowed), a draw that leaves too few tokens rolled back and redrawn
+ * under the closing mask. Checks on the way that every closing mask is a
+ * subset of the plain mask. *n_closing: steps under the closing mask.
+ * Returns 1 when the output ended (EOG or complete), 0 when the tokens ran
+ * out, -1 on a failure (why). */
+int gt_budget_walk(const kw_grammar *g, const kw_grammar_index *ix, const kw_grammar_vocab *v, uint32_t seed,
+                   int max_tokens, char *out, size_t cap, int *n_closing, char *why, size_t why_cap);
+
 /* For the matcher's current state: every token's mask bit must equal
  * whether accept_token succeeds on a clone. Returns the number of
  * disagreements (0 = consistent); prints the first few. */

@@ -220,6 +220,71 @@ static void test_rollback_clone_eog(void) {
     kw_grammar_free(g);
 }
 
+/* Distance after each prefix, then walks under a budget of exactly the
+   start distance + 1 tokens: each ends with a sentence of the grammar. */
+static void check_distances(const char *src, const char *path, const uint32_t *want) {
+    kw_grammar *g = gbnf(src);
+    KW_CHECK(g != NULL);
+    if (!g) return;
+    kw_grammar_vocab *v = gt_vocab_small(k_extra, 1);
+    kw_err e;
+    kw_grammar_index *ix = kw_grammar_index_new(g, v, NULL, &e);
+    kw_grammar_matcher *m = kw_grammar_matcher_new(g, ix, &e);
+    size_t n = strlen(path);
+    for (size_t i = 0; i <= n; i++) {
+        uint32_t d = kw_grammar_distance(m);
+        KW_CHECK_MSG(d == want[i], "%s after '%.*s': distance %u, want %u", src, (int)i, path, d, want[i]);
+        if (i < n) KW_CHECK_EQ_INT(kw_grammar_accept_bytes(m, path + i, 1, &e), 0);
+    }
+    int closing_steps = 0;
+    for (uint32_t seed = 1; seed <= 20; seed++) {
+        char out[256], why[256] = "";
+        int nc = 0;
+        int rc = gt_budget_walk(g, ix, v, seed, (int)want[0] + 1 + (int)(seed % 4) * 3, out, sizeof out, &nc, why, sizeof why);
+        KW_CHECK_MSG(rc == 1, "%s seed %u: %s (rc %d) '%s'", src, seed, why, rc, out);
+        KW_CHECK_MSG(rc != 1 || gt_accepts(g, out, strlen(out)), "%s: closed output '%s' not accepted", src, out);
+        closing_steps += nc;
+    }
+    KW_CHECK_MSG(closing_steps > 0, "%s: no walk closed under the budget", src);
+    kw_grammar_matcher_free(m);
+    kw_grammar_index_free(ix);
+    kw_grammar_vocab_free(v);
+    kw_grammar_free(g);
+}
+
+static void test_closing(void) {
+    /* a counted LOOP rule: 2 letters at least, then ">" */
+    check_distances("root ::= \"<\" ( [a-z] | \"\\\\\" [nt] ){2,7} \">\" [0-9]*\n", "<a\\nb>1",
+                    (const uint32_t[]){4, 3, 2, 2, 1, 1, 0, 0});
+    /* a LOOP whose body is not prefix-free: "aa!" */
+    check_distances("root ::= (\"a\" | \"ab\" | \"b(\" [0-9]* \")\"){2,40} \"!\"\n", "b(1)a!",
+                    (const uint32_t[]){3, 4, 3, 3, 2, 1, 0});
+    /* recursion: the open parentheses must be closed */
+    check_distances("root ::= \"(\" root \")\" | \"x\" item\nitem ::= \"\" | \"yz\"\n", "((xyz))",
+                    (const uint32_t[]){1, 2, 3, 2, 3, 2, 1, 0});
+    /* EOG is the one closing token once the output can end */
+    kw_grammar *g = gbnf("root ::= \"ab\" [0-9]*\n");
+    kw_grammar_vocab *v = gt_vocab_small(k_extra, 1);
+    kw_err e;
+    kw_grammar_index *ix = kw_grammar_index_new(g, v, NULL, &e);
+    kw_grammar_matcher *m = kw_grammar_matcher_new(g, ix, &e);
+    uint32_t mask[16];
+    KW_CHECK_EQ_INT(kw_grammar_mask_closing(m, mask, &e), 2);   /* "a" and "ab" */
+    KW_CHECK(kw_grammar_mask_test(mask, 'a'));
+    KW_CHECK(!kw_grammar_mask_test(mask, 'b'));
+    KW_CHECK_EQ_INT(kw_grammar_accept_bytes(m, "ab1", 3, &e), 0);
+    KW_CHECK_EQ_INT(kw_grammar_mask_closing(m, mask, &e), 1);
+    KW_CHECK(!kw_grammar_mask_test(mask, '1'));
+    bool closing;
+    KW_CHECK(kw_grammar_mask_budget(m, mask, 5, &closing, &e) > 1 && !closing);
+    KW_CHECK(kw_grammar_mask_budget(m, mask, 1, &closing, &e) == 1 && closing);
+    KW_CHECK(kw_grammar_budget_ok(m, 1));
+    kw_grammar_matcher_free(m);
+    kw_grammar_index_free(ix);
+    kw_grammar_vocab_free(v);
+    kw_grammar_free(g);
+}
+
 int main(void) {
     test_gbnf_arith();
     test_gbnf_syntax();
@@ -228,5 +293,6 @@ int main(void) {
     test_mask_strings();
     test_loops();
     test_rollback_clone_eog();
+    test_closing();
     return kw_test_finish();
 }

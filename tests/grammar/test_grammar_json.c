@@ -46,6 +46,39 @@ static int walk_and_validate(const char *name, const kw_grammar *g, const kw_gra
     return ok;
 }
 
+/* Budget-aware closing: a uniform walk (whose output, left alone, rarely
+   ends) with a budget of the start distance + 1 + extra tokens must end
+   within it, parse and validate. */
+static int g_closed, g_budget_walks, g_closing_steps;
+static uint32_t g_max_d0;
+static void budget_and_validate(const char *name, const kw_grammar *g, const kw_grammar_index *ix,
+                                const kw_grammar_vocab *v, const cJSON *schema, uint32_t seed, int extra) {
+    static char out[1 << 16];
+    char why[512] = "";
+    kw_err e;
+    kw_grammar_matcher *m = kw_grammar_matcher_new(g, ix, &e);
+    uint32_t d0 = m ? kw_grammar_distance(m) : KW_GRAMMAR_FAR;
+    kw_grammar_matcher_free(m);
+    KW_CHECK_MSG(d0 != KW_GRAMMAR_FAR && d0 > 0, "%s: start distance %u", name, d0);
+    if (d0 == KW_GRAMMAR_FAR) return;
+    if (d0 > g_max_d0) g_max_d0 = d0;
+    int n_closing = 0;
+    g_budget_walks++;
+    int rc = gt_budget_walk(g, ix, v, seed, (int)d0 + 1 + extra, out, sizeof out, &n_closing, why, sizeof why);
+    g_closing_steps += n_closing;
+    KW_CHECK_MSG(extra > 0 || n_closing > 0, "%s: a budget of distance + 1 closed without the closing mask", name);
+    KW_CHECK_MSG(rc == 1, "%s seed %u: budget %u+1+%d: %s (rc %d, %d closing steps): %.300s", name, seed, d0, extra,
+                 why, rc, n_closing, out);
+    if (rc != 1) return;
+    cJSON *doc = cJSON_ParseWithOpts(out, NULL, 1);
+    KW_CHECK_MSG(doc != NULL, "%s seed %u: closed output does not parse: %.300s", name, seed, out);
+    char w[256] = "";
+    int ok = doc && jsv_validate(schema, schema, doc, w, sizeof w);
+    KW_CHECK_MSG(!doc || ok, "%s seed %u: closed output invalid (%s): %.300s", name, seed, w, out);
+    g_closed += ok;
+    cJSON_Delete(doc);
+}
+
 static void test_corpus(const kw_grammar_vocab *v) {
     const char *src = getenv("KW_SOURCE_DIR");
     char dir[1024];
@@ -77,6 +110,7 @@ static void test_corpus(const kw_grammar_vocab *v) {
         for (uint32_t s = 1; ix && s <= 3; s++) {
             walks++;
             valid += walk_and_validate(names[i], g, ix, v, schema, s * 7919u + (uint32_t)i);
+            budget_and_validate(names[i], g, ix, v, schema, s * 104729u + (uint32_t)i, s == 1 ? 0 : 24 * (int)s);
         }
         kw_grammar_index_free(ix);
         kw_grammar_free(g);
@@ -87,6 +121,9 @@ static void test_corpus(const kw_grammar_vocab *v) {
     printf("corpus: %d schemas, %d/%d walks valid, %d did not finish in 6000 tokens\n", n, valid, walks, g_unfinished);
     KW_CHECK_MSG(g_unfinished <= 3, "%d walks did not finish", g_unfinished);
     KW_CHECK_EQ_INT(valid + g_unfinished, walks);
+    printf("corpus: %d/%d walks under a token budget closed valid (%d closing steps; longest shortest answer %u bytes)\n",
+           g_closed, g_budget_walks, g_closing_steps, g_max_d0);
+    KW_CHECK_EQ_INT(g_closed, g_budget_walks);
 }
 
 static void test_json_object_mode(const kw_grammar_vocab *v) {
