@@ -146,6 +146,7 @@ typedef struct kw_sched_stats {
     uint64_t rejected[KW_REJECT_REASON_COUNT];  /* refusals by reason */
     uint64_t prompt_tokens, cached_tokens;  /* of admitted requests: all prompt tokens, and those from the cache */
     uint64_t grammar_tokens;                /* tokens sampled under a grammar mask */
+    uint64_t grammar_closing_tokens;        /* of those, under the closing mask (the budget ran short) */
     double grammar_seconds;                 /* time in computing and applying those masks and accepting the tokens */
 } kw_sched_stats;
 

@@ -76,6 +76,7 @@ struct kw_sched {
     bool *b_want;
     float *logits;
     uint32_t *gmask;            /* one grammar mask, (n_vocab + 31) / 32 words */
+    float *grow;                /* the masked row of a grammar step, kept for a closing re-sample */
     char *piece;
     kw_sched_stats st;          /* engine thread's own counters */
     kw_sched_stats pub;         /* a copy published under mu after every step */
@@ -221,18 +222,21 @@ static void seq_accept(kw_sched *s, int32_t slot, int32_t id) {
 }
 
 /* The grammar's mask applied to row (plus the "<think>" token where an
- * answer may open a think block). -1 when the sequence was ended (stuck). */
-static int grammar_mask(kw_sched *s, seq *q, float *row) {
+ * answer may open a think block); *closing: the closing mask was used
+ * (the tokens left only just cover a shortest completion: the budget
+ * policy of grammar.h, docs/GRAMMAR.md). -1 when the sequence was ended
+ * (stuck). */
+static int grammar_mask(kw_sched *s, seq *q, float *row, bool *closing) {
     kw_sched_req *r = q->r;
     kw_err err = {{0}};
-    int32_t n = kw_grammar_mask(r->grammar, s->gmask, &err);
+    int32_t n = kw_grammar_mask_budget(r->grammar, s->gmask, q->max_gen - q->n_gen, closing, &err);
     if (n <= 0) {
         char msg[sizeof err.msg + 16];
         snprintf(msg, sizeof msg, "grammar: %s", n < 0 ? err.msg : "no token can continue the output");
         seq_finish(s, (int32_t)(q - s->seqs), KW_FINISH_ERROR, msg);
         return -1;
     }
-    if (q->gphase == GPH_MAYBE && r->think_tok >= 0 && r->think_tok < s->e->n_vocab)
+    if (!*closing && q->gphase == GPH_MAYBE && r->think_tok >= 0 && r->think_tok < s->e->n_vocab)
         s->gmask[(uint32_t)r->think_tok >> 5] |= 1u << ((uint32_t)r->think_tok & 31);
     kw_grammar_mask_apply(s->gmask, row, s->e->n_vocab);
     return 0;
@@ -281,9 +285,11 @@ static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     if (scripted == KW_TEST_SAMPLE_END) { seq_finish(s, slot, KW_FINISH_STOP, NULL); return; }
     if (scripted >= 0) { seq_accept(s, slot, scripted); return; }
     double tg = 0;
-    if (r->grammar && q->gphase != GPH_THINK) {
+    bool closing = false, gram = r->grammar && q->gphase != GPH_THINK;
+    if (gram) {
         tg = now_s();
-        if (grammar_mask(s, q, row) < 0) return;
+        if (grammar_mask(s, q, row, &closing) < 0) return;
+        if (!closing) memcpy(s->grow, row, sizeof(float) * (size_t)s->e->n_vocab);
     }
     kw_tok_logprob *lp = r->logprobs ? seq_new_lp(q) : NULL;
     /* the one sampler (sampler.h); OpenAI penalties count the generated tokens only */
@@ -294,7 +300,28 @@ static void seq_sample(kw_sched *s, int32_t slot, float *row) {
     bool complete = false;
     if (r->grammar) {
         int rc = grammar_advance(s, q, id, &complete);
-        if (tg > 0) { s->st.grammar_tokens++; s->st.grammar_seconds += now_s() - tg; }
+        /* the token leaves too few tokens for the shortest completion: take
+           it back and choose again among the tokens that close the output */
+        if (rc == 0 && gram && !closing && q->gphase == GPH_ON &&
+            !kw_grammar_budget_ok(r->grammar, q->max_gen - q->n_gen - 1)) {
+            kw_err err = {{0}};
+            if (kw_grammar_rollback(r->grammar, 1) == 0) {
+                if (kw_grammar_mask_closing(r->grammar, s->gmask, &err) > 0) {
+                    memcpy(row, s->grow, sizeof(float) * (size_t)s->e->n_vocab);
+                    kw_grammar_mask_apply(s->gmask, row, s->e->n_vocab);
+                    id = kw_sample(row, s->e->n_vocab, &sp, q->toks + q->n_prompt, q->n_gen, &q->rng,
+                                   r->top_logprobs, lp);
+                    closing = true;
+                }
+                /* no token spells the completion: the sampled token stands */
+                rc = grammar_advance(s, q, id, &complete);
+            }
+        }
+        if (tg > 0) {
+            s->st.grammar_tokens++;
+            s->st.grammar_closing_tokens += closing;
+            s->st.grammar_seconds += now_s() - tg;
+        }
         if (rc < 0) { seq_finish(s, slot, KW_FINISH_ERROR, "grammar: the sampled token does not continue the output"); return; }
     }
     seq_accept(s, slot, id);
@@ -662,6 +689,7 @@ static void sched_free(kw_sched *s) {
     free(s->b_tok); free(s->b_pos); free(s->b_slot); free(s->b_want);
     kw_mem_free(s->logits);
     free(s->gmask);
+    kw_mem_free(s->grow);
     free(s->piece);
     free(s->pub_run);
     pthread_mutex_destroy(&s->mu);
@@ -692,7 +720,9 @@ kw_sched *kw_sched_start(kw_engine *e, const kw_sched_opts *o, kw_err *err) {
     s->gmask = malloc(sizeof(uint32_t) * (((size_t)e->n_vocab + 31) / 32));
     s->pub_run = calloc((size_t)s->n_slots, sizeof *s->pub_run);
     s->logits = kw_mem_alloc(KW_MEM_WORKSPACE, sizeof(float) * (size_t)rows * (size_t)e->n_vocab);
-    if (!s->seqs || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_want || !s->piece || !s->logits || !s->pub_run || !s->gmask) {
+    s->grow = kw_mem_alloc(KW_MEM_WORKSPACE, sizeof(float) * (size_t)e->n_vocab);
+    if (!s->seqs || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_want || !s->piece || !s->logits || !s->pub_run ||
+        !s->gmask || !s->grow) {
         sched_free(s);
         kw_err_set(err, "scheduler: out of memory for %d logits rows", rows);
         return NULL;

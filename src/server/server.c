@@ -563,10 +563,12 @@ static enum MHD_Result handle_get(kw_server *s, struct MHD_Connection *mc, route
         if (ready)
             kw_sbuf_printf(&b, "{\"status\":\"ok\",\"slots_active\":%d,\"queued\":%d,\"requests_done\":%llu,"
                            "\"steps\":%llu,\"tokens_generated\":%llu,\"tokens_prefilled\":%llu,"
+                           "\"grammar_tokens\":%llu,\"grammar_closing_tokens\":%llu,"
                            "\"forward_seconds\":%.3f,\"step_seconds\":%.3f,\"connections_open\":%d,"
                            "\"connections_refused\":%llu}",
                            st.active, st.waiting, (unsigned long long)st.requests_done, (unsigned long long)st.steps,
                            (unsigned long long)st.tokens_generated, (unsigned long long)st.tokens_prefilled,
+                           (unsigned long long)st.grammar_tokens, (unsigned long long)st.grammar_closing_tokens,
                            st.forward_seconds, st.step_seconds, __atomic_load_n(&s->n_conns, __ATOMIC_ACQUIRE),
                            (unsigned long long)__atomic_load_n(&s->n_conns_refused, __ATOMIC_RELAXED));
         else

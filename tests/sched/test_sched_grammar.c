@@ -4,7 +4,8 @@
  * answer without an EOG; EOG only where the grammar can end; a request with
  * a grammar batches with one without; a think block opened by the prompt
  * (or by the answer's first token) is not constrained, the grammar starts
- * after "</think>". The stub engine (byte vocab) with its forward wrapped so
+ * after "</think>"; the budget-aware closing ends an answer whose logits
+ * would run past max_tokens. The stub engine (byte vocab) with its forward wrapped so
  * that each slot's logits prefer a scripted token per generated position:
  * the grammar wins where they disagree. */
 #include "testutil.h"
@@ -179,12 +180,40 @@ static void test_eog_only_at_end(void) {
     KW_CHECK_EQ_INT(j.w.fin.finish, KW_FINISH_STOP);
     KW_CHECK_MSG(!strcmp(j.w.text, "aaa"), "got \"%s\"", j.w.text);   /* EOG refused at 0 (an a instead), taken at 3 */
     job_free(&j);
-    /* max_tokens still ends an endless grammar */
+    /* an endless grammar ends within max_tokens: the last token left is the EOG */
     job_init(&j, "root ::= [a-z]+", 5);
     run1(&j, pref, 0);
-    KW_CHECK_EQ_INT(j.w.fin.finish, KW_FINISH_LENGTH);
-    KW_CHECK_EQ_INT((int)j.w.len, 5);
+    KW_CHECK_EQ_INT(j.w.fin.finish, KW_FINISH_STOP);
+    KW_CHECK_EQ_INT((int)j.w.len, 4);
     for (size_t i = 0; i < j.w.len; i++) KW_CHECK(j.w.text[i] >= 'a' && j.w.text[i] <= 'z');
+    job_free(&j);
+}
+
+/* Budget-aware closing: logits that want to stay in the string forever
+ * are overruled once the tokens left only just cover the shortest way out
+ * (a drawn token that opens more than the budget holds is drawn again). */
+static void test_closing_budget(void) {
+    job j;
+    int32_t pref[16];
+    uint64_t before = kw_sched_get_stats(g_s).grammar_closing_tokens;
+    job_init(&j, "root ::= \"{\" [a-z]* \"}\" [0-9]*", 6);
+    run1(&j, str_toks("{aaaaaaaaaaaaaa", pref), 15);
+    /* 6 tokens: "{aaa" as the logits want, then "}" and the EOG the closing leaves room for */
+    KW_CHECK_MSG(!strcmp(j.w.text, "{aaa}"), "got \"%s\"", j.w.text);
+    KW_CHECK_EQ_INT(j.w.fin.finish, KW_FINISH_STOP);
+    job_free(&j);
+    /* the logits open nested brackets: the one that would leave too little is redrawn */
+    job_init(&j, "root ::= \"(\" item \")\"\nitem ::= \"x\" | \"((\" item \"))\"", 8);
+    run1(&j, str_toks("((((((((((((", pref), 12);
+    KW_CHECK_MSG(!strcmp(j.w.text, "(((x)))"), "got \"%s\"", j.w.text);
+    KW_CHECK_EQ_INT(j.w.fin.finish, KW_FINISH_STOP);
+    job_free(&j);
+    KW_CHECK(kw_sched_get_stats(g_s).grammar_closing_tokens > before + 4);
+    /* a budget below the shortest answer: the shortest way, cut at max_tokens */
+    job_init(&j, "root ::= \"abcdef\" | \"abcdefgh\"", 3);
+    run1(&j, str_toks("zzz", pref), 3);
+    KW_CHECK_MSG(!strcmp(j.w.text, "abc"), "got \"%s\"", j.w.text);
+    KW_CHECK_EQ_INT(j.w.fin.finish, KW_FINISH_LENGTH);
     job_free(&j);
 }
 
@@ -248,6 +277,7 @@ int main(void) {
     if (!g_s) { fprintf(stderr, "sched: %s\n", err.msg); return 1; }
     test_grammar_wins();
     test_eog_only_at_end();
+    test_closing_budget();
     test_batched_with_plain();
     test_think();
     kw_sched_stop(g_s);
