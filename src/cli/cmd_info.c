@@ -110,6 +110,17 @@ static void print_layout(const kw_gguf *g) {
            hp.ssm_dt_rank, hp.ssm_d_conv);
 }
 
+/* A mixture of experts: how many, how many a token uses, their width (and
+ * the shared expert's); feed_forward_length is then not what runs. */
+static void print_experts(const kw_gguf *g) {
+    kw_hparams hp;
+    kw_err err = {{0}};
+    if (kw_hparams_from_gguf(g, &hp, &err) != 0 || hp.n_expert == 0) return;
+    printf("experts       %d (%d per token), width %d", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+    if (hp.has_shared_expert) printf("; gated shared expert, width %d", hp.n_ff_shexp);
+    printf("\n");
+}
+
 static void print_text(const kw_gguf *g, const char *path, const model_summary *s) {
     char b1[32], b2[32];
     printf("file          %s\n", path);
@@ -122,6 +133,7 @@ static void print_text(const kw_gguf *g, const char *path, const model_summary *
     printf("embedding     %lld\n", (long long)s->n_embd);
     printf("heads         %lld (kv %lld), head_dim %lld\n", (long long)s->n_head, (long long)s->n_head_kv, (long long)s->head_dim);
     printf("ffn           %lld\n", (long long)s->n_ff);
+    print_experts(g);
     printf("vocab         %lld\n", (long long)s->n_vocab);
     printf("ctx_train     %lld\n", (long long)s->n_ctx_train);
     printf("rope          base %g, dims %lld", s->rope_base, (long long)s->rope_dim);

@@ -15,7 +15,10 @@
  * qwen35 (Qwen3.5 dense) is a hybrid as ik_llama.cpp loads it: layer i is
  * gated full attention when (i+1) % full_attention_interval == 0 (default
  * 4), else a gated delta net; attn_q yields query and gate interleaved per
- * head; the pre-FFN norm is named post_attention_norm. */
+ * head; the pre-FFN norm is named post_attention_norm. qwen35moe is that
+ * hybrid with qwen3moe's routed experts plus a shared expert
+ * (ffn_{gate,up,down}_shexp, bound in the dense block's slots) scaled per
+ * token by sigmoid(ffn_gate_inp_shexp . h2). */
 #include "kvwise/arch.h"
 #include "kvwise/model.h"
 #include <pthread.h>
@@ -102,6 +105,22 @@ static const kw_tensor_spec k_moe_ffn_tensors[] = {
     {NULL, 0, 0, 0, 0, 0},
 };
 
+/* qwen35moe's block: qwen3moe's routed experts under the post_attention_norm
+ * name, plus the shared expert every token runs, scaled per token by
+ * sigmoid(ffn_gate_inp_shexp . h2). */
+static const kw_tensor_spec k_moe_shexp_ffn_tensors[] = {
+    {"post_attention_norm.weight", KW_LT_FFN_NORM, KW_ROLE_NORM, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_CORE},
+    {"ffn_gate_inp.weight", KW_LT_FFN_ROUTER, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_EXPERTS, KW_FEAT_CORE},
+    {"ffn_gate_exps.weight", KW_LT_FFN_GATE_EXPS, KW_ROLE_EXPERTS, KW_DIM_EMBD, KW_DIM_FF_EXP, KW_FEAT_CORE},
+    {"ffn_up_exps.weight", KW_LT_FFN_UP_EXPS, KW_ROLE_EXPERTS, KW_DIM_EMBD, KW_DIM_FF_EXP, KW_FEAT_CORE},
+    {"ffn_down_exps.weight", KW_LT_FFN_DOWN_EXPS, KW_ROLE_EXPERTS, KW_DIM_FF_EXP, KW_DIM_EMBD, KW_FEAT_CORE},
+    {"ffn_gate_inp_shexp.weight", KW_LT_FFN_SHEXP_GATE_INP, KW_ROLE_BIAS, KW_DIM_EMBD, KW_DIM_1, KW_FEAT_SHARED_EXPERT},
+    {"ffn_gate_shexp.weight", KW_LT_FFN_GATE_SHEXP, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF_SHEXP, KW_FEAT_SHARED_EXPERT},
+    {"ffn_up_shexp.weight", KW_LT_FFN_UP_SHEXP, KW_ROLE_MATRIX, KW_DIM_EMBD, KW_DIM_FF_SHEXP, KW_FEAT_SHARED_EXPERT},
+    {"ffn_down_shexp.weight", KW_LT_FFN_DOWN_SHEXP, KW_ROLE_MATRIX, KW_DIM_FF_SHEXP, KW_DIM_EMBD, KW_FEAT_SHARED_EXPERT},
+    {NULL, 0, 0, 0, 0, 0},
+};
+
 /* ---- the table ---- */
 
 /* The layout llama, qwen2 and qwen3 share: every layer attention then the
@@ -156,6 +175,20 @@ static const kw_arch_desc k_archs[] = {
         .ffn = KW_FFN_DENSE,
         .mixer_tensors = {[KW_MIXER_ATTENTION] = k_gated_attention_tensors, [KW_MIXER_GDN] = k_gdn_tensors},
         .ffn_tensors = k_dense_ffn_post_norm_tensors,
+        .attn_output_gate = true,
+        .defaults = {.context_length = 4096, .rms_eps = 1e-6f, .rope_freq_base = 10000000.0f},
+    },
+    {
+        .gguf_name = "qwen35moe",
+        .hf_model_types = {"qwen3_5_moe", "qwen3_5_moe_text", NULL},
+        .rope = KW_ROPE_NEOX,
+        .presence = {[KW_FEAT_CORE] = KW_REQUIRED, [KW_FEAT_QKV_BIAS] = KW_ABSENT, [KW_FEAT_QK_NORM] = KW_REQUIRED,
+                     [KW_FEAT_SHARED_EXPERT] = KW_REQUIRED},
+        .layers = {.mixer = KW_MIXER_GDN, .every_nth = KW_MIXER_ATTENTION, .interval_key = "full_attention_interval",
+                   .interval_default = 4},
+        .ffn = KW_FFN_MOE,
+        .mixer_tensors = {[KW_MIXER_ATTENTION] = k_gated_attention_tensors, [KW_MIXER_GDN] = k_gdn_tensors},
+        .ffn_tensors = k_moe_shexp_ffn_tensors,
         .attn_output_gate = true,
         .defaults = {.context_length = 4096, .rms_eps = 1e-6f, .rope_freq_base = 10000000.0f},
     },

@@ -835,7 +835,35 @@ static void route_token(const float *r, int E, int k, int32_t *sel, float *w, fl
     for (int j = 0; j < k; j++) w[j] /= chosen;
 }
 
-/* h2 = RMSNorm(x); x += the routed experts of each token. */
+/* tmp (the routed experts' sum) += g_i * shared(h2_i) for every token i,
+ * g_i = sigmoid(ffn_gate_inp_shexp . h2_i): the FFN output is routed +
+ * g * shared before the residual add, as ik_llama.cpp sums it. The
+ * router buffer (free once the experts ran) holds the gates, and xn, read
+ * by nothing after the shared expert's gate/up, takes its output. */
+static void shared_expert(kw_ctx *c, const kw_layer *L, int32_t n) {
+    const kw_hparams *hp = &c->m->hp;
+    const int64_t d = hp->n_embd;
+    float *g = c->router;
+    for (int32_t i = 0; i < n; i++) {
+        const float *h = c->xn + (int64_t)i * d;
+        float z = 0;
+        for (int64_t j = 0; j < d; j++) z += L->shexp_gate[j] * h[j];
+        g[i] = 1.0f / (1.0f + expf(-z));
+    }
+    const kw_matrix *gu[2] = {&L->w_gate, &L->w_up};
+    float *gu_out[2] = {c->gate, c->up};
+    kw_matmul_multi(c->pool, gu, 2, c->xn, n, gu_out, c->mm_scratch);
+    rows_task sw = {.a = c->gate, .x = c->up, .rows = n, .n = hp->n_ff_shexp};
+    run_rows(c, swiglu_task, &sw);
+    matmul(c, &L->w_down, c->gate, n, c->xn);
+    for (int32_t i = 0; i < n; i++) {
+        float *o = c->tmp + (int64_t)i * d;
+        const float *sh = c->xn + (int64_t)i * d;
+        for (int64_t j = 0; j < d; j++) o[j] += g[i] * sh[j];
+    }
+}
+
+/* h2 = RMSNorm(x); x += the routed experts of each token (+ the gated shared expert). */
 static void moe_block(kw_ctx *c, int il, int32_t n) {
     const kw_hparams *hp = &c->m->hp;
     const kw_layer *L = &c->m->layers[il];
@@ -850,6 +878,7 @@ static void moe_block(kw_ctx *c, int il, int32_t n) {
     kw_moe_args a = {.gate = &L->gate_exps, .up = &L->up_exps, .down = &L->down_exps, .x = c->xn, .n = n, .k = k,
                      .sel = c->sel, .w = c->wts, .out = c->tmp};
     c->bytes_read += kw_moe_experts(c->pool, &a, c->moe_scratch);
+    if (hp->has_shared_expert) shared_expert(c, L, n);
     add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
 }
 

@@ -19,10 +19,11 @@ typedef struct kw_layer {
     kw_vec bq, bk, bv;          /* qwen2 */
     kw_vec q_norm, k_norm;      /* qwen3: per-head RMSNorm gains [head_dim_k] */
     kw_vec ffn_norm;
-    kw_matrix w_gate, w_up, w_down;
+    kw_matrix w_gate, w_up, w_down; /* the dense SwiGLU; in a mixture of experts, its shared expert (ffn_*_shexp) */
     /* mixture of experts (KW_FFN_MOE) */
     kw_matrix w_router;         /* ffn_gate_inp: [n_expert][n_embd], the router logits */
     kw_experts gate_exps, up_exps, down_exps;   /* read in place from the mapping */
+    kw_vec shexp_gate;          /* ffn_gate_inp_shexp [n_embd]: the shared expert's per-token gate (qwen35moe) */
     /* gated delta net (KW_MIXER_GDN) */
     kw_matrix w_qkv;            /* attn_qkv: [conv_dim][n_embd], q | k | v channels */
     kw_matrix w_z;              /* attn_gate: [d_inner][n_embd], the output gate z */

@@ -221,7 +221,9 @@ static void test_conformance_models(void) {
         KW_CHECK_EQ_INT(num_at(j, "kv", "bytes_per_token_q8_0"), (int)hd % 32 ? 0 : n_kv * 2 * kvh * hd / 32 * 34);
         KW_CHECK_EQ_INT(num_at(j, "kv", "per_sequence_kv_bytes"), 2048 * n_kv * 2 * kvh * row);
         double w = num_at(j, "model", "weight_bytes"), r = num_at(j, "model", "read_bytes_per_token");
-        KW_CHECK_MSG(tied ? r == w : r < w, "%s: read %.0f of %.0f", file, r, w);
+        /* a token reads every weight of a dense tied model, less where an untied embedding or unchosen experts sit */
+        bool moe = kw_arch_find(arch)->ffn == KW_FFN_MOE;
+        KW_CHECK_MSG(tied && !moe ? r == w : r < w, "%s: read %.0f of %.0f", file, r, w);
         KW_CHECK_NEAR(num_at(j, "speed", "decode_tok_s"), 20e9 / r, 1e-6);
         KW_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "tokenizer_measured")));
         KW_CHECK(num_at(j, "model", "tokenizer_bytes") > 0);

@@ -15,7 +15,8 @@
 #include <string.h>
 
 static const char *models[] = {"llama-q8_0", "llama-q4_0", "llama-f16", "llama-q4_k_m", "llama-q6_k",
-                               "gpt2bpe-q8_0", "qwen2-q8_0", "qwen3-q8_0", "stories260K", "qwen3moe-q8_0"};
+                               "gpt2bpe-q8_0", "qwen2-q8_0", "qwen3-q8_0", "stories260K", "qwen3moe-q8_0",
+                               "qwen35moe-q8_0"};
 
 /* Weight bytes one decode step of m reads, as the forward pass counts them. */
 static uint64_t counted_decode_bytes(const kw_model *m) {
