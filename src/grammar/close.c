@@ -64,6 +64,23 @@ static uint32_t best_edge(const kw_grammar *g, uint32_t st, uint32_t cnt, uint32
     return best;
 }
 
+/* The fixpoint's step: the cheapest edge out of s with the current values
+   (a byte edge 1 + the target's distance, a call the callee's minimum +
+   the return state's), loop counts aside. */
+static uint32_t cheapest_edge(const kw_grammar *g, uint32_t s) {
+    uint32_t d = G_INF;
+    for (uint32_t k = 0; k < g->n_cls; k++) {
+        int32_t t = g->trans[(size_t)s * g->n_cls + k];
+        if (t >= 0) { uint32_t c = sat_add(1, g->st_dist[t]); if (c < d) d = c; }
+    }
+    for (uint32_t i = 0; i < g->st_ref_n[s]; i++) {
+        const g_ref *rf = &g->refs[g->st_ref_off[s] + i];
+        uint32_t c = sat_add(g->rule_minlen[rf->rule], g->st_dist[rf->to]);
+        if (c < d) d = c;
+    }
+    return d;
+}
+
 int gram_close_analyse(kw_grammar *g) {
     uint32_t ns = g->n_states, nr = g->n_rules;
     g->st_dist = kw_mem_alloc(KW_MEM_OTHER, ((size_t)ns + 1) * sizeof(uint32_t));
@@ -81,16 +98,7 @@ int gram_close_analyse(kw_grammar *g) {
             uint32_t ml;
             if (g->rule_loop[r]) {
                 /* one iteration: the cheapest way from the boundary back to it */
-                uint32_t it = G_INF;
-                for (uint32_t k = 0; k < g->n_cls; k++) {
-                    int32_t t = g->trans[(size_t)s0 * g->n_cls + k];
-                    if (t >= 0) { uint32_t c = sat_add(1, g->st_dist[t]); if (c < it) it = c; }
-                }
-                for (uint32_t i = 0; i < g->st_ref_n[s0]; i++) {
-                    const g_ref *rf = &g->refs[g->st_ref_off[s0] + i];
-                    uint32_t c = sat_add(g->rule_minlen[rf->rule], g->st_dist[rf->to]);
-                    if (c < it) it = c;
-                }
+                uint32_t it = cheapest_edge(g, s0);
                 if (it < g->rule_iter[r]) { g->rule_iter[r] = it; changed = true; }
                 ml = g->rule_min[r] ? sat_mul(g->rule_min[r], g->rule_iter[r]) : 0;
             } else {
@@ -100,16 +108,7 @@ int gram_close_analyse(kw_grammar *g) {
         }
         for (uint32_t s = ns; s-- > 0;) {
             if (g->st_flags[s] & ST_ACCEPT) continue;
-            uint32_t d = g->st_dist[s];
-            for (uint32_t k = 0; k < g->n_cls; k++) {
-                int32_t t = g->trans[(size_t)s * g->n_cls + k];
-                if (t >= 0) { uint32_t c = sat_add(1, g->st_dist[t]); if (c < d) d = c; }
-            }
-            for (uint32_t i = 0; i < g->st_ref_n[s]; i++) {
-                const g_ref *rf = &g->refs[g->st_ref_off[s] + i];
-                uint32_t c = sat_add(g->rule_minlen[rf->rule], g->st_dist[rf->to]);
-                if (c < d) d = c;
-            }
+            uint32_t d = cheapest_edge(g, s);
             if (d < g->st_dist[s]) { g->st_dist[s] = d; changed = true; }
         }
     }

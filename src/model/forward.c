@@ -789,16 +789,22 @@ static void gdn_block(kw_ctx *c, const kw_batch *b, int il) {
     add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
 }
 
+/* out = w_down . (SiLU(w_gate . xn) * (w_up . xn)) for n rows of width ff
+ * (the dense block, or a mixture's shared expert). */
+static void swiglu(kw_ctx *c, const kw_layer *L, int32_t n, int64_t ff, float *out) {
+    const kw_matrix *gu[2] = {&L->w_gate, &L->w_up};
+    float *gu_out[2] = {c->gate, c->up};
+    kw_matmul_multi(c->pool, gu, 2, c->xn, n, gu_out, c->mm_scratch);
+    rows_task sw = {.a = c->gate, .x = c->up, .rows = n, .n = ff};
+    run_rows(c, swiglu_task, &sw);
+    matmul(c, &L->w_down, c->gate, n, out);
+}
+
 static void ffn_block(kw_ctx *c, int il, int32_t n) {
     const kw_hparams *hp = &c->m->hp;
     const kw_layer *L = &c->m->layers[il];
     rmsnorm_rows_par(c, c->xn, c->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
-    const kw_matrix *gu[2] = {&L->w_gate, &L->w_up};
-    float *gu_out[2] = {c->gate, c->up};
-    kw_matmul_multi(c->pool, gu, 2, c->xn, n, gu_out, c->mm_scratch);
-    rows_task sw = {.a = c->gate, .x = c->up, .rows = n, .n = hp->n_ff};
-    run_rows(c, swiglu_task, &sw);
-    matmul(c, &L->w_down, c->gate, n, c->tmp);
+    swiglu(c, L, n, hp->n_ff, c->tmp);
     add_inplace(c->x, c->tmp, (int64_t)n * hp->n_embd);
 }
 
@@ -850,12 +856,7 @@ static void shared_expert(kw_ctx *c, const kw_layer *L, int32_t n) {
         for (int64_t j = 0; j < d; j++) z += L->shexp_gate[j] * h[j];
         g[i] = 1.0f / (1.0f + expf(-z));
     }
-    const kw_matrix *gu[2] = {&L->w_gate, &L->w_up};
-    float *gu_out[2] = {c->gate, c->up};
-    kw_matmul_multi(c->pool, gu, 2, c->xn, n, gu_out, c->mm_scratch);
-    rows_task sw = {.a = c->gate, .x = c->up, .rows = n, .n = hp->n_ff_shexp};
-    run_rows(c, swiglu_task, &sw);
-    matmul(c, &L->w_down, c->gate, n, c->xn);
+    swiglu(c, L, n, hp->n_ff_shexp, c->xn);
     for (int32_t i = 0; i < n; i++) {
         float *o = c->tmp + (int64_t)i * d;
         const float *sh = c->xn + (int64_t)i * d;
