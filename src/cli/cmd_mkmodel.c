@@ -27,7 +27,8 @@ static void print_arch_choices(FILE *f) {
                 fprintf(f, "%s%s", n++ ? ", " : " (", kw_feature_label((kw_feature)k));
         if (n) fprintf(f, ")");
     }
-    fprintf(f, " | qwen35 (Qwen3.5 hybrid: gated delta nets, gated attention every 4th layer)\n");
+    fprintf(f, " | qwen35 (Qwen3.5 hybrid: gated delta nets, gated attention every 4th layer) | qwen35moe (that\n"
+               "                   hybrid with a mixture of experts and a gated shared expert)\n");
 }
 
 static void usage(FILE *f) {
@@ -46,7 +47,9 @@ static void usage(FILE *f) {
         "                   are read per token, as in Qwen3-30B-A3B; 4.1 GB of q8_0);\n"
         "                   Qwen3.5 hybrids (qwen35): qwen35-tiny (8x256, layers 3 and 7 gated\n"
         "                   attention 4 heads/2 kv of 64, delta nets 2 key/4 value heads of 64,\n"
-        "                   ff 512, vocab 1024), qwen3.5-0.8b, qwen3.5-9b, qwen3.5-27b (the\n"
+        "                   ff 512, vocab 1024), qwen35moe-tiny (those layers with 8 experts\n"
+        "                   of 128, 2 per token, and a gated shared expert of 256), qwen3.5-0.8b,\n"
+        "                   qwen3.5-9b, qwen3.5-27b (the\n"
         "                   published text shapes, vocab 248320; docs/GGUF.md lists them)\n"
         "  --type T         weight matrices: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k, or\n"
         "                   llama-quantize's per-tensor mixes q4_k_m q5_k_m q6_k (as `kvwise\n"
@@ -59,9 +62,10 @@ static void usage(FILE *f) {
         "  --layers N  --embd N  --ff N  --heads N  --kv-heads N  --head-dim N  --vocab N  --ctx N\n"
         "                   override the preset's shape (--embd/--heads also reset head_dim\n"
         "                   to embd/heads unless --head-dim is given)\n"
-        "  --experts N  --experts-used N  --ff-exp N\n"
-        "                   mixture of experts (qwen3moe): experts per layer, experts each token\n"
-        "                   uses, the width of one expert\n"
+        "  --experts N  --experts-used N  --ff-exp N  --ff-shexp N\n"
+        "                   mixture of experts (qwen3moe, qwen35moe): experts per layer, experts\n"
+        "                   each token uses, the width of one expert; qwen35moe: the shared\n"
+        "                   expert's width (default --ff)\n"
         "  --ssm-state N  --ssm-groups N  --ssm-heads N  --attn-interval N  --rope-dim N\n"
         "                   hybrids (qwen35): delta-net head dim, key heads, value heads (a\n"
         "                   multiple of key heads); layer i is attention when (i+1) %% N == 0;\n"
@@ -95,6 +99,7 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *preset = "tiny", *out = NULL, *type_name = "f16", *arch = NULL, *name = NULL, *hf_dir = NULL;
     unsigned long long seed = 1;
     int32_t layers = 0, embd = 0, ff = 0, heads = 0, kv = 0, hd = 0, vocab = 0, ctx = 0, n_exp = 0, n_used = 0, ff_exp = 0;
+    int32_t ff_shexp = 0;
     int32_t ssm_d_state = 0, ssm_n_group = 0, ssm_dt_rank = 0, interval = 0, rope_dim = 0, mtp = -1;
     int tied = -1;
     bool quiet = false;
@@ -105,6 +110,7 @@ int cmd_mkmodel(int argc, char **argv) {
                     : !strcmp(a, "--heads") ? &heads : !strcmp(a, "--kv-heads") ? &kv : !strcmp(a, "--head-dim") ? &hd
                     : !strcmp(a, "--vocab") ? &vocab : !strcmp(a, "--ctx") ? &ctx : !strcmp(a, "--experts") ? &n_exp
                     : !strcmp(a, "--experts-used") ? &n_used : !strcmp(a, "--ff-exp") ? &ff_exp
+                    : !strcmp(a, "--ff-shexp") ? &ff_shexp
                     : !strcmp(a, "--ssm-state") ? &ssm_d_state : !strcmp(a, "--ssm-groups") ? &ssm_n_group
                     : !strcmp(a, "--ssm-heads") ? &ssm_dt_rank : !strcmp(a, "--attn-interval") ? &interval
                     : !strcmp(a, "--rope-dim") ? &rope_dim : NULL;
@@ -147,11 +153,20 @@ int cmd_mkmodel(int argc, char **argv) {
     if (n_exp) s.n_expert = n_exp;
     if (n_used) s.n_expert_used = n_used;
     if (ff_exp) s.n_ff_exp = ff_exp;
+    if (ff_shexp) s.n_ff_shexp = ff_shexp;
     if (tied >= 0) s.tied = tied;
     if ((ssm_d_state || ssm_n_group || ssm_dt_rank || interval || rope_dim || mtp > 0) && !kw_mk_is_hybrid(s.arch)) {
         fprintf(stderr, "kvwise mkmodel: --ssm-*, --attn-interval, --rope-dim and --mtp apply to a hybrid (--arch qwen35), not %s\n",
                 s.arch);
         return 2;
+    }
+    if (ff_shexp) {
+        const kw_arch_desc *ad = kw_arch_find(s.arch);
+        if (!ad || kw_arch_presence(ad, KW_FEAT_SHARED_EXPERT) != KW_REQUIRED) {
+            fprintf(stderr, "kvwise mkmodel: --ff-shexp applies to an architecture with a shared expert (--arch qwen35moe), not %s\n",
+                    s.arch);
+            return 2;
+        }
     }
     if (ssm_d_state) s.ssm_d_state = ssm_d_state;
     if (ssm_n_group) s.ssm_n_group = ssm_n_group;

@@ -75,6 +75,8 @@ static const preset k_presets[] = {
                              1000000.0f, 1e-6f, false), MOE(128, 8, 768)}},
     {"qwen3moe-bench", {SHAPE_FIELDS("qwen3moe", "kvwise-qwen3moe-bench-random", 6, 2048, 32, 4, 128, 6144, 24576, 40960,
                               1000000.0f, 1e-6f, false), MOE(128, 8, 768)}},
+    {"qwen35moe-tiny", {SHAPE_FIELDS("qwen35moe", "kvwise-qwen35moe-tiny-random", 8, 256, 4, 2, 64, 512, 1024, 4096,
+                              10000000.0f, 1e-6f, false), HYBRID(64, 2, 4, 4, 4, 16), MOE(8, 2, 128), .n_ff_shexp = 256}},
     {"qwen35-tiny", {SHAPE_FIELDS("qwen35", "kvwise-qwen35-tiny-random", 8, 256, 4, 2, 64, 512, 1024, 4096, 10000000.0f,
                            1e-6f, false), HYBRID(64, 2, 4, 4, 4, 16)}},
     {"qwen3.5-0.8b", {SHAPE_FIELDS("qwen35", "kvwise-qwen3.5-0.8b-random", 24, 1024, 8, 2, 256, 3584, 248320, 262144,
@@ -111,6 +113,8 @@ static int apply_arch(kw_mk_shape *s, kw_err *err) {
     else if (s->n_expert < 1 || s->n_expert_used < 1 || s->n_ff_exp < 1)
         return kw_err_set(err, "architecture %s is a mixture of experts: it needs --experts, --experts-used and --ff-exp",
                           s->arch);
+    if (kw_arch_presence(a, KW_FEAT_SHARED_EXPERT) != KW_REQUIRED) s->n_ff_shexp = 0;
+    else if (s->n_ff_shexp < 1) s->n_ff_shexp = s->n_ff;   /* ik's default: feed_forward_length */
     return 0;
 }
 
@@ -118,7 +122,7 @@ int kw_mk_preset(const char *name, kw_mk_shape *out, kw_err *err) {
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
         if (name && !strcmp(name, k_presets[i].name)) { *out = k_presets[i].s; return apply_arch(out, err); }
     return kw_err_set(err, "unknown preset '%s' (presets: tiny, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, tiny-moe, "
-                      "qwen3-30b-a3b, qwen3moe-bench, qwen35-tiny, qwen3.5-0.8b, qwen3.5-9b, qwen3.5-27b)", name ? name : "");
+                      "qwen3-30b-a3b, qwen3moe-bench, qwen35moe-tiny, qwen35-tiny, qwen3.5-0.8b, qwen3.5-9b, qwen3.5-27b)", name ? name : "");
 }
 
 int kw_mk_shape_check(kw_mk_shape *s, kw_err *err) {
@@ -229,6 +233,8 @@ static kw_hparams shape_hparams(const kw_mk_shape *s) {
     hp.n_expert = s->n_expert;
     hp.n_expert_used = s->n_expert_used;
     hp.n_ff_exp = s->n_ff_exp;
+    hp.n_ff_shexp = s->n_ff_shexp;
+    hp.has_shared_expert = s->n_ff_shexp > 0;
     hp.ssm_d_state = s->ssm_d_state;
     hp.ssm_n_group = s->ssm_n_group;
     hp.ssm_dt_rank = s->ssm_dt_rank;
@@ -385,6 +391,7 @@ static void set_model_kvs(kw_gguf_writer *w, const kw_mk_shape *s, uint32_t wtyp
         set_arch_u32(w, a, "expert_count", (uint32_t)s->n_expert);
         set_arch_u32(w, a, "expert_used_count", (uint32_t)s->n_expert_used);
         set_arch_u32(w, a, "expert_feed_forward_length", (uint32_t)s->n_ff_exp);
+        if (s->n_ff_shexp > 0) set_arch_u32(w, a, "expert_shared_feed_forward_length", (uint32_t)s->n_ff_shexp);
     }
     if (kw_mk_is_hybrid(a)) kw_mk_hybrid_kvs(w, s);
 }

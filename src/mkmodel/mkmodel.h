@@ -23,6 +23,7 @@ typedef struct kw_mk_shape {
     bool qk_norm;           /* per-head RMSNorm of q and k */
     /* mixture of experts (an architecture whose ffn is KW_FFN_MOE); 0 otherwise */
     int32_t n_expert, n_expert_used, n_ff_exp;
+    int32_t n_ff_shexp;     /* the gated shared expert's width (qwen35moe; 0: n_ff); 0 without one */
     /* gated-delta-net hybrids (qwen35, hybrid.h; named as the loader's hparams); 0 for
      * the other architectures */
     int32_t ssm_d_state;    /* head dim of the delta net's keys and values (ssm.state_size) */

@@ -302,6 +302,7 @@ static kw_hparams shape_hp(const kw_mk_shape *s) {
     kw_hparams hp = {.n_embd = s->n_embd, .n_head = s->n_head, .n_head_kv = s->n_head_kv,
                      .head_dim_k = s->head_dim, .head_dim_v = s->head_dim, .n_ff = s->n_ff,
                      .n_expert = s->n_expert, .n_expert_used = s->n_expert_used, .n_ff_exp = s->n_ff_exp,
+                     .n_ff_shexp = s->n_ff_shexp, .has_shared_expert = s->n_ff_shexp > 0,
                      .ssm_d_state = s->ssm_d_state, .ssm_n_group = s->ssm_n_group, .ssm_dt_rank = s->ssm_dt_rank,
                      .ssm_d_inner = s->ssm_dt_rank * s->ssm_d_state, .ssm_d_conv = s->ssm_d_conv};
     return hp;
