@@ -725,14 +725,27 @@ KW_GEMM(bf16, 1)
  * the -32 offset is removed through bsums as well. The per-output
  * operations are the same for any number of activation rows. */
 
-/* Unpacks the 12-byte 6-bit scales/mins of a Q4_K/Q5_K block. */
-KW_INLINE void k4_scales(const uint8_t *q, float sc[8], int mn[8]) {
-    for (int j = 0; j < 8; j++) {
-        uint8_t a, b;
-        kw_get_scale_min_k4(j, q, &a, &b);
-        sc[j] = (float)a;
-        mn[j] = b;
-    }
+/* The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 packed bytes, one byte
+ * each (kw_get_scale_min_k4 for every j at once, on 32-bit words: j < 4
+ * the low 6 bits of bytes j and j+4; j >= 4 a nibble of byte j+4 with the
+ * top 2 bits of byte j-4 for the scale, of byte j for the min). */
+KW_INLINE void k4_scales8(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, q, 4);
+    memcpy(&a1, q + 4, 4);
+    memcpy(&a2, q + 8, 4);
+    uint32_t s_hi = (a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u);
+    uint32_t m_hi = ((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u);
+    *sc = (a0 & 0x3f3f3f3fu) | (uint64_t)s_hi << 32;
+    *mn = (a1 & 0x3f3f3f3fu) | (uint64_t)m_hi << 32;
+}
+
+/* Sum of the 8 int32 lanes of v. */
+KW_INLINE int32_t hsum8_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
 }
 
 KW_INLINE __m512i pair_idx(int j) {
@@ -767,17 +780,19 @@ KW_INLINE void k45_tile(const uint8_t *wrow, size_t bsz, int q5, const uint8_t *
         memcpy(&dh, blk, 2);
         memcpy(&dmh, blk + 2, 2);
         const uint8_t *scales = blk + 4, *qh = q5 ? blk + 16 : NULL, *qs = q5 ? blk + 48 : blk + 16;
-        float scf[8];
-        int mn[8];
-        k4_scales(scales, scf, mn);
-        float d = kw_f16_to_f32(dh), dmin = kw_f16_to_f32(dmh);
-        __m512 scv = _mm512_castps256_ps512(_mm256_loadu_ps(scf));
+        uint64_t sc8, mn8;
+        k4_scales8(scales, &sc8, &mn8);
+        float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(dmh);
+        __m512 scv = _mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8))));
+        /* m_j for bsums 2j and 2j+1: one madd gives m_j * (bsum_2j + bsum_2j+1), exact */
+        __m128i mb = _mm_cvtsi64_si128((long long)mn8);
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
         const kw_block_q8_K *xb[4];
         __m512 dx[4];
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
             xb[c] = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
-            int summ = 0;
-            for (int j = 0; j < 8; j++) summ += mn[j] * (xb[c]->bsums[2 * j] + xb[c]->bsums[2 * j + 1]);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);
+            int32_t summ = hsum8_epi32(_mm256_madd_epi16(bs, m16));
             mins[c] += dmin * xb[c]->d * (float)summ;
             dx[c] = _mm512_set1_ps(d * xb[c]->d);
         }
@@ -800,7 +815,7 @@ KW_INLINE void q6k_tile(const kw_block_q6_K *w, const uint8_t *x0, size_t xs, in
     float off[4];
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) { acc[c] = _mm512_setzero_ps(); off[c] = 0; }
     for (int64_t i = 0; i < nb; i++) {
-        float d = kw_f16_to_f32(w[i].d);
+        float d = _cvtsh_ss(w[i].d);
         __m512i sc32 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w[i].scales));
         __m512 scv = _mm512_cvtepi32_ps(sc32);
         const kw_block_q8_K *xb[4];
