@@ -145,15 +145,20 @@ KW_QTILE(q4_0, kw_block_q4_0, wq_q4_0, 8)
 KW_QTILE(q5_0, kw_block_q5_0, wq_q5_0, 16)
 KW_QTILE(q8_0, kw_block_q8_0, wq_q8_0, -128)
 
-/* Rows outer (a 4-row weight tile stays in L1), activation rows inner. */
+/* Rows outer (a 4-row weight tile stays in L1), activation rows inner. One
+ * activation row (decode over rows as stored: the experts of a mixture)
+ * takes the rows one at a time, so memory is read as one sequential
+ * stream: unpacked gemv one core Q8_0 15 -> 20 GB/s, Q4_0 9 -> 19.5
+ * (4 rows at a time: 4 streams 2 KiB apart; 2 rows: slower still). */
 #define KW_GEMM(NAME, NB_DIV) KW_GEMM2(NAME, NAME, NB_DIV)
 #define KW_GEMM2(NAME, TILE, NB_DIV)                                                               \
     static void gemm_##NAME(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, \
                             int64_t nx, float *Y, int64_t ldy) {                                   \
         int64_t nb = W->cols / (NB_DIV);                                                           \
         const uint8_t *wd = W->data;                                                               \
-        for (int64_t r = r0; r < r1; r += 4) {                                                     \
-            int R = (int)(r1 - r < 4 ? r1 - r : 4);                                                \
+        int rstep = nx == 1 ? 1 : 4;                                                               \
+        for (int64_t r = r0; r < r1; r += rstep) {                                                 \
+            int R = (int)(r1 - r < rstep ? r1 - r : rstep);                                        \
             for (int64_t i = 0; i < nx; i += 4) {                                                  \
                 int C = (int)(nx - i < 4 ? nx - i : 4);                                            \
                 KW_TILE_SWITCH(TILE, wd + (size_t)r * W->row_bytes, W->row_bytes,                  \
