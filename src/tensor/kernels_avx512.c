@@ -93,15 +93,6 @@ KW_INLINE __m512i wq_q5_0(const kw_block_q5_0 *w, int64_t b, int two) {
     return _mm512_or_si512(v, _mm512_maskz_mov_epi8(hm, _mm512_set1_epi8(0x10)));
 }
 
-/* Bytes ahead one activation row (decode over rows as stored: the
- * experts of a mixture, read in place) prefetches each weight row into L1,
- * one prefetch per two blocks it reads: unpacked Q8_0 gemv 2 threads
- * 16-18 -> 19-20 GB/s (512: the same; 2048: 17), qwen3moe-bench Q8_0
- * decode 36-40 -> 46 tok/s. */
-#ifndef KW_ROWS_PF
-#define KW_ROWS_PF 1024
-#endif
-
 /* One tile of R weight rows x C activation rows. */
 #define KW_QTILE(NAME, BLK, WQ, OFF)                                                                      \
     KW_INLINE void NAME##_tile(const uint8_t *w0, size_t wrb, const uint8_t *x0, size_t xs, int64_t nb,  \
@@ -127,7 +118,6 @@ KW_INLINE __m512i wq_q5_0(const kw_block_q5_0 *w, int64_t b, int two) {
             }                                                                                             \
             _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                         \
                 const BLK *w = (const BLK *)(w0 + (size_t)r * wrb);                                       \
-                if (C == 1) _mm_prefetch((const char *)(w + b) + KW_ROWS_PF, _MM_HINT_T0);                \
                 __m512i wv = WQ(w, b, two);                                                               \
                 __m512 dw = scales2(w[b].d, two ? w[b + 1].d : 0);                                        \
                 _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                     \
@@ -148,8 +138,11 @@ KW_QTILE(q8_0, kw_block_q8_0, wq_q8_0, -128)
 /* Rows outer (a 4-row weight tile stays in L1), activation rows inner. One
  * activation row (decode over rows as stored: the experts of a mixture)
  * takes the rows one at a time, so memory is read as one sequential
- * stream: unpacked gemv one core Q8_0 15 -> 20 GB/s, Q4_0 9 -> 19.5
- * (4 rows at a time: 4 streams 2 KiB apart; 2 rows: slower still). */
+ * stream the hardware prefetcher follows: unpacked gemv one core Q8_0
+ * 15 -> 19-20 GB/s, Q4_0 9 -> 18-19.5 (4 rows at a time: 4 streams 2 KiB
+ * apart; 2 rows: slower still). A software prefetch 1 KiB ahead, which
+ * helped the 4 streams, slows the one stream (two threads Q8_0 46-52 ->
+ * 37-38 GB/s, Q4_0 39-41 -> 35-38), so there is none. */
 #define KW_GEMM(NAME, NB_DIV) KW_GEMM2(NAME, NAME, NB_DIV)
 #define KW_GEMM2(NAME, TILE, NB_DIV)                                                               \
     static void gemm_##NAME(const kw_matrix *W, int64_t r0, int64_t r1, const void *X, size_t xs, \
