@@ -6,7 +6,11 @@
 #   bench/compare_peer.sh -m MODEL [--peer PATH/llama-bench [--peer-args "..."]]
 #                         [--peer2 PATH/llama-bench [--peer2-args "-fa 1 -rtr 1"]]
 #                         [-p 512] [-n 128] [-t 2] [-k ROUNDS] [--no-probe]
-#                         [--json FILE]
+#                         [--kw-args "--experts load"] [--json FILE]
+#
+# --kw-args ARGS go to every kvwise bench run (its own and the probes);
+# a mixture of experts compared with ik_llama.cpp's -rtr (every expert
+# repacked at load) takes "--experts load", the same state.
 #
 # --json FILE also writes the medians and ratios as one JSON object (what
 # bench/targets.sh reads).
@@ -33,7 +37,7 @@
 # the same state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model= p=512 n=128 t=2 k=3 probe=1 json=
+model= p=512 n=128 t=2 k=3 probe=1 json= kwargs=
 peers=() pargs=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,8 +51,9 @@ while [ $# -gt 0 ]; do
     -t) t=$2; shift 2 ;;
     -k) k=$2; shift 2 ;;
     --no-probe) probe=0; shift ;;
+    --kw-args) kwargs=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
-    *) echo "usage: $0 -m MODEL [--peer llama-bench] [--peer-args ARGS] [--peer2 llama-bench] [--peer2-args ARGS] [-p N] [-n N] [-t N] [-k ROUNDS] [--no-probe] [--json FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 -m MODEL [--peer llama-bench] [--peer-args ARGS] [--peer2 llama-bench] [--peer2-args ARGS] [-p N] [-n N] [-t N] [-k ROUNDS] [--no-probe] [--kw-args ARGS] [--json FILE]" >&2; exit 2 ;;
   esac
 done
 [ -n "$model" ] || { echo "compare_peer.sh: -m MODEL is required" >&2; exit 2; }
@@ -67,10 +72,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= k; r++)); do
-  "$kw" bench -m "$model" -p "$p" -n "$n" -t "$t" -r 1 --json > "$tmp/kw.$r.json"
+  # shellcheck disable=SC2086
+  "$kw" bench -m "$model" -p "$p" -n "$n" -t "$t" -r 1 --json $kwargs > "$tmp/kw.$r.json"
   for i in "${list[@]}"; do
     if [ "$probe" = 1 ] && [ "$n" -gt 0 ]; then
-      "$kw" bench -m "$model" -p 0 -n 0 -t "$t" -r 1 --json > "$tmp/bw$i.$r.json"
+      # shellcheck disable=SC2086
+      "$kw" bench -m "$model" -p 0 -n 0 -t "$t" -r 1 --json $kwargs > "$tmp/bw$i.$r.json"
     fi
     # shellcheck disable=SC2086
     "${peers[$i]}" -m "$model" -t "$t" -p "$p" -n "$n" -r 1 -o json ${pargs[$i]:-} > "$tmp/peer$i.$r.json" 2>/dev/null

@@ -17,6 +17,7 @@
 #ifndef KVWISE_ENGINE_H
 #define KVWISE_ENGINE_H
 #include "kvwise/common.h"
+#include "kvwise/model.h"
 
 /* seq_begin's answers besides a cached-prefix length (>= 0) */
 #define KW_ENGINE_WAIT (-1)     /* does not fit now: keep it queued */
@@ -90,6 +91,7 @@ typedef struct kw_engine_model_opts {
     int32_t kv_block_tokens;    /* 0 = 32 */
     uint32_t kv_type;           /* KW_TYPE_F16, KW_TYPE_KV_I16, KW_TYPE_KV_I8, KW_TYPE_Q8_0 or KW_KV_TYPE_AUTO */
     bool mlock;
+    kw_experts_mode experts;    /* mixture of experts: first use (default), load or mapped (model.h) */
     int n_threads;              /* 0 = physical cores */
     int32_t cache_max_seqs;     /* prompt cache caps (kvmem.h); 0 = no prompt cache */
     uint64_t cache_max_bytes;   /* as given (kw_plan_serve_sizing decides serve's default) */

@@ -65,9 +65,22 @@ typedef struct kw_hparams {
 
 int kw_hparams_from_gguf(const kw_gguf *g, kw_hparams *hp, kw_err *err);
 
+/* How a mixture of experts holds its expert tensors (dense models ignore it). */
+typedef enum kw_experts_mode {
+    KW_EXPERTS_FIRST_USE = 0,   /* packed the first time a token picks one (default): unused experts stay
+                                   mapped, not resident */
+    KW_EXPERTS_LOAD,            /* every expert packed at load: all resident from the start, no first-use
+                                   cost (what ik_llama.cpp's -rtr does) */
+    KW_EXPERTS_MAPPED,          /* read in place from the mapping, never packed (slower prefill) */
+} kw_experts_mode;
+/* "first-use", "load", "mapped" -> the mode; -1 for anything else. */
+int kw_experts_mode_from_name(const char *name);
+const char *kw_experts_mode_name(kw_experts_mode mode);
+
 typedef struct kw_model_opts {
-    bool mlock;                 /* lock weight pages in RAM */
-    bool no_repack;             /* keep weights as stored (no load-time repacking) */
+    bool mlock;                 /* lock weight pages in RAM (experts are then read in place: mapped) */
+    bool no_repack;             /* keep weights as stored (no load-time repacking; experts mapped) */
+    kw_experts_mode experts;    /* KW_EXPERTS_LOAD with mlock is an error */
     struct kw_progress *progress; /* NULL, or where the repacking reports layers done (progress.h) */
 } kw_model_opts;
 
@@ -89,17 +102,26 @@ int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max);
 /* kw_measure_spans_bandwidth over those spans: how fast pool's threads read
  * the very pages decode reads (0 if none). */
 double kw_model_read_bandwidth(const kw_model *m, kw_pool *pool, double seconds);
-/* Mixture of experts: the expert tensors stay in the file mapping (never
- * repacked), so an expert no token has chosen is mapped but not resident.
+/* Mixture of experts: the expert tensors stay in the file mapping until a
+ * token first chooses an expert; then the expert's three matrices are
+ * packed for the active kernel family (one accounted KW_MEM_WEIGHTS block)
+ * and the mapped pages they served are dropped. So an expert no token has
+ * chosen is mapped but not resident, and a used one is held once, as its
+ * packed copy. Under --no-repack or --mlock experts are read in place.
  * The forward pass marks each expert the first time a token uses it. */
 typedef struct kw_expert_stats {
     uint64_t mapped_bytes;      /* every expert tensor of every layer */
     uint64_t used_bytes;        /* the experts some token has used (read at least once) */
-    uint64_t resident_bytes;    /* of mapped_bytes, what this process has resident now, as the
-                                   kernel's page tables say (kw_footprint_resident_bytes);
-                                   UINT64_MAX if it cannot tell */
+    uint64_t resident_bytes;    /* what this process holds of the experts now: the mapped pages the
+                                   kernel's page tables say are resident (kw_footprint_resident_bytes)
+                                   plus packed_bytes; UINT64_MAX if it cannot tell */
+    uint64_t packed_bytes;      /* the packed copies made so far (accounted, resident) */
+    uint64_t pack_growth;       /* the most packing every expert can add to the weights (the budget's
+                                   allowance: kw_experts_pack_growth); 0 when experts are not packed */
     int32_t n_experts;          /* layers x experts per layer */
     int32_t n_used;
+    int32_t n_packed;           /* experts with packed copies */
+    bool packing;               /* experts are packed at first use */
     bool locked;                /* --mlock: every expert is locked resident */
 } kw_expert_stats;
 /* false (and zeros) for a dense model. */
@@ -109,8 +131,13 @@ bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out);
  * (no weight is loaded; `kvwise plan` and the bench both use it): every
  * tensor except the token embedding, of which one row (the embedding is
  * read whole when it is also the LM head), and of a mixture of experts'
- * expert tensors n_expert_used / n_expert (the k experts a token picks). */
-uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp);
+ * expert tensors n_expert_used / n_expert (the k experts a token picks).
+ * With KW_DECODE_PACKED a matrix the model repacks at load (layer matrices,
+ * the LM head) counts as its packed copy for the active kernel family
+ * (kw_matrix_pack_bytes: the K-quant layouts are 2-3% larger than the
+ * file's blocks), and with KW_DECODE_PACKED_EXPERTS so do the experts. */
+enum { KW_DECODE_PACKED = 1, KW_DECODE_PACKED_EXPERTS = 2 };
+uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp, unsigned packed);
 
 /* The KV layout this model needs for a given element type and block size. */
 kw_kv_layout kw_model_kv_layout(const kw_model *m, uint32_t kv_type, int32_t block_tokens);

@@ -38,9 +38,12 @@ typedef struct kw_plan_model {
                                        0 when unknown (--hf-config) or dense */
     /* weights */
     uint64_t weight_bytes;          /* exact tensor bytes (GGUF) or --weights-bytes */
-    uint64_t resident_bytes;        /* budget line: the mapped file + repack_bytes (GGUF), or weight_bytes */
+    uint64_t resident_bytes;        /* budget line: the mapped file + repack_bytes - released_bytes
+                                       + expert_pack_bytes (GGUF), or weight_bytes */
     uint64_t repack_bytes;          /* heap copies made at load for this CPU's kernels (GGUF; 0 if none) */
     uint64_t released_bytes;        /* mapped pages dropped at load because a packed copy serves them */
+    uint64_t expert_pack_bytes;     /* the most packing every expert at first use can add
+                                       (kw_experts_pack_growth over the expert tensors; 0 if none) */
     uint64_t read_bytes_per_token;  /* weight bytes one decode step reads (MoE: the active bytes) */
     uint32_t main_type;             /* tensor type holding the most bytes (GGUF), else KW_TYPE_COUNT */
     uint64_t tokenizer_bytes;       /* heap of the tokenizer tables */

@@ -12,6 +12,7 @@
 #ifndef KVWISE_TENSOR_H
 #define KVWISE_TENSOR_H
 #include "kvwise/common.h"
+#include <stdatomic.h>
 
 typedef enum kw_type {
     KW_TYPE_F32 = 0, KW_TYPE_F16 = 1, KW_TYPE_Q4_0 = 2, KW_TYPE_Q4_1 = 3,
@@ -210,8 +211,13 @@ void kw_matmul_multi(kw_pool *pool, const kw_matrix *const *W, int n_mats, const
 /* ---- mixture of experts ----
  * A 3-D expert tensor as GGUF stores it ([cols, rows, n]): n matrices of
  * `rows` x `cols`, one after the other, expert e's rows starting at
- * data + e * stride. Experts are read in place from the mapping, never
- * repacked, so the experts no token has used stay mapped but not resident. */
+ * data + e * stride. Experts are read in place from the mapping until they
+ * are packed: the model packs an expert the first time a token chooses it
+ * (kw_experts_pack), so the experts no token has used stay mapped but not
+ * resident, and the used ones are read as the active kernel family's
+ * packed copies (prefill through the tiled GEMM, decode through the packed
+ * one-row tiles). `packed` is NULL (never packed) or n slots, each NULL or
+ * expert e's packed copy, set once and read with acquire loads. */
 typedef struct kw_experts {
     uint32_t type;
     int64_t rows, cols;
@@ -219,13 +225,34 @@ typedef struct kw_experts {
     int32_t n;
     size_t stride;              /* bytes of one expert: rows * row_bytes */
     const void *data;
+    void *_Atomic *packed;      /* NULL, or [n]: expert e's packed copy (kw_matrix.packed) or NULL */
 } kw_experts;
 
-/* Expert e as a matrix (no packed copy). */
+/* Expert e as a matrix: its stored rows, with its packed copy if it has one. */
 static inline kw_matrix kw_expert_matrix(const kw_experts *E, int32_t e) {
-    kw_matrix m = {E->type, E->rows, E->cols, E->row_bytes, (const uint8_t *)E->data + (size_t)e * E->stride, NULL};
+    kw_matrix m = {E->type, E->rows, E->cols, E->row_bytes, (const uint8_t *)E->data + (size_t)e * E->stride,
+                   E->packed ? atomic_load_explicit(&E->packed[e], memory_order_acquire) : NULL};
     return m;
 }
+
+/* Packs expert e of the n_t expert tensors E (a layer's gate, up and down:
+ * up to 3, each with its packed slots) for the active kernel family into one
+ * accounted KW_MEM_WEIGHTS block (kw_matrices_pack), and publishes each
+ * copy in its slot. Only a copy that serves every row is kept. Returns the
+ * block (the caller owns it: kw_mem_free), or NULL when nothing was packed:
+ * no packed form for these types here (*err untouched), out of memory (err
+ * set), or expert e already has copies. Safe to call from several threads
+ * for different experts; for the same expert the caller makes sure only
+ * one does. */
+void *kw_experts_pack(kw_experts *const *E, int n_t, int32_t e, kw_err *err);
+/* The most that packing every expert of E adds to the process: per expert,
+ * its packed copy plus a page (the block's header page and its rounding to
+ * pages, counted for each tensor though the three share one), less the whole pages
+ * of its stored rows the copy lets go (dropped from the mapping); addr is
+ * where E's data starts, as an address or a file offset (the mapping is
+ * page aligned, so both give the same pages). 0 when E's type has no packed
+ * form for the active family. */
+uint64_t kw_experts_pack_growth(const kw_experts *E, uint64_t addr);
 
 /* The routed experts of a mixture-of-experts block for n tokens. Token i
  * chose the k experts sel[i*k + j] with weights w[i*k + j]; out[i] (n_embd
@@ -252,7 +279,8 @@ typedef struct kw_moe_args {
  * experts each, whatever the experts' types (64-byte aligned). */
 size_t kw_moe_scratch_bytes(int64_t n_embd, int64_t n_ff_exp, int32_t n_expert, int64_t n, int k);
 /* Runs it; returns the bytes of expert weights read (each used expert's
- * three matrices once), for the byte counters. */
+ * three matrices once, as packed copies where they have them, else as
+ * stored: kw_matrix_span), for the byte counters. */
 uint64_t kw_moe_experts(kw_pool *pool, const kw_moe_args *a, void *scratch);
 
 /* CPU features found at run time, and which kernel family is in use. */

@@ -38,6 +38,7 @@ typedef struct bench_opts {
     int p, n, t, r, d, batch, ub;
     uint32_t kv_type;
     bool json, no_repack;
+    kw_experts_mode experts;
 } bench_opts;
 
 #define KW_BENCH_MAX_BATCH 64
@@ -46,7 +47,7 @@ typedef struct stat3 { double med, lo, hi; } stat3;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kvwise bench -m MODEL [-p N] [-n N] [-t N] [-r N] [-d N] [-ub N] [--batch N]\n"
-               "                    [--kv-type T] [--json] [--no-repack]\n"
+               "                    [--kv-type T] [--json] [--no-repack] [--experts MODE]\n"
                "  -p N         prompt tokens per prefill test (default 512; 0 skips it)\n"
                "  -ub N        at most N tokens per forward pass of a prefill (default 512, as\n"
                "               llama-bench's -ub and the server's --prefill-step-size; also the\n"
@@ -62,7 +63,12 @@ static void usage(FILE *f) {
                "  --kv-type T  KV cache type: auto (default, as the server: i16 where it runs fast, else f16),\n"
                "               i16, i8 (half the bytes, q8_0-like precision), f16, q8_0 or f32\n"
                "  --json       one JSON object on stdout\n"
-               "  --no-repack  keep weights as stored (no load-time repacking)\n", KW_BENCH_MAX_BATCH);
+               "  --no-repack  keep weights as stored (no load-time repacking)\n"
+               "  --experts M  mixture of experts: first-use (default: each expert packed the first time\n"
+               "               a token picks it; the warm-up is then a whole -p prefill and its time is\n"
+               "               printed), load (every expert packed at load, as ik_llama.cpp's -rtr: the\n"
+               "               steady state from the first repetition) or mapped (read in place)\n",
+               KW_BENCH_MAX_BATCH);
 }
 
 static double now_sec(void) {
@@ -120,7 +126,14 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) o->model = argv[++i];
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--no-repack")) o->no_repack = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        else if (!strcmp(a, "--experts") && i + 1 < argc) {
+            int mode = kw_experts_mode_from_name(argv[++i]);
+            if (mode < 0) {
+                fprintf(stderr, "kvwise bench: --experts takes first-use, load or mapped, not '%s'\n", argv[i]);
+                return -1;
+            }
+            o->experts = (kw_experts_mode)mode;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         else { fprintf(stderr, "kvwise bench: unknown argument '%s'\n", a); usage(stderr); return -1; }
     }
     if (!o->model) { fprintf(stderr, "kvwise bench: -m MODEL is required\n"); usage(stderr); return -1; }
@@ -128,8 +141,12 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-/* Bytes a decode step streams (model.h kw_decode_weight_bytes). */
-static uint64_t decode_bytes(const kw_model *m) { return kw_decode_weight_bytes(kw_model_gguf(m), kw_model_hparams(m)); }
+/* Bytes a decode step streams (model.h kw_decode_weight_bytes): the packed
+ * copies unless the weights stay as stored (--no-repack; --experts mapped). */
+static uint64_t decode_bytes(const kw_model *m, const bench_opts *o) {
+    unsigned packed = o->no_repack ? 0 : KW_DECODE_PACKED | (o->experts == KW_EXPERTS_MAPPED ? 0 : KW_DECODE_PACKED_EXPERTS);
+    return kw_decode_weight_bytes(kw_model_gguf(m), kw_model_hparams(m), packed);
+}
 
 /* KV bytes a decoded token reads, on average over a tg test of n tokens on
  * top of d: step i attends over d + i + 1 positions, so d + (n + 1) / 2 on
@@ -350,6 +367,7 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
         {"decode_prefetch_bytes", (double)kw_decode_prefetch_bytes()}, {"threads", o->t}, {"n_prompt", o->p},
         {"n_ubatch", o->ub}, {"n_gen", o->n}, {"repetitions", o->r}, {"n_depth", o->d}, {NULL, 0}});
     cJSON_AddStringToObject(j, "kv_type", kw_kv_type_name(o->kv_type));
+    if (hp->n_expert > 0) cJSON_AddStringToObject(j, "experts", kw_experts_mode_name(o->experts));
     kw_json_add_nums(j, (kw_json_num[]){
         {"weight_bytes", (double)hp->weight_bytes}, {"weight_bytes_per_token", (double)wbytes},
         {"weight_bytes_per_token_counted", (double)counted_per_token()},
@@ -394,7 +412,7 @@ int cmd_bench(int argc, char **argv) {
     kw_err err = {{0}};
     kw_progress prog;
     kw_progress_begin(&prog, stderr, KW_PROGRESS_AUTO, "kvwise bench: loading model", 0, KW_PROGRESS_ITEMS, "layers");
-    kw_model_opts mo = {.no_repack = o.no_repack, .progress = &prog};
+    kw_model_opts mo = {.no_repack = o.no_repack, .experts = o.experts, .progress = &prog};
     kw_model *m = kw_model_load(o.model, &mo, &err);
     kw_progress_end(&prog, m != NULL);
     if (!m) { fprintf(stderr, "kvwise bench: %s\n", err.msg); return 2; }
@@ -432,10 +450,23 @@ int cmd_bench(int argc, char **argv) {
     if (rc == 0 && o.batch) rc = batch_init(&bb, m, pool, &o, &err);
     double warm_pp = 0, warm_tg = 0;
     bench_opts warm = o;
-    warm.p = o.p > 16 ? 16 : o.p;
+    /* Page in the weights. A mixture of experts packs each expert the first time a token picks it, so
+     * its warm-up (in that mode) is a whole prefill: the repetitions then see the experts as a server does once its
+     * first prompts have run (the one-time cost is printed, as llama-bench's warm-up run is not). */
+    warm.p = hp->n_expert > 0 && o.experts == KW_EXPERTS_FIRST_USE ? o.p : o.p > 16 ? 16 : o.p;
     warm.n = o.n > 4 ? 4 : o.n;
     warm.d = 0;
-    if (rc == 0) rc = run_once(s, NULL, &warm, hp->n_vocab, &rng, &warm_pp, &warm_tg, NULL, &err);   /* page in the weights */
+    double warm_t0 = now_sec();
+    if (rc == 0) rc = run_once(s, NULL, &warm, hp->n_vocab, &rng, &warm_pp, &warm_tg, NULL, &err);
+    kw_expert_stats xs;
+    if (rc == 0 && !o.json && kw_model_expert_stats(m, &xs) && xs.packing) {
+        if (o.experts == KW_EXPERTS_LOAD)
+            fprintf(stderr, "experts: %d of %d packed at load (%.2f GiB)\n", xs.n_packed, xs.n_experts,
+                    (double)xs.packed_bytes / (1u << 30));
+        else
+            fprintf(stderr, "warm-up: %d-token prefill in %.2f s, packing %d of %d experts (%.2f GiB) at first use\n",
+                    warm.p, now_sec() - warm_t0, xs.n_packed, xs.n_experts, (double)xs.packed_bytes / (1u << 30));
+    }
     if (rc == 0 && o.batch && batch_run(&bb, 2, hp->n_vocab, &rng, &err) < 0) rc = -1;
     if (rc == 0 && o.d > 0) {
         double t0 = now_sec();
@@ -472,7 +503,7 @@ int cmd_bench(int argc, char **argv) {
     if (rc != 0) {
         fprintf(stderr, "kvwise bench: %s\n", err.msg);
     } else {
-        uint64_t wbytes = decode_bytes(m), kvbytes = o.n > 0 ? decode_kv_bytes(m, &o, o.d) : 0, rbytes = wbytes + kvbytes;
+        uint64_t wbytes = decode_bytes(m, &o), kvbytes = o.n > 0 ? decode_kv_bytes(m, &o, o.d) : 0, rbytes = wbytes + kvbytes;
         stat3 spp = stats(pp, o.r), stg = stats(tg, o.r), sbw = stats(bw, o.r), sbuf = stats(bwbuf, o.r);
         stat3 sbt = stats(bt, o.r), sra = stats(ratio, o.r), stg0 = stats(tg0, o.r), sdr = stats(dratio, o.r);
         double ceiling = rbytes ? sbw.med / (double)rbytes : 0;

@@ -91,7 +91,12 @@ static void usage(FILE *f) {
         "  --ctx-size N             positions per sequence: prompt + answer (default: the model's, at most\n"
         "                           4096). Set it to the longest real input + answer\n"
         "  --chat-template NAME|FILE  chatml|llama3|llama2|mistral|gemma|phi3, or a file with template text\n"
-        "  --mlock                  lock the weights in RAM\n"
+        "  --mlock                  lock the weights in RAM (mixture-of-experts files: experts stay mapped)\n"
+        "  --experts MODE           mixture of experts: first-use (default: an expert is packed for the\n"
+        "                           CPU's kernels the first time a token picks it, its mapped pages let go;\n"
+        "                           unused experts never become resident), load (every expert packed at\n"
+        "                           startup: no first-use pauses, all resident) or mapped (read in place\n"
+        "                           from the file: least memory, slower prefill)\n"
         "  -t, --threads N          compute threads (default: physical cores)\n"
         "scheduling (continuous batching):\n"
         "  --decode-concurrency N   sequences decoding together in one batched step (default 8)\n"
@@ -191,6 +196,7 @@ static cJSON *config_json(const serve_opts *o, const kw_engine *e, const char *t
     cJSON_AddStringToObject(c, "kv_pool", kv);
     cJSON_AddStringToObject(c, "chat_template", tpl_desc);
     cJSON_AddBoolToObject(c, "mlock", o->mlock);
+    cJSON_AddStringToObject(c, "experts", o->experts);
     cJSON_AddNumberToObject(c, "threads", o->threads);
     cJSON_AddNumberToObject(c, "memory_limit", (double)o->memory_limit);
     cJSON_AddNumberToObject(c, "queue_timeout_s", o->queue_timeout);
@@ -291,7 +297,8 @@ static kw_engine *make_engine(const serve_opts *o, kw_ledger *led, const kw_plan
 #endif
     kw_engine_model_opts mo = {.model_path = o->model, .n_ctx = p->o.ctx, .n_slots = o->decode_conc,
                                .max_batch = max_batch, .kv_blocks = sz->kv_blocks, .kv_block_tokens = o->kv_block_tokens,
-                               .kv_type = p->o.kv_type, .mlock = o->mlock, .n_threads = serve_threads(o),
+                               .kv_type = p->o.kv_type, .mlock = o->mlock,
+                               .experts = (kw_experts_mode)kw_experts_mode_from_name(o->experts), .n_threads = serve_threads(o),
                                .cache_max_seqs = sz->cache_max_seqs, .cache_max_bytes = sz->cache_max_bytes,
                                .ledger = led, .cache_log_interval_s = 10, .checkpoint_interval = o->checkpoint_interval};
     kw_progress prog;

@@ -11,9 +11,10 @@
 #include <strings.h>
 #include "kvwise/kv.h"
 #include "kvwise/kvmem.h"
+#include "kvwise/model.h"
 #include "kvwise/server.h"
 
-typedef enum { K_INT, K_BYTES, K_SECS, K_STR, K_SWITCH, K_KVTYPE } opt_kind;
+typedef enum { K_INT, K_BYTES, K_SECS, K_STR, K_SWITCH, K_KVTYPE, K_EXPERTS } opt_kind;
 
 typedef struct opt {
     serve_opt_desc d;
@@ -42,6 +43,7 @@ static const opt table[] = {
     {{"ctx-size", "-c", "ctx_size", false}, K_INT, OFF(ctx_size), 0, 1 << 24},
     {{"chat-template", NULL, "chat_template", false}, K_STR, OFF(chat_template), 0, 0},
     {{"mlock", NULL, "mlock", false}, K_SWITCH, OFF(mlock), 0, 0},
+    {{"experts", NULL, "experts", false}, K_EXPERTS, OFF(experts), 0, 0},
     {{"threads", "-t", "threads", false}, K_INT, OFF(threads), 0, 1024},
     {{"decode-concurrency", NULL, "decode_concurrency", false}, K_INT, OFF(decode_conc), 1, 1024},
     {{"prompt-concurrency", NULL, "prompt_concurrency", false}, K_INT, OFF(prompt_conc), 1, 64},
@@ -71,7 +73,7 @@ static const void *cfield(const serve_opts *o, int i) { return (const char *)o +
 
 static void set_defaults(serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .decode_conc = 8, .prompt_conc = 1,
-                      .prefill_step = 512, .kv_type = "auto", .kv_block_tokens = 32, .timeout_s = 600,
+                      .prefill_step = 512, .kv_type = "auto", .experts = "first-use", .kv_block_tokens = 32, .timeout_s = 600,
                       .header_timeout_s = KW_SERVER_DEFAULT_HEADER_TIMEOUT, .body_timeout_s = KW_SERVER_DEFAULT_BODY_TIMEOUT,
                       .max_client_conns = -1, .max_conns = KW_SERVER_DEFAULT_MAX_CONNECTIONS,
                       .http_threads = KW_SERVER_DEFAULT_HTTP_THREADS, .max_queue = 64, .max_body = KW_SERVER_DEFAULT_MAX_BODY,
@@ -140,6 +142,10 @@ static int set_value(serve_opts *o, int i, const char *v, const origin *w) {
         return 0;
     case K_KVTYPE:
         if (kw_kv_type_from_name(v) < 0 || !strcmp(v, "f32")) { say(w, p, " must be auto, i16, i8, f16 or q8_0%s", ""); return -1; }
+        *(const char **)field(o, i) = v;
+        return 0;
+    case K_EXPERTS:
+        if (kw_experts_mode_from_name(v) < 0) { say(w, p, " must be first-use, load or mapped, not '%s'", v); return -1; }
         *(const char **)field(o, i) = v;
         return 0;
     case K_STR:
@@ -231,7 +237,7 @@ const char *serve_opt_value(const serve_opts *o, int i, char *buf, size_t cap) {
     }
     case K_SECS: snprintf(buf, cap, "%g s", *(const double *)f); break;
     case K_SWITCH: snprintf(buf, cap, "%s", *(const bool *)f ? "true" : "false"); break;
-    case K_STR: case K_KVTYPE: {
+    case K_STR: case K_KVTYPE: case K_EXPERTS: {
         const char *s = *(const char *const *)f;
         if (!strcmp(table[i].d.name, "api-key")) snprintf(buf, cap, "%s", s ? "(set)" : "(none)");
         else snprintf(buf, cap, "%s", s ? s : "(none)");
@@ -248,7 +254,7 @@ bool serve_opt_differs(const serve_opts *a, const serve_opts *b, int i) {
     case K_BYTES: return *(const uint64_t *)x != *(const uint64_t *)y;
     case K_SECS: return *(const double *)x != *(const double *)y;
     case K_SWITCH: return *(const bool *)x != *(const bool *)y;
-    case K_STR: case K_KVTYPE: {
+    case K_STR: case K_KVTYPE: case K_EXPERTS: {
         const char *s = *(const char *const *)x, *t = *(const char *const *)y;
         return (!s != !t) || (s && strcmp(s, t));
     }

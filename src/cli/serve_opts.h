@@ -19,6 +19,7 @@ typedef enum { SERVE_SRC_DEFAULT = 0, SERVE_SRC_CONFIG, SERVE_SRC_FLAG } serve_s
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *origins, *chat_template, *alias, *kv_type;
+    const char *experts;        /* mixture of experts: first-use, load or mapped (kw_experts_mode) */
     const char *allowed_hosts;  /* Host names allowed without --api-key besides the built-in ones */
     int header_timeout_s, body_timeout_s;
     int port, ctx_size, decode_conc, prompt_conc, prefill_step, kv_blocks, kv_block_tokens;

@@ -53,6 +53,10 @@ static void add_experts_json(const kw_model *m, struct cJSON *obj) {
     else cJSON_AddNumberToObject(x, "resident_bytes", (double)st.resident_bytes);
     cJSON_AddNumberToObject(x, "experts", st.n_experts);
     cJSON_AddNumberToObject(x, "experts_used", st.n_used);
+    cJSON_AddBoolToObject(x, "packing", st.packing);
+    cJSON_AddNumberToObject(x, "packed_bytes", (double)st.packed_bytes);
+    cJSON_AddNumberToObject(x, "experts_packed", st.n_packed);
+    cJSON_AddNumberToObject(x, "pack_growth_bytes", (double)st.pack_growth);
     cJSON_AddBoolToObject(x, "mlock", st.locked);
 }
 

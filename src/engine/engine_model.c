@@ -250,7 +250,7 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     if (!e || !me) { free(e); free(me); kw_err_set(err, "engine: out of memory"); return NULL; }
     e->impl = me;
     e->destroy = me_destroy;
-    kw_model_opts mo = {.mlock = o->mlock, .progress = o->progress};
+    kw_model_opts mo = {.mlock = o->mlock, .experts = o->experts, .progress = o->progress};
     me->m = kw_model_load(o->model_path, &mo, err);
     if (!me->m) { me_destroy(e); return NULL; }
     const kw_hparams *hp = kw_model_hparams(me->m);
@@ -273,8 +273,10 @@ kw_engine *kw_engine_model_create(const kw_engine_model_opts *o, kw_err *err) {
     int32_t n_slots = o->n_slots > 0 ? o->n_slots : 1;
     int32_t max_batch = o->max_batch > 0 ? o->max_batch : 512;
     /* The budget's fixed lines first: what the weights and tokenizer hold now. */
-    uint64_t w = kw_mem_current(KW_MEM_WEIGHTS);
-    if (set_line(o->ledger, KW_LEDGER_WEIGHTS, w ? w : hp->weight_bytes, err) < 0 ||
+    /* A mixture of experts packs each expert at first use: the line holds what that can add. */
+    kw_expert_stats xs;
+    uint64_t w = kw_mem_current(KW_MEM_WEIGHTS), growth = kw_model_expert_stats(me->m, &xs) ? xs.pack_growth : 0;
+    if (set_line(o->ledger, KW_LEDGER_WEIGHTS, (w ? w : hp->weight_bytes) + growth, err) < 0 ||
         set_line(o->ledger, KW_LEDGER_TOKENIZER, kw_mem_current(KW_MEM_TOKENIZER), err) < 0) {
         me_destroy(e);
         return NULL;

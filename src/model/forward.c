@@ -876,6 +876,7 @@ static void moe_block(kw_ctx *c, int il, int32_t n) {
                     c->router + (int64_t)i * E);
         for (int j = 0; j < k; j++) kw_model_mark_expert(c->m, il, c->sel[(int64_t)i * k + j]);
     }
+    kw_model_pack_experts(c->m, c->pool, il, c->sel, (int64_t)n * k);
     kw_moe_args a = {.gate = &L->gate_exps, .up = &L->up_exps, .down = &L->down_exps, .x = c->xn, .n = n, .k = k,
                      .sel = c->sel, .w = c->wts, .out = c->tmp};
     c->bytes_read += kw_moe_experts(c->pool, &a, c->moe_scratch);

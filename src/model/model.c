@@ -526,12 +526,106 @@ static void unpack_weights(kw_model *m) {
     kw_matrix_unpack(&m->output);
 }
 
+/* The expert table, and the packed slots of every layer's expert tensors. */
 static int alloc_expert_use(kw_model *m, kw_err *err) {
     if (m->hp.n_expert < 1) return 0;
-    m->experts = calloc(1, sizeof *m->experts);
-    if (m->experts) m->experts->used = calloc((size_t)m->hp.n_layer * (size_t)m->hp.n_expert, 1);
-    if (!m->experts || !m->experts->used) return kw_err_set(err, "out of memory for the expert table");
+    size_t nl = (size_t)m->hp.n_layer, ne = (size_t)m->hp.n_expert;
+    kw_expert_use *u = m->experts = calloc(1, sizeof *m->experts);
+    if (u) {
+        u->used = calloc(nl * ne, 1);
+        u->claimed = calloc(nl * ne, 1);
+        u->slots = calloc(nl * 3 * ne, sizeof *u->slots);
+        u->blocks = calloc(nl * ne, sizeof *u->blocks);
+    }
+    if (!u || !u->used || !u->claimed || !u->slots || !u->blocks)
+        return kw_err_set(err, "out of memory for the expert table");
+    for (size_t il = 0; il < nl; il++) {
+        kw_layer *L = &m->layers[il];
+        kw_experts *E[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int t = 0; t < 3; t++) {
+            if (!E[t]->data) continue;
+            E[t]->packed = u->slots + (il * 3 + (size_t)t) * ne;
+            u->pack_growth += kw_experts_pack_growth(E[t], (uint64_t)(uintptr_t)E[t]->data);
+        }
+    }
     return 0;
+}
+
+static void free_expert_use(kw_model *m) {
+    kw_expert_use *u = m->experts;
+    if (!u) return;
+    if (u->blocks)
+        for (size_t i = 0; i < (size_t)m->hp.n_layer * (size_t)m->hp.n_expert; i++) kw_mem_free(u->blocks[i]);
+    kw_mem_note_mapped(KW_MEM_WEIGHTS, (int64_t)atomic_load(&u->released_bytes));   /* as for released_bytes */
+    free((void *)u->used);
+    free((void *)u->claimed);
+    free((void *)u->slots);
+    free(u->blocks);
+    free(u);
+    m->experts = NULL;
+}
+
+typedef struct pack_job {
+    kw_model *m;
+    int il, n;
+    const int32_t *todo;
+} pack_job;
+
+static void pack_experts_task(void *arg, int ith, int nth) {
+    pack_job *j = arg;
+    kw_layer *L = &j->m->layers[j->il];
+    kw_experts *E[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int i = ith; i < j->n; i += nth) {
+        kw_err err = {{0}};
+        j->m->experts->blocks[(size_t)j->il * (size_t)j->m->hp.n_expert + (size_t)j->todo[i]] =
+            kw_experts_pack(E, 3, j->todo[i], &err);
+    }
+}
+
+/* Expert e of layer il now has packed copies: its mapped pages are not read
+ * again (release_packed_source's reasoning, whole pages only, so the
+ * neighbours' shared pages stay). */
+static void release_expert_source(kw_model *m, int il, int32_t e) {
+    kw_expert_use *u = m->experts;
+    const kw_layer *L = &m->layers[il];
+    const kw_experts *E[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    atomic_fetch_add(&u->packed_bytes, kw_mem_size(u->blocks[(size_t)il * (size_t)m->hp.n_expert + (size_t)e]));
+    atomic_fetch_add(&u->n_packed, 1);
+    for (int t = 0; t < 3; t++) {
+        uint64_t start = 0;
+        size_t len = kw_whole_pages((uint64_t)(uintptr_t)E[t]->data + (uint64_t)e * E[t]->stride, E[t]->stride, &start);
+        if (len && madvise((void *)(uintptr_t)start, len, MADV_DONTNEED) == 0) {
+            kw_mem_note_mapped(KW_MEM_WEIGHTS, -(int64_t)len);
+            atomic_fetch_add(&u->released_bytes, len);
+        }
+    }
+}
+
+void kw_model_pack_experts(const kw_model *cm, kw_pool *pool, int il, const int32_t *sel, int64_t nk) {
+    kw_model *m = (kw_model *)(uintptr_t)cm;   /* the expert copies are the model's mutable state */
+    kw_expert_use *u = m->experts;
+    if (!u || !u->pack || il < 0 || il >= m->hp.n_layer) return;
+    _Atomic uint8_t *claimed = u->claimed + (size_t)il * (size_t)m->hp.n_expert;
+    int32_t *todo = NULL;
+    int n = 0;
+    for (int64_t q = 0; q < nk; q++) {
+        int32_t e = sel[q];
+        if (e < 0 || e >= m->hp.n_expert || atomic_load_explicit(&claimed[e], memory_order_relaxed) ||
+            atomic_exchange(&claimed[e], 1))
+            continue;
+        if (!todo && !(todo = malloc((size_t)nk * sizeof *todo))) {   /* no room to list them: try next step */
+            atomic_store(&claimed[e], 0);
+            return;
+        }
+        todo[n++] = e;
+    }
+    if (n == 0) return;
+    pack_job j = {m, il, n, todo};
+    if (pool && kw_pool_size(pool) > 1 && n > 1) kw_pool_run(pool, pack_experts_task, &j);
+    else pack_experts_task(&j, 0, 1);
+    for (int i = 0; i < n; i++)
+        if (u->blocks[(size_t)il * (size_t)m->hp.n_expert + (size_t)todo[i]]) release_expert_source(m, il, todo[i]);
+    free(todo);
 }
 
 void kw_model_mark_expert(const kw_model *m, int il, int32_t e) {
@@ -544,7 +638,8 @@ void kw_model_mark_expert(const kw_model *m, int il, int32_t e) {
     atomic_fetch_add(&u->n_used, 1);
 }
 
-/* What the kernel has resident of every layer's expert tensors. */
+/* What the kernel has resident of every layer's expert tensors (their
+ * mapped pages), plus the packed copies (accounted, all resident). */
 static uint64_t experts_resident(const kw_model *m) {
     uint64_t sum = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -556,7 +651,7 @@ static uint64_t experts_resident(const kw_model *m) {
             sum += r;
         }
     }
-    return sum;
+    return sum + atomic_load(&m->experts->packed_bytes);
 }
 
 bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out) {
@@ -568,10 +663,63 @@ bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out) {
     out->n_experts = m->hp.n_layer * m->hp.n_expert;
     out->n_used = atomic_load(&m->experts->n_used);
     out->locked = m->mlocked;
+    out->packing = m->experts->pack;
+    out->packed_bytes = atomic_load(&m->experts->packed_bytes);
+    out->n_packed = atomic_load(&m->experts->n_packed);
+    out->pack_growth = m->experts->pack ? m->experts->pack_growth : 0;
     return true;
 }
 
+int kw_experts_mode_from_name(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "first-use")) return KW_EXPERTS_FIRST_USE;
+    if (!strcmp(name, "load")) return KW_EXPERTS_LOAD;
+    if (!strcmp(name, "mapped")) return KW_EXPERTS_MAPPED;
+    return -1;
+}
+
+const char *kw_experts_mode_name(kw_experts_mode mode) {
+    return mode == KW_EXPERTS_LOAD ? "load" : mode == KW_EXPERTS_MAPPED ? "mapped" : "first-use";
+}
+
+/* Whether experts are packed (first use or now, at load), from the options:
+ * never under --no-repack, --mlock (the locked mapped pages stay, so a copy
+ * would hold them twice) or "mapped", nor when the active kernel family has
+ * no packed form for their types. */
+static int setup_expert_packing(kw_model *m, const kw_model_opts *opts, kw_err *err) {
+    kw_experts_mode mode = opts ? opts->experts : KW_EXPERTS_FIRST_USE;
+    if ((unsigned)mode > KW_EXPERTS_MAPPED) return kw_err_set(err, "unknown experts mode %d", (int)mode);
+    kw_expert_use *u = m->experts;
+    u->pack = u->pack_growth > 0 && mode != KW_EXPERTS_MAPPED && !(opts && (opts->no_repack || opts->mlock));
+    if (!u->pack || mode != KW_EXPERTS_LOAD) return 0;
+    int32_t *all = malloc((size_t)m->hp.n_expert * sizeof *all);
+    kw_pool *pool = kw_pool_create(kw_cpu_physical_cores() > 0 ? kw_cpu_physical_cores() : 1);
+    if (!all || !pool) {
+        free(all);
+        kw_pool_destroy(pool);
+        return kw_err_set(err, "out of memory packing the experts");
+    }
+    for (int32_t e = 0; e < m->hp.n_expert; e++) all[e] = e;
+    kw_progress *prog = opts->progress;
+    kw_progress_set_total(prog, 2 * (uint64_t)m->hp.n_layer + 1);   /* pack_weights' layers and head, then these */
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        kw_model_pack_experts(m, pool, il, all, m->hp.n_expert);
+        kw_progress_add(prog, 1);
+    }
+    free(all);
+    kw_pool_destroy(pool);
+    if (atomic_load(&u->n_packed) < m->hp.n_layer * m->hp.n_expert)
+        return kw_err_set(err, "packing the experts at load: %d of %d packed (out of memory?)",
+                          atomic_load(&u->n_packed), m->hp.n_layer * m->hp.n_expert);
+    return 0;
+}
+
 kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err) {
+    if (opts && opts->experts == KW_EXPERTS_LOAD && opts->mlock) {
+        kw_err_set(err, "experts \"load\" packs every expert and drops its mapped pages, which --mlock keeps "
+                        "locked: use one of them");
+        return NULL;
+    }
     kw_model *m = calloc(1, sizeof *m);
     if (!m) { kw_err_set(err, "out of memory"); return NULL; }
     m->gguf = kw_gguf_open(path, err);
@@ -593,6 +741,10 @@ kw_model *kw_model_load(const char *path, const kw_model_opts *opts, kw_err *err
         return NULL;
     }
     m->mlocked = opts && opts->mlock;
+    if (m->experts && setup_expert_packing(m, opts, err)) {
+        kw_model_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -601,8 +753,7 @@ void kw_model_free(kw_model *m) {
     unpack_weights(m);
     kw_mem_note_mapped(KW_MEM_WEIGHTS, (int64_t)m->released_bytes); /* kw_gguf_close takes off the whole mapping */
     kw_tokenizer_free(m->tok);
-    if (m->experts) free((void *)m->experts->used);
-    free(m->experts);
+    free_expert_use(m);
     free(m->layers);
     kw_gguf_close(m->gguf);
     free(m);
@@ -614,14 +765,29 @@ const char *kw_model_tokenizer_error(const kw_model *m) { return m && !m->tok ? 
 const kw_gguf *kw_model_gguf(const kw_model *m) { return m ? m->gguf : NULL; }
 
 /* A mixture-of-experts layer's decode reads n_expert_used experts of
- * each expert tensor; the spans stand for them with experts 0..k-1 (the
- * bytes are the same for any k experts). */
+ * each expert tensor; the spans stand for them with the first k experts
+ * that have packed copies when there are k (what decode reads once tokens
+ * have used them), else with experts 0..k-1 as stored (the bytes are the
+ * same for any k experts of one form). */
 static int expert_spans(const kw_model *m, int il, kw_mem_span *out, int n, int max) {
     const kw_layer *L = &m->layers[il];
     const kw_experts *E[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-    for (int t = 0; t < 3; t++)
-        for (int32_t e = 0; E[t]->data && e < m->hp.n_expert_used; e++, n++)
-            if (n < max) out[n] = (kw_mem_span){(const uint8_t *)E[t]->data + (size_t)e * E[t]->stride, E[t]->stride};
+    int k = m->hp.n_expert_used;
+    for (int t = 0; t < 3; t++) {
+        if (!E[t]->data) continue;
+        int found = 0;
+        for (int32_t e = 0; E[t]->packed && e < E[t]->n && found < k; e++)
+            if (atomic_load_explicit(&E[t]->packed[e], memory_order_acquire)) found++;
+        bool packed = found == k;
+        found = 0;
+        for (int32_t e = 0; e < E[t]->n && found < k; e++) {
+            kw_matrix w = kw_expert_matrix(E[t], e);
+            if (packed && !w.packed) continue;
+            if (n < max) out[n] = kw_matrix_span(&w);
+            n++;
+            found++;
+        }
+    }
     return n;
 }
 
@@ -638,15 +804,35 @@ int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max) {
     return n + 1;
 }
 
-uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp) {
-    uint64_t b = hp->weight_bytes;
-    const kw_gguf_tensor *te = kw_gguf_find_tensor(g, "token_embd.weight");
-    if (te && !hp->tied_output && te->nbytes <= b) {
-        uint64_t rows = (uint64_t)te->ne[1] * (uint64_t)te->ne[2] * (uint64_t)te->ne[3];
-        b -= te->nbytes - te->nbytes / (rows > 0 ? rows : 1);
+/* Bytes a read of an [ne0, ne1] matrix of `type` takes: its packed copy's
+ * when `packed` and the active family has one, else its stored rows'. */
+static uint64_t matrix_read_bytes(uint32_t type, int64_t cols, int64_t rows, uint64_t stored, bool packed) {
+    if (!packed || type >= KW_TYPE_COUNT || kw_row_bytes(type, cols) == 0) return stored;
+    kw_matrix probe = {type, rows, cols, kw_row_bytes(type, cols), NULL, NULL};
+    size_t p = kw_matrix_pack_bytes(&probe);
+    return p ? p : stored;
+}
+
+uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp, unsigned packed) {
+    bool tied = kw_gguf_find_tensor(g, "output.weight") == NULL;
+    uint64_t b = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kw_gguf_tensor *t = &g->tensors[i];
+        const char *n = t->name.s ? t->name.s : "";
+        if (!strcmp(n, "token_embd.weight")) {
+            uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+            b += tied ? matrix_read_bytes(t->type, t->ne[0], t->ne[1], t->nbytes, packed & KW_DECODE_PACKED)
+                      : t->nbytes / (rows > 0 ? rows : 1);
+        } else if (hp->n_expert > 0 && kw_arch_is_layer_experts(hp->arch, n)) {
+            uint64_t one = t->nbytes / (uint64_t)hp->n_expert;
+            b += (uint64_t)hp->n_expert_used *
+                 matrix_read_bytes(t->type, t->ne[0], t->ne[1], one, packed & KW_DECODE_PACKED_EXPERTS);
+        } else if (t->n_dims == 2 && (!strcmp(n, "output.weight") || kw_arch_is_layer_matrix(hp->arch, n))) {
+            b += matrix_read_bytes(t->type, t->ne[0], t->ne[1], t->nbytes, packed & KW_DECODE_PACKED);
+        } else {
+            b += t->nbytes;
+        }
     }
-    if (hp->n_expert > 0 && hp->expert_bytes <= b)
-        b -= hp->expert_bytes - hp->expert_bytes / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used;
     return b;
 }
 

@@ -41,6 +41,14 @@ typedef struct kw_expert_use {
     _Atomic uint8_t *used;      /* [n_layer][n_expert] */
     _Atomic uint64_t used_bytes;/* the used experts' bytes (gate + up + down) */
     _Atomic int32_t n_used;
+    /* packing at first use (kw_model_pack_experts) */
+    bool pack;                  /* on: the active family packs these types, and neither --no-repack nor --mlock */
+    uint64_t pack_growth;       /* the most packing every expert can add (kw_experts_pack_growth) */
+    void *_Atomic *slots;       /* [n_layer][3][n_expert]: the kw_experts packed slots */
+    _Atomic uint8_t *claimed;   /* [n_layer][n_expert]: packing was tried (or is under way) */
+    void **blocks;              /* [n_layer][n_expert]: expert's gate + up + down copies, or NULL */
+    _Atomic uint64_t packed_bytes, released_bytes;
+    _Atomic int32_t n_packed;
 } kw_expert_use;
 
 struct kw_model {
@@ -63,5 +71,10 @@ struct kw_model {
 uint64_t kw_model_layer_matrix_bytes(const kw_model *m);
 /* forward.c marks layer il's expert e as used. */
 void kw_model_mark_expert(const kw_model *m, int il, int32_t e);
+/* forward.c, before layer il's routed experts run: packs every expert of
+ * the nk choices sel that has no packed copy yet (pool's threads share the
+ * work), then drops the mapped pages the copies now serve. An expert that
+ * cannot be packed (out of memory) is read in place from then on. */
+void kw_model_pack_experts(const kw_model *m, kw_pool *pool, int il, const int32_t *sel, int64_t nk);
 
 #endif

@@ -110,6 +110,22 @@ static uint64_t released_bytes(const kw_gguf *g, const kw_arch_desc *a) {
     return total;
 }
 
+/* The most the model's packing of experts at first use can add (model.c
+ * kw_model_pack_experts), from the expert tensors' shapes and offsets. */
+static uint64_t expert_pack_bytes(const kw_gguf *g, const kw_arch_desc *a) {
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kw_gguf_tensor *t = &g->tensors[i];
+        if (t->n_dims != 3 || !t->name.s || !kw_arch_is_layer_experts(a, t->name.s) || t->type >= KW_TYPE_COUNT) continue;
+        size_t rb = kw_row_bytes(t->type, t->ne[0]);
+        if (rb == 0) continue;
+        kw_experts E = {.type = t->type, .rows = t->ne[1], .cols = t->ne[0], .row_bytes = rb, .n = (int32_t)t->ne[2],
+                        .stride = rb * (size_t)t->ne[1]};
+        total += kw_experts_pack_growth(&E, g->data_offset + t->offset);
+    }
+    return total;
+}
+
 /* Bytes of the tensor type that holds the most weight bytes. */
 static uint32_t dominant_type(const kw_gguf *g) {
     uint64_t by_type[KW_TYPE_COUNT] = {0};
@@ -132,8 +148,9 @@ int kw_plan_model_from_gguf(const kw_gguf *g, kw_plan_model *m, kw_err *err) {
     m->weight_bytes = w;
     m->repack_bytes = repack_bytes(g, m->hp.arch);
     m->released_bytes = released_bytes(g, m->hp.arch);
-    m->resident_bytes = (g->size > w ? g->size : w) + m->repack_bytes - m->released_bytes;
-    m->read_bytes_per_token = kw_decode_weight_bytes(g, &m->hp);
+    m->expert_pack_bytes = expert_pack_bytes(g, m->hp.arch);
+    m->resident_bytes = (g->size > w ? g->size : w) + m->repack_bytes - m->released_bytes + m->expert_pack_bytes;
+    m->read_bytes_per_token = kw_decode_weight_bytes(g, &m->hp, KW_DECODE_PACKED | KW_DECODE_PACKED_EXPERTS);
     m->n_experts = m->hp.n_expert;
     m->n_experts_used = m->hp.n_expert_used;
     m->expert_bytes = m->hp.expert_bytes;

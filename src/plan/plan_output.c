@@ -94,10 +94,15 @@ static void print_model(const kw_plan_model *m, const kw_plan *p, const char *pa
             m->main_type < KW_TYPE_COUNT ? ", mostly " : "", m->main_type < KW_TYPE_COUNT ? kw_plan_type_name(m->main_type) : "",
             kw_format_bytes(p->bytes_per_token, c, sizeof c), commas(p->bytes_per_token, d, sizeof d));
     if (m->expert_bytes)
+    {
         fprintf(out, "  mixture of experts: %d of %d experts per token; experts %s of the weights (stay mapped, "
                 "resident once used); active per token: %s = the rest + %d/%d of the experts\n", m->n_experts_used,
                 m->n_experts, kw_format_bytes(m->expert_bytes, a, sizeof a), kw_format_bytes(p->bytes_per_token, b, sizeof b),
                 m->n_experts_used, m->n_experts);
+        if (m->expert_pack_bytes)
+            fprintf(out, "  experts are packed for the %s kernels at first use (their mapped pages dropped): "
+                    "the weights line holds %s for that\n", kw_kernel_name(), kw_format_bytes(m->expert_pack_bytes, a, sizeof a));
+    }
     if (m->repack_bytes)
         fprintf(out, "  load-time repack for the %s kernels: %s heap copy; %s of mapped pages it replaces are dropped\n",
                 kw_kernel_name(), kw_format_bytes(m->repack_bytes, a, sizeof a), kw_format_bytes(m->released_bytes, b, sizeof b));
@@ -251,7 +256,8 @@ cJSON *kw_plan_to_cjson(const kw_plan_model *m, const kw_plan *p, const char *mo
         {"resident_bytes", (double)m->resident_bytes}, {"repack_bytes", (double)m->repack_bytes},
         {"released_bytes", (double)m->released_bytes},
         {"read_bytes_per_token", (double)m->read_bytes_per_token}, {"n_experts", m->n_experts},
-        {"n_experts_used", m->n_experts_used}, {"expert_bytes", (double)m->expert_bytes}, {NULL, 0}});
+        {"n_experts_used", m->n_experts_used}, {"expert_bytes", (double)m->expert_bytes},
+        {"expert_pack_bytes", (double)m->expert_pack_bytes}, {NULL, 0}});
     if (m->main_type < KW_TYPE_COUNT) cJSON_AddStringToObject(jm, "main_type", kw_plan_type_name(m->main_type));
     else cJSON_AddNullToObject(jm, "main_type");
     num(jm, "tokenizer_bytes", (double)m->tokenizer_bytes);

@@ -7,8 +7,10 @@
  * gate and up products of every used expert in one pool run, SiLU-gating
  * and the down activations row by row, the down products in a second run,
  * and each token's weighted sum over its choices in choice order. Every
- * product is the active set's gemm_experts kernel over the expert's rows
- * as the file stores them: an expert no token chose is never read.
+ * product is the active set's gemm_experts kernel over the expert's packed
+ * copy when it has one (made at first use: kw_experts_pack, below), else
+ * over its rows as the file stores them: an expert no token chose is never
+ * read.
  *
  * The work split: the used experts' matrices are cut into 16-row groups,
  * laid end to end; each thread owns a contiguous run of them (cut by work:
@@ -315,17 +317,18 @@ uint64_t kw_moe_experts(kw_pool *pool, const kw_moe_args *a, void *scratch) {
     run_rows(pool, quant_x_task, &j, a->n, a->gate->cols);
     group_by_expert(a, off, pos, tok);
 
-    int n_units = 0, used = 0;
+    int n_units = 0;
+    uint64_t bytes = 0;
     for (int32_t e = 0; e < a->gate->n; e++) {
         int32_t p0 = off[e], p1 = off[e + 1];
         if (p0 == p1) continue;
-        used++;
         const uint8_t *xg = expert_rows(s + L.xg, s + L.xgg, L.sg, tok, p0, p1);
         const uint8_t *xu = up_own ? expert_rows(s + L.xu, s + L.xug, L.su, tok, p0, p1) : xg;
         u[n_units++] = (moe_unit){kw_expert_matrix(a->gate, e), xg, L.sg, p1 - p0, (float *)(s + L.g) + p0 * ff, 0};
         u[n_units++] = (moe_unit){kw_expert_matrix(a->up, e), xu, up_own ? L.su : L.sg, p1 - p0,
                                   (float *)(s + L.u) + p0 * ff, 0};
     }
+    for (int i = 0; i < n_units; i++) bytes += kw_matrix_span(&u[i].W).bytes;   /* gate and up: stored or packed */
     run_units(pool, ks, u, n_units);
     run_rows(pool, swiglu_task, &j, nk, ff);
 
@@ -336,7 +339,44 @@ uint64_t kw_moe_experts(kw_pool *pool, const kw_moe_args *a, void *scratch) {
         u[n_units++] = (moe_unit){kw_expert_matrix(a->down, e), s + L.hq + (size_t)p0 * L.sd, L.sd, p1 - p0,
                                   (float *)(s + L.d) + p0 * E, 0};
     }
+    for (int i = 0; i < n_units; i++) bytes += kw_matrix_span(&u[i].W).bytes;   /* the down matrices */
     run_units(pool, ks, u, n_units);
     run_rows(pool, combine_task, &j, a->n, E * a->k);
-    return (uint64_t)used * (a->gate->stride + a->up->stride + a->down->stride);
+    return bytes;
+}
+
+/* ---- packed copies at first use ---- */
+
+void *kw_experts_pack(kw_experts *const *E, int n_t, int32_t e, kw_err *err) {
+    if (n_t < 1 || n_t > 3) return NULL;
+    kw_matrix m[3], *ws[3];
+    for (int t = 0; t < n_t; t++) {
+        if (!E[t]->packed || e < 0 || e >= E[t]->n || atomic_load_explicit(&E[t]->packed[e], memory_order_acquire))
+            return NULL;
+        m[t] = kw_expert_matrix(E[t], e);
+        ws[t] = &m[t];
+    }
+    void *block = NULL;
+    if (kw_matrices_pack(ws, n_t, &block, err) != 0 || !block) return NULL;
+    for (int t = 0; t < n_t; t++)   /* a copy that leaves rows to the stored form is not worth a block */
+        if (kw_matrix_packed_rows(&m[t]) != m[t].rows) {
+            kw_matrices_unpack(ws, n_t, block);
+            return NULL;
+        }
+    for (int t = 0; t < n_t; t++) atomic_store_explicit(&E[t]->packed[e], m[t].packed, memory_order_release);
+    return block;
+}
+
+uint64_t kw_experts_pack_growth(const kw_experts *E, uint64_t addr) {
+    if (!E || E->n < 1) return 0;
+    kw_matrix probe = {E->type, E->rows, E->cols, E->row_bytes, NULL, NULL};
+    uint64_t copy = kw_matrix_pack_bytes(&probe);
+    if (copy == 0) return 0;
+    uint64_t total = 0;
+    for (int32_t e = 0; e < E->n; e++) {
+        uint64_t start, freed = kw_whole_pages(addr + (uint64_t)e * E->stride, E->stride, &start);
+        uint64_t held = copy + 4096;
+        total += held > freed ? held - freed : 0;
+    }
+    return total;
 }

@@ -149,6 +149,8 @@ static void test_usage_errors(void) {
         "perplexity -m MODEL -f /nonexistent.txt",
         "perplexity -m MODEL -p hi",
         "generate -m MODEL -p hi --bogus",
+        "bench -m MODEL --experts all",                    /* not a mode */
+        "serve -m MODEL --experts all",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[512], *p;
@@ -164,6 +166,8 @@ static void test_usage_errors(void) {
         int rc = run(cmd, out, sizeof out);
         KW_CHECK_MSG(rc == 2 || rc == 1, "'%s' exited %d", bad[i], rc);
         KW_CHECK_MSG(strstr(out, "kvwise") != NULL, "'%s' printed no message", bad[i]);
+        if (strstr(bad[i], "--experts"))
+            KW_CHECK_MSG(strstr(out, "--experts") && strstr(out, "first-use"), "'%s': %s", bad[i], out);
     }
     for (int i = 0; i < 3; i++) {
         const char *c[] = {"generate", "logits", "perplexity"};

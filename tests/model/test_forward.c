@@ -15,6 +15,7 @@
 #include "kvwise/model.h"
 #include "mkmodel/mkmodel.h"
 #include <fcntl.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -332,7 +333,11 @@ static void test_expert_use(kw_pool *pool) {
         before = kw_ctx_weight_bytes_read(r.ctx);
         run_alone(&r, T, 32, 32, lg);
         uint64_t many = kw_ctx_weight_bytes_read(r.ctx) - before;
-        KW_CHECK(many > one && many <= one - (uint64_t)(hp->n_layer * hp->n_expert_used) * expert + hp->expert_bytes);
+        /* an expert read as its packed copy counts the copy's bytes (a little over the stored ones) */
+        KW_CHECK(kw_model_expert_stats(m, &st));
+        uint64_t pe = st.n_packed ? st.packed_bytes / (uint64_t)st.n_packed : expert;
+        KW_CHECK(!st.packing || (st.n_packed == st.n_used && pe >= expert && pe < expert + expert / 50));
+        KW_CHECK(many > one && many <= one + (uint64_t)(hp->n_layer * (hp->n_expert - hp->n_expert_used)) * pe);
         KW_CHECK(kw_model_expert_stats(m, &st) && st.n_used > hp->n_layer * hp->n_expert_used);
         printf("qwen3moe: one token reads %llu weight bytes; 32 tokens %llu; %d of %d experts used\n",
                (unsigned long long)one, (unsigned long long)many, st.n_used, st.n_experts);
@@ -409,6 +414,68 @@ static void test_expert_residency(kw_pool *pool) {
     runner_free(&r);
     kw_model_free(m);
     remove(path);
+}
+
+/* --experts: first-use packs exactly the experts tokens chose and drops
+ * their mapped pages; load packs every expert before any token (the same
+ * logits: every computation uses the packed copies either way); mapped
+ * never packs; load with --mlock is refused. */
+static void eval_logits(const kw_model *m, const int32_t *T, int n, float *out) {
+    kw_err err = {{0}};
+    kw_session_opts so = {.n_ctx = n + 1, .max_batch = n, .n_threads = 2};
+    kw_session *s = kw_session_create(m, &so, &err);
+    KW_CHECK_MSG(s != NULL, "%s", err.msg);
+    if (!s) return;
+    KW_CHECK(kw_session_eval(s, T, n, false, &err) == 0);
+    const float *lg = kw_session_logits(s, -1);
+    KW_CHECK(lg != NULL);
+    if (lg) memcpy(out, lg, (size_t)kw_model_hparams(m)->n_vocab * sizeof *out);
+    kw_session_free(s);
+}
+
+static void test_experts_modes(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/qwen3moe-q8_0.gguf", g_models);
+    kw_err err = {{0}};
+    kw_model_opts first = {.experts = KW_EXPERTS_FIRST_USE}, load_all = {.experts = KW_EXPERTS_LOAD},
+                  mapped = {.experts = KW_EXPERTS_MAPPED}, locked = {.experts = KW_EXPERTS_LOAD, .mlock = true};
+    kw_model *a = kw_model_load(path, &first, &err), *b = a ? kw_model_load(path, &load_all, &err) : NULL;
+    kw_model *c = b ? kw_model_load(path, &mapped, &err) : NULL;
+    KW_CHECK_MSG(a && b && c, "%s", err.msg);
+    if (a && b && c) {
+        const kw_hparams *hp = kw_model_hparams(a);
+        int nv = hp->n_vocab;
+        kw_expert_stats sa, sb, sc;
+        KW_CHECK(kw_model_expert_stats(a, &sa) && sa.packing && sa.n_packed == 0 && sa.packed_bytes == 0);
+        KW_CHECK(kw_model_expert_stats(b, &sb) && sb.packing && sb.n_packed == sb.n_experts);
+        KW_CHECK(sb.packed_bytes >= sb.mapped_bytes && sb.packed_bytes - sb.mapped_bytes <= sb.pack_growth);
+        KW_CHECK(kw_model_expert_stats(c, &sc) && !sc.packing && sc.pack_growth == 0);
+        int32_t T[6];
+        make_tokens(T, 6, nv, 21);
+        float *la = malloc((size_t)nv * 4), *lb = malloc((size_t)nv * 4), *lc = malloc((size_t)nv * 4);
+        eval_logits(a, T, 6, la);
+        eval_logits(b, T, 6, lb);
+        eval_logits(c, T, 6, lc);
+        KW_CHECK_MSG(!memcmp(la, lb, (size_t)nv * 4), "first-use and load packing give different logits");
+        double worst = 0;
+        for (int i = 0; i < nv; i++) worst = fmax(worst, fabs((double)la[i] - lc[i]));
+        KW_CHECK_MSG(worst < 0.05, "packed and mapped experts: logits %.3g apart", worst);
+        KW_CHECK(kw_model_expert_stats(a, &sa) && sa.n_packed == sa.n_used && sa.n_used > 0);
+        KW_CHECK(sa.packed_bytes >= sa.used_bytes);
+        KW_CHECK(kw_model_expert_stats(c, &sc) && sc.n_packed == 0 && sc.n_used > 0);
+        printf("experts: first-use %d of %d packed after 6 tokens (%llu bytes), load %d, mapped %d; mapped vs packed "
+               "logits %.3g\n", sa.n_packed, sa.n_experts, (unsigned long long)sa.packed_bytes, sb.n_packed,
+               sc.n_packed, worst);
+        free(la); free(lb); free(lc);
+    }
+    kw_model_free(a);
+    kw_model_free(b);
+    kw_model_free(c);
+    err = (kw_err){{0}};
+    kw_model *d = kw_model_load(path, &locked, &err);
+    KW_CHECK(d == NULL);
+    KW_CHECK_MSG(strstr(err.msg, "mlock") != NULL, "%s", err.msg);
+    kw_model_free(d);
 }
 
 static void test_workspace_bytes(kw_pool *pool) {
@@ -575,6 +642,7 @@ int main(void) {
     test_session_checkpoint();
     test_expert_use(pool);
     test_expert_residency(pool);
+    test_experts_modes();
     test_kv_types("llama-q4_0", pool);
     test_kv_types("qwen3-q8_0", pool);
     test_kv_types("llama-f16", pool);

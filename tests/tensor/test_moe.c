@@ -9,7 +9,8 @@
  *   - 1, 2 and 3 threads give bit-identical outputs;
  *   - a token's output is the same bits alone as in any batch;
  *   - the bytes it reports are the used experts' three matrices once each;
- *   - an expert no token chose is never read (its rows are poisoned). */
+ *   - an expert no token chose is never read (its rows are poisoned);
+ *   - the same with the chosen experts packed for the family (kw_experts_pack). */
 #include "testutil.h"
 #include <math.h>
 #include <string.h>
@@ -117,6 +118,62 @@ static void reference(moe_case *c, int64_t n, float *out) {
 
 static const char *g_best;
 
+/* Experts 0..3 packed for the running family (kw_experts_pack), then the
+ * same checks as the stored rows get: within tolerance of the reference,
+ * the same bits for 1-3 threads and alone or in a batch, the copies' bytes
+ * counted, and experts 4 and 5 (stored, NaN-filled) never read. A type the
+ * family has no packed form for packs nothing. */
+static void check_packed(moe_case *c, const char *family, const float *ref, kw_pool *const *pools) {
+    int64_t embd = c->embd;
+    size_t nv = (size_t)MAX_TOK * (size_t)embd;
+    void *_Atomic slots[3][N_EXPERT];
+    memset(slots, 0, sizeof slots);
+    kw_experts *E[3] = {&c->gate, &c->up, &c->down};
+    for (int t = 0; t < 3; t++) E[t]->packed = slots[t];
+    void *blocks[4] = {0};
+    int packed = 0;
+    for (int e = 0; e < 4; e++) {
+        kw_err err = {{0}};
+        blocks[e] = kw_experts_pack(E, 3, e, &err);
+        packed += blocks[e] != NULL;
+    }
+    const char *tn = kw_type_name(c->gate.type);
+    KW_CHECK_MSG(packed == 0 || packed == 4, "%s %s: %d of 4 experts packed", tn, family, packed);
+    if (packed == 4) {
+        kw_err err = {{0}};
+        KW_CHECK(kw_experts_pack(E, 3, 2, &err) == NULL);   /* already packed */
+        uint64_t want = 0;
+        for (int e = 0; e < 4; e++)
+            for (int t = 0; t < 3; t++) {
+                kw_matrix w = kw_expert_matrix(E[t], e);
+                KW_CHECK(w.packed != NULL);
+                want += kw_matrix_span(&w).bytes;
+            }
+        KW_CHECK(kw_expert_matrix(&c->gate, 4).packed == NULL);
+        float *out = malloc(nv * 4), *o2 = malloc(nv * 4);
+        KW_CHECK_EQ_INT(run(c, pools[0], 0, MAX_TOK, out), want);
+        double worst = 0, mag = 0;
+        int bad = 0;
+        for (size_t i = 0; i < nv; i++) {
+            bad += !isfinite(out[i]);
+            worst = fmax(worst, fabs((double)out[i] - ref[i]));
+            mag = fmax(mag, fabs((double)ref[i]));
+        }
+        KW_CHECK_MSG(bad == 0, "%s %s packed: %d outputs not finite", tn, family, bad);
+        KW_CHECK_MSG(worst <= 2e-3 * (mag + 1), "%s %s packed: %.3g from scalar (|ref| up to %.3g)", tn, family, worst, mag);
+        for (int p = 1; p < 3; p++) {
+            run(c, pools[p], 0, MAX_TOK, o2);
+            KW_CHECK_MSG(!memcmp(out, o2, nv * 4), "%s %s packed: %d threads differ from 1", tn, family, p + 1);
+        }
+        for (int64_t i = 0; i < MAX_TOK; i++) run(c, pools[1], i, 1, o2 + i * embd);
+        KW_CHECK_MSG(!memcmp(out, o2, nv * 4), "%s %s packed: a token alone differs from the batch", tn, family);
+        free(out);
+        free(o2);
+    }
+    for (int e = 0; e < 4; e++) kw_mem_free(blocks[e]);
+    for (int t = 0; t < 3; t++) E[t]->packed = NULL;
+}
+
 static void check_type(uint32_t type, int64_t embd, int64_t ff, kw_pool *const *pools) {
     moe_case *c = malloc(sizeof *c);
     if (!c || setup(c, type, embd, ff)) { KW_CHECK(0); free(c); return; }
@@ -152,6 +209,7 @@ static void check_type(uint32_t type, int64_t embd, int64_t ff, kw_pool *const *
         run(c, pools[1], 4, 5, o2);
         KW_CHECK_MSG(!memcmp(out + 4 * embd, o2, (size_t)5 * embd * 4), "%s %s: a smaller batch differs",
                      kw_type_name(type), families[f]);
+        check_packed(c, families[f], ref, pools);
     }
     kw_kernel_force(g_best);
     free(ref); free(out); free(o2); free(alone);
