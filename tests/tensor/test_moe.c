@@ -118,6 +118,18 @@ static void reference(moe_case *c, int64_t n, float *out) {
 
 static const char *g_best;
 
+/* Outputs not finite; *worst the largest |out - ref|, *mag the largest |ref|. */
+static int compare(const float *out, const float *ref, size_t nv, double *worst, double *mag) {
+    int bad = 0;
+    *worst = *mag = 0;
+    for (size_t i = 0; i < nv; i++) {
+        bad += !isfinite(out[i]);
+        *worst = fmax(*worst, fabs((double)out[i] - ref[i]));
+        *mag = fmax(*mag, fabs((double)ref[i]));
+    }
+    return bad;
+}
+
 /* Experts 0..3 packed for the running family (kw_experts_pack), then the
  * same checks as the stored rows get: within tolerance of the reference,
  * the same bits for 1-3 threads and alone or in a batch, the copies' bytes
@@ -152,13 +164,8 @@ static void check_packed(moe_case *c, const char *family, const float *ref, kw_p
         KW_CHECK(kw_expert_matrix(&c->gate, 4).packed == NULL);
         float *out = malloc(nv * 4), *o2 = malloc(nv * 4);
         KW_CHECK_EQ_INT(run(c, pools[0], 0, MAX_TOK, out), want);
-        double worst = 0, mag = 0;
-        int bad = 0;
-        for (size_t i = 0; i < nv; i++) {
-            bad += !isfinite(out[i]);
-            worst = fmax(worst, fabs((double)out[i] - ref[i]));
-            mag = fmax(mag, fabs((double)ref[i]));
-        }
+        double worst, mag;
+        int bad = compare(out, ref, nv, &worst, &mag);
         KW_CHECK_MSG(bad == 0, "%s %s packed: %d outputs not finite", tn, family, bad);
         KW_CHECK_MSG(worst <= 2e-3 * (mag + 1), "%s %s packed: %.3g from scalar (|ref| up to %.3g)", tn, family, worst, mag);
         for (int p = 1; p < 3; p++) {
@@ -185,13 +192,8 @@ static void check_type(uint32_t type, int64_t embd, int64_t ff, kw_pool *const *
         if (kw_kernel_force(families[f]) != 0) continue;
         uint64_t bytes = run(c, pools[0], 0, MAX_TOK, out);
         KW_CHECK_EQ_INT(bytes, 4 * (c->gate.stride + c->up.stride + c->down.stride));   /* experts 0..3 */
-        double worst = 0, mag = 0;
-        int bad = 0;
-        for (size_t i = 0; i < nv; i++) {
-            bad += !isfinite(out[i]);
-            worst = fmax(worst, fabs((double)out[i] - ref[i]));
-            mag = fmax(mag, fabs((double)ref[i]));
-        }
+        double worst, mag;
+        int bad = compare(out, ref, nv, &worst, &mag);
         KW_CHECK_MSG(bad == 0, "%s %s: %d outputs not finite (an unchosen expert was read?)", kw_type_name(type),
                      families[f], bad);
         if (f == 0) KW_CHECK_MSG(worst == 0, "%s scalar: %.3g from the composed reference", kw_type_name(type), worst);
