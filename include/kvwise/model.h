@@ -116,8 +116,10 @@ typedef struct kw_expert_stats {
                                    kernel's page tables say are resident (kw_footprint_resident_bytes)
                                    plus packed_bytes; UINT64_MAX if it cannot tell */
     uint64_t packed_bytes;      /* the packed copies made so far (accounted, resident) */
-    uint64_t pack_growth;       /* the most packing every expert can add to the weights (the budget's
-                                   allowance: kw_experts_pack_growth); 0 when experts are not packed */
+    uint64_t pack_growth;       /* the most that packing the experts not packed yet can still add to the
+                                   accounted weights: the budget's allowance (kw_experts_pack_growth over
+                                   every expert, less what the copies made so far added); 0 when
+                                   experts are not packed */
     int32_t n_experts;          /* layers x experts per layer */
     int32_t n_used;
     int32_t n_packed;           /* experts with packed copies */

@@ -666,7 +666,10 @@ bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out) {
     out->packing = m->experts->pack;
     out->packed_bytes = atomic_load(&m->experts->packed_bytes);
     out->n_packed = atomic_load(&m->experts->n_packed);
-    out->pack_growth = m->experts->pack ? m->experts->pack_growth : 0;
+    /* what is left of the allowance: the accounted weights have grown by packed - released so far */
+    uint64_t grown = out->packed_bytes - atomic_load(&m->experts->released_bytes);
+    uint64_t left = m->experts->pack_growth > grown ? m->experts->pack_growth - grown : 0;
+    out->pack_growth = m->experts->pack ? left : 0;
     return true;
 }
 

@@ -9,6 +9,8 @@
 #include "testutil.h"
 #include "engine_stub.h"
 #include "kvwise/engine.h"
+#include "kvwise/ledger.h"
+#include "kvwise/memory.h"
 #include "mkmodel/mkmodel.h"
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -18,14 +20,19 @@
 #define BLOCK 32
 #define BLOCKS 10   /* 320 positions: more than one sequence's context */
 
+/* kvwise mkmodel --preset PRESET --type q8_0 --seed SEED into the test's temp dir (shape in *s). */
+static const char *write_model(const char *preset, uint64_t seed, char *path, size_t cap, kw_mk_shape *s) {
+    snprintf(path, cap, "%s/%s.gguf", kw_test_tmpdir(), preset);
+    kw_err e = {{0}};
+    KW_CHECK_MSG(kw_mk_preset(preset, s, &e) == 0, "%s", e.msg);
+    KW_CHECK_MSG(kw_mk_write(s, KW_TYPE_Q8_0, seed, path, &e) == 0, "%s", e.msg);
+    return path;
+}
+
 static const char *write_tiny_model(void) {
     static char path[512];
-    snprintf(path, sizeof path, "%s/tiny.gguf", kw_test_tmpdir());
     kw_mk_shape s;
-    kw_err e = {{0}};
-    KW_CHECK_MSG(kw_mk_preset("tiny", &s, &e) == 0, "%s", e.msg);
-    KW_CHECK_MSG(kw_mk_write(&s, KW_TYPE_Q8_0, 7, path, &e) == 0, "%s", e.msg);
-    return path;
+    return write_model("tiny", 7, path, sizeof path, &s);
 }
 
 static double num(const cJSON *o, const char *obj, const char *key) {
@@ -108,6 +115,56 @@ static void test_model_engine(void) {
     e->destroy(e);
 }
 
+/* A mixture of experts behind the engine: the weights line holds the
+ * packing allowance, /v1/memory's "experts" says what was packed, and what
+ * the weights hold stays within the line as experts are packed at first
+ * use; `load` packs them all before any request. */
+static void test_moe_engine(void) {
+    static char path[512];
+    kw_mk_shape s;
+    kw_err err = {{0}};
+    write_model("tiny-moe", 3, path, sizeof path, &s);
+    for (int mode = KW_EXPERTS_FIRST_USE; mode <= KW_EXPERTS_LOAD; mode++) {
+        kw_ledger *l = kw_ledger_create(8ULL << 30);
+        uint64_t w0 = kw_mem_current(KW_MEM_WEIGHTS);
+        kw_engine_model_opts o = {.model_path = path, .n_ctx = CTX, .n_slots = 1, .max_batch = 96, .kv_blocks = BLOCKS,
+                                  .kv_block_tokens = BLOCK, .kv_type = KW_TYPE_F16, .n_threads = 2, .ledger = l,
+                                  .experts = (kw_experts_mode)mode};
+        kw_engine *e = l ? kw_engine_model_create(&o, &err) : NULL;
+        KW_CHECK_MSG(e != NULL, "%s", err.msg);
+        if (!e) { kw_ledger_destroy(l); continue; }
+        cJSON *j = cJSON_CreateObject();
+        kw_engine_memory_json(e, j);
+        double growth = num(j, "experts", "pack_growth_bytes"), all = num(j, "experts", "experts");
+        KW_CHECK(growth >= 0 && all == s.n_layer * s.n_expert);
+        if (mode == KW_EXPERTS_FIRST_USE) KW_CHECK(growth > 0);
+        KW_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "experts"), "packing")));
+        KW_CHECK_EQ_INT(num(j, "experts", "experts_packed"), mode == KW_EXPERTS_LOAD ? all : 0);
+        cJSON_Delete(j);
+        uint64_t line = kw_ledger_line(l, KW_LEDGER_WEIGHTS);
+        KW_CHECK_EQ_INT(line, kw_mem_current(KW_MEM_WEIGHTS) - w0 + (uint64_t)growth);
+        int32_t prompt[90];
+        for (int32_t i = 0; i < 90; i++) prompt[i] = (int32_t)(3 + (i * 53) % (e->n_vocab - 3));
+        KW_CHECK_EQ_INT(e->seq_begin(e, 0, prompt, 90, 100), 0);
+        KW_CHECK(e->seq_ensure(e, 0, 90) == 0);
+        KW_CHECK(prefill(e, prompt, 90) == 0);
+        e->seq_end(e, 0, prompt, 90, false);
+        j = cJSON_CreateObject();
+        kw_engine_memory_json(e, j);
+        double used = num(j, "experts", "experts_used"), packed = num(j, "experts", "experts_packed");
+        KW_CHECK(used > 0);
+        KW_CHECK_MSG(packed == (mode == KW_EXPERTS_LOAD ? all : used), "%s: %g of %g used experts packed",
+                     kw_experts_mode_name((kw_experts_mode)mode), packed, used);
+        KW_CHECK(num(j, "experts", "packed_bytes") >= num(j, "experts", "used_bytes"));
+        cJSON_Delete(j);
+        KW_CHECK_MSG(kw_mem_current(KW_MEM_WEIGHTS) - w0 <= line, "weights %llu over their line %llu",
+                     (unsigned long long)(kw_mem_current(KW_MEM_WEIGHTS) - w0), (unsigned long long)line);
+        e->destroy(e);
+        kw_ledger_destroy(l);
+    }
+    remove(path);
+}
+
 /* Without KV memory: every query still answers, for an engine that keeps nothing. */
 static void test_engine_without_kv(void) {
     kw_engine *e = kw_engine_stub_create(256, 2, 64, 0);
@@ -134,6 +191,7 @@ static void test_engine_without_kv(void) {
 
 int main(void) {
     test_model_engine();
+    test_moe_engine();
     test_engine_without_kv();
     return kw_test_finish();
 }
