@@ -15,5 +15,5 @@ scripts/build.sh release
 scripts/build.sh asan
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j 2 --timeout 900 -E '^e2e_memory_load$')
-# libFuzzer smoke run of every fuzz/fuzz_*.c target (clang, ASan+UBSan), 8 s each by default (CI budget).
-scripts/fuzz.sh --smoke "${KW_FUZZ_SECONDS:-8}"
+# libFuzzer smoke run of every fuzz/fuzz_*.c target (clang, ASan+UBSan), 6 s each by default (CI budget).
+scripts/fuzz.sh --smoke "${KW_FUZZ_SECONDS:-6}"
