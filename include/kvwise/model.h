@@ -139,6 +139,11 @@ bool kw_model_expert_stats(const kw_model *m, kw_expert_stats *out);
  * (kw_matrix_pack_bytes: the K-quant layouts are 2-3% larger than the
  * file's blocks), and with KW_DECODE_PACKED_EXPERTS so do the experts. */
 enum { KW_DECODE_PACKED = 1, KW_DECODE_PACKED_EXPERTS = 2 };
+/* Whether kw_model_load() repacks tensor t of a file of architecture a: every
+ * layer matrix the descriptor lists and the LM head (output.weight, or the
+ * token embedding when the output is tied to it). Experts are packed at first
+ * use instead (kw_experts_pack). */
+bool kw_model_repacks_tensor(const kw_arch_desc *a, const kw_gguf_tensor *t, bool tied);
 uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp, unsigned packed);
 
 /* The KV layout this model needs for a given element type and block size. */

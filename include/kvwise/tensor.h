@@ -177,6 +177,10 @@ void kw_matrix_unpack(kw_matrix *W);
 /* Bytes kw_matrix_pack() allocates for W (0: no packed form for this type,
  * shape and family). Reads W's shape only, never its data. */
 size_t kw_matrix_pack_bytes(const kw_matrix *W);
+/* The same for a rows x cols matrix of `type` named by its shape only (0
+ * also when cols is not a whole number of the type's blocks or rows < 1):
+ * what the planner and the byte counts use for a tensor of a file. */
+size_t kw_shape_pack_bytes(uint32_t type, int64_t cols, int64_t rows);
 /* Packs the n matrices (NULL entries and already packed ones skipped) into
  * one block, in order, each copy exactly as kw_matrix_pack makes it, so a
  * group read one after the other (a layer's matrices) is one run of huge

@@ -807,12 +807,17 @@ int kw_model_decode_spans(const kw_model *m, kw_mem_span *out, int max) {
     return n + 1;
 }
 
-/* Bytes a read of an [ne0, ne1] matrix of `type` takes: its packed copy's
+bool kw_model_repacks_tensor(const kw_arch_desc *a, const kw_gguf_tensor *t, bool tied) {
+    const char *n = t->name.s;
+    if (t->n_dims != 2 || !n) return false;
+    if (!strcmp(n, "output.weight") || (tied && !strcmp(n, "token_embd.weight"))) return true;
+    return kw_arch_is_layer_matrix(a, n);
+}
+
+/* Bytes a read of a [cols, rows] matrix of `type` takes: its packed copy's
  * when `packed` and the active family has one, else its stored rows'. */
 static uint64_t matrix_read_bytes(uint32_t type, int64_t cols, int64_t rows, uint64_t stored, bool packed) {
-    if (!packed || type >= KW_TYPE_COUNT || kw_row_bytes(type, cols) == 0) return stored;
-    kw_matrix probe = {type, rows, cols, kw_row_bytes(type, cols), NULL, NULL};
-    size_t p = kw_matrix_pack_bytes(&probe);
+    size_t p = packed ? kw_shape_pack_bytes(type, cols, rows) : 0;
     return p ? p : stored;
 }
 
@@ -822,15 +827,14 @@ uint64_t kw_decode_weight_bytes(const kw_gguf *g, const kw_hparams *hp, unsigned
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
         const char *n = t->name.s ? t->name.s : "";
-        if (!strcmp(n, "token_embd.weight")) {
+        if (!tied && !strcmp(n, "token_embd.weight")) {   /* one row per token */
             uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
-            b += tied ? matrix_read_bytes(t->type, t->ne[0], t->ne[1], t->nbytes, packed & KW_DECODE_PACKED)
-                      : t->nbytes / (rows > 0 ? rows : 1);
+            b += t->nbytes / (rows > 0 ? rows : 1);
         } else if (hp->n_expert > 0 && kw_arch_is_layer_experts(hp->arch, n)) {
             uint64_t one = t->nbytes / (uint64_t)hp->n_expert;
             b += (uint64_t)hp->n_expert_used *
                  matrix_read_bytes(t->type, t->ne[0], t->ne[1], one, packed & KW_DECODE_PACKED_EXPERTS);
-        } else if (t->n_dims == 2 && (!strcmp(n, "output.weight") || kw_arch_is_layer_matrix(hp->arch, n))) {
+        } else if (kw_model_repacks_tensor(hp->arch, t, tied)) {
             b += matrix_read_bytes(t->type, t->ne[0], t->ne[1], t->nbytes, packed & KW_DECODE_PACKED);
         } else {
             b += t->nbytes;

@@ -287,7 +287,7 @@ static void advise(const kw_plan_model *m, kw_plan *p) {
         static const uint32_t types[] = {KW_TYPE_Q4_0, KW_TYPE_Q8_0, KW_TYPE_F16, KW_TYPE_Q4_K, KW_TYPE_Q5_K, KW_TYPE_Q6_K};
         char list[96] = "";
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-            if (plan_pack_probe(types[i], 256, 64) > 0)
+            if (kw_shape_pack_bytes(types[i], 256, 64) > 0)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? "/" : "", kw_type_name(types[i]));
         if (list[0])
             warn(p, "on this CPU (%s kernels) %s weights get a repacked heap copy at load (about their size; "

@@ -46,31 +46,15 @@ static uint64_t measure_tokenizer(const kw_gguf *g, bool *measured) {
  * for the active kernel family (model.c pack_weights; tensor.h
  * kw_matrix_pack, kw_matrices_pack), accounted as weights beside the
  * mapped file. Its size is what the packing code itself says it allocates
- * (kw_matrix_pack_bytes, which reads only the shape), so the line is exact.
- * A family that does not pack gives 0. */
-uint64_t plan_pack_probe(uint32_t type, int64_t cols, int64_t rows) {
-    size_t rb = kw_row_bytes(type, cols);
-    if (rb == 0 || rows < 1) return 0;
-    kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = NULL};
-    return kw_matrix_pack_bytes(&W);
-}
-
-/* The matrices kw_model_load() repacks: every layer matrix the
- * architecture's descriptor lists (model.c layer_matrices) and the LM head
- * (output.weight, or the embedding when tied). */
-static bool is_packed_matrix(const kw_arch_desc *a, const kw_gguf_tensor *t, bool tied) {
-    const char *n = t->name.s;
-    if (t->n_dims != 2 || !n) return false;
-    if (!strcmp(n, "output.weight") || (tied && !strcmp(n, "token_embd.weight"))) return true;
-    return kw_arch_is_layer_matrix(a, n);
-}
-
+ * (kw_shape_pack_bytes, which reads only the shape), so the line is exact.
+ * A family that does not pack gives 0. Which matrices those are is
+ * model.h kw_model_repacks_tensor. */
 static uint64_t repack_bytes(const kw_gguf *g, const kw_arch_desc *a) {
     bool tied = kw_gguf_find_tensor(g, "output.weight") == NULL;
     uint64_t total = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
-        if (is_packed_matrix(a, t, tied)) total += plan_pack_probe(t->type, t->ne[0], t->ne[1]);
+        if (kw_model_repacks_tensor(a, t, tied)) total += kw_shape_pack_bytes(t->type, t->ne[0], t->ne[1]);
     }
     return total;
 }
@@ -100,7 +84,7 @@ static uint64_t released_bytes(const kw_gguf *g, const kw_arch_desc *a) {
     uint64_t total = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kw_gguf_tensor *t = &g->tensors[i];
-        if (!is_packed_matrix(a, t, tied) || !strcmp(t->name.s, "token_embd.weight") || t->type >= KW_TYPE_COUNT) continue;
+        if (!kw_model_repacks_tensor(a, t, tied) || !strcmp(t->name.s, "token_embd.weight") || t->type >= KW_TYPE_COUNT) continue;
         if (groups[t->type] < 0) groups[t->type] = pack_row_group(t->type);
         int64_t grp = groups[t->type], rows = t->ne[1];
         if (grp <= 0 || rows < 16) continue;

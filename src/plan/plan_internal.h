@@ -30,6 +30,5 @@
 const char *kw_plan_type_name(uint32_t type);
 /* Bytes kw_matrix_pack() allocates for a rows x cols matrix of `type` on
  * this CPU's kernels (0: no packed form): kw_matrix_pack_bytes of the shape. */
-uint64_t plan_pack_probe(uint32_t type, int64_t cols, int64_t rows);
 
 #endif

@@ -369,8 +369,7 @@ void *kw_experts_pack(kw_experts *const *E, int n_t, int32_t e, kw_err *err) {
 
 uint64_t kw_experts_pack_growth(const kw_experts *E, uint64_t addr) {
     if (!E || E->n < 1) return 0;
-    kw_matrix probe = {E->type, E->rows, E->cols, E->row_bytes, NULL, NULL};
-    uint64_t copy = kw_matrix_pack_bytes(&probe);
+    uint64_t copy = kw_shape_pack_bytes(E->type, E->cols, E->rows);
     if (copy == 0) return 0;
     uint64_t total = 0;
     for (int32_t e = 0; e < E->n; e++) {

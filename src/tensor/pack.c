@@ -74,6 +74,13 @@ size_t kw_matrix_pack_bytes(const kw_matrix *W) {
     return pack_into(&probe, &a, NULL) == 0 ? a.used : 0;
 }
 
+size_t kw_shape_pack_bytes(uint32_t type, int64_t cols, int64_t rows) {
+    size_t rb = type < KW_TYPE_COUNT ? kw_row_bytes(type, cols) : 0;
+    if (rb == 0 || rows < 1) return 0;
+    kw_matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = NULL};
+    return kw_matrix_pack_bytes(&W);
+}
+
 int kw_matrices_pack(kw_matrix *const *Ws, int n, void **block, kw_err *err) {
     *block = NULL;
     kw_pack_arena a = {NULL, 0, 0};
