@@ -59,7 +59,9 @@ static void usage(FILE *f) {
                "               also runs from position 0, in 16-token bursts alternating with the\n"
                "               one at depth, and the median of tg@N / tg@0 per repetition is printed\n"
                "  --batch N    also decode n tokens in each of N sequences together (2..%d):\n"
-               "               aggregate tok/s and its ratio to tg\n"
+               "               aggregate tok/s, its ratio to tg, and the weight bytes a step of N reads\n"
+               "               against a one-token step (what bounds the ratio: N for dense weights,\n"
+               "               less for a mixture of experts, whose N tokens pick more experts)\n"
                "  --kv-type T  KV cache type: auto (default, as the server: i16 where it runs fast, else f16),\n"
                "               i16, i8 (half the bytes, q8_0-like precision), f16, q8_0 or f32\n"
                "  --json       one JSON object on stdout\n"
@@ -180,6 +182,19 @@ static uint64_t g_counted_bytes, g_counted_steps;
 static bool g_counting;
 
 static uint64_t counted_per_token(void) { return g_counted_steps ? g_counted_bytes / g_counted_steps : 0; }
+
+/* The same for the batched steps (--batch B): weight bytes per step of B
+ * tokens. B x a one-token step's bytes over it is what the bytes alone allow
+ * the aggregate (a mixture of experts reads each distinct expert once a
+ * step, so B tokens read more than one token does; dense weights, once). */
+static uint64_t g_batch_bytes, g_batch_steps;
+
+static uint64_t batch_bytes_per_step(void) { return g_batch_steps ? g_batch_bytes / g_batch_steps : 0; }
+
+static double batch_bytes_bound(int B) {
+    uint64_t one = counted_per_token(), step = batch_bytes_per_step();
+    return one && step ? (double)B * (double)one / (double)step : 0;
+}
 
 /* Decodes n random tokens one at a time from position `at`; tok/s in *rate. */
 static int decode_at(kw_session *s, int32_t at, int n, int32_t *tok, int32_t n_vocab, uint64_t *rng, double *rate,
@@ -346,13 +361,19 @@ static int batch_init(batch_bench *bb, const kw_model *m, kw_pool *pool, const b
 static double batch_run(batch_bench *bb, int steps, int32_t n_vocab, uint64_t *rng, kw_err *err) {
     kw_batch b = {.n_tokens = bb->B, .tokens = bb->tok, .pos = bb->pos, .seq = bb->seq, .tables = bb->tp,
                   .want_logits = bb->want, .states = bb->sp};
+    uint64_t b0 = kw_ctx_weight_bytes_read(bb->ctx);
     double t0 = now_sec();
     for (int step = 0; step < steps; step++) {
         random_tokens(bb->tok, bb->B, n_vocab, rng);
         for (int i = 0; i < bb->B; i++) bb->pos[i] = step;
         if (kw_forward(bb->ctx, bb->kv, &b, bb->logits, err)) return -1;
     }
-    return (double)bb->B * steps / (now_sec() - t0);
+    double rate = (double)bb->B * steps / (now_sec() - t0);
+    if (g_counting) {
+        g_batch_bytes += kw_ctx_weight_bytes_read(bb->ctx) - b0;
+        g_batch_steps += (uint64_t)steps;
+    }
+    return rate;
 }
 
 static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, uint64_t kvbytes, stat3 pp, stat3 tg,
@@ -399,6 +420,8 @@ static void print_json(const bench_opts *o, const kw_model *m, uint64_t wbytes, 
         cJSON_AddNumberToObject(x, "min", bt.lo);
         cJSON_AddNumberToObject(x, "max", bt.hi);
         cJSON_AddNumberToObject(j, "batch_ratio_to_tg", ratio.med);
+        cJSON_AddNumberToObject(j, "batch_step_weight_bytes_counted", (double)batch_bytes_per_step());
+        cJSON_AddNumberToObject(j, "batch_ratio_bytes_bound", batch_bytes_bound(o->batch));
     }
     char *txt = cJSON_PrintUnformatted(j);
     if (txt) printf("%s\n", txt);
@@ -531,9 +554,14 @@ int cmd_bench(int argc, char **argv) {
                 printf("tg%-5d      %8.1f tok/s  (min %.1f, max %.1f) @ d0, alternating bursts: tg @ d%d = %.0f%% of it "
                        "(median of per-rep ratios; bytes read per token bound it to %.0f%%)\n", o.n, stg0.med, stg0.lo,
                        stg0.hi, o.d, 100 * sdr.med, 100 * depth_ratio_bound(m, &o, wbytes));
-            if (o.batch)
+            if (o.batch) {
                 printf("batch%-3d     %8.1f tok/s  (min %.1f, max %.1f) aggregate = %.2fx tg (median of per-rep ratios)\n",
                        o.batch, sbt.med, sbt.lo, sbt.hi, sra.med);
+                if (batch_bytes_per_step() && counted_per_token())
+                    printf("             a step of %d reads %s of weights, %.2fx a one-token step: the bytes bound the "
+                           "aggregate to %.2fx tg\n", o.batch, kw_format_bytes(batch_bytes_per_step(), b1, sizeof b1),
+                           (double)batch_bytes_per_step() / (double)counted_per_token(), batch_bytes_bound(o.batch));
+            }
             printf("bandwidth    %8.1f GB/s   (min %.1f, max %.1f) reading the weights' own pages; a fresh 256 MiB "
                    "buffer %.1f GB/s\n", sbw.med / 1e9, sbw.lo / 1e9, sbw.hi / 1e9, sbuf.med / 1e9);
             if (o.n > 0) printf("ceiling      %8.1f tok/s  tg = %.0f%% of ceiling\n", ceiling, ceiling > 0 ? 100 * stg.med / ceiling : 0);

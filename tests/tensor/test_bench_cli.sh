@@ -36,6 +36,7 @@ check "depth: tg at d0 in the same repetitions, and the ratio" '[ "$(j "j.tg_dep
 # 4 steps (d + 2.5 positions against 2.5), from the JSON's own byte counts
 check "depth ratio bound = (W + KV0) / (W + KVd), below 1" '[ "$(j "Math.abs(j.tg_depth_ratio_bound - (j.weight_bytes_per_token + j.kv_bytes_per_token*2.5/42.5)/(j.weight_bytes_per_token + j.kv_bytes_per_token)) < 1e-6 && j.tg_depth_ratio_bound < 1" <<<"$out")" = true ]'
 check "batch rate and ratio" '[ "$(j "j.batch_tok_s.median>0 && j.batch_tok_s.min<=j.batch_tok_s.median && j.batch_ratio_to_tg>0" <<<"$out")" = true ]'
+check "dense weights: a batched step reads what one token does, so the bytes bound is the batch size" '[ "$(j "j.batch_step_weight_bytes_counted>0 && Math.abs(j.batch_ratio_bytes_bound-3)<1e-6" <<<"$out")" = true ]'
 kv40=$(j "j.kv_bytes_per_token" <<<"$out")
 out=$("$BIN" bench -m "$tmp/t.gguf" -p 0 -n 4 -d 80 -t 1 -r 1 --json 2>/dev/null)
 check "KV bytes grow with depth (avg positions 42.5 -> 82.5)" '[ "$(j "Math.abs(j.kv_bytes_per_token/$kv40 - 82.5/42.5) < 1e-3" <<<"$out")" = true ]'
@@ -52,7 +53,12 @@ check "bad --batch exits 2" '[ $rc -eq 2 ] && grep -q "\-\-batch needs an intege
 "$BIN" bench -m "$tmp/t.gguf" --kv-type q4_0 >/dev/null 2>"$tmp/err"; rc=$?
 check "bad --kv-type exits 2" '[ $rc -eq 2 ] && grep -q "kv-type" "$tmp/err"'
 txt=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 2 -r 1 -t 1 --batch 2 2>/dev/null)
-check "batch text line" 'grep -q "^batch2 .*x tg" <<<"$txt"'
+check "batch text line" 'grep -q "^batch2 .*x tg" <<<"$txt" && grep -q "bound the aggregate to 2.00x" <<<"$txt"'
+# a mixture of experts: 4 tokens pick more distinct experts than one does, so
+# a step of 4 reads more than a one-token step and the bound is below 4
+"$BIN" mkmodel -q --preset tiny-moe --type q8_0 -o "$tmp/moe.gguf" || { echo "mkmodel failed"; exit 1; }
+out=$("$BIN" bench -m "$tmp/moe.gguf" -p 0 -n 8 -t 1 -r 1 --batch 4 --json 2>/dev/null); rc=$?
+check "moe batch: bytes bound between 1 and 4" '[ $rc -eq 0 ] && [ "$(j "j.batch_ratio_bytes_bound>1 && j.batch_ratio_bytes_bound<3.9 && j.batch_step_weight_bytes_counted>j.weight_bytes_per_token" <<<"$out")" = true ]'
 txt=$("$BIN" bench -m "$tmp/t.gguf" -p 8 -n 2 -r 1 -t 1 2>/dev/null)
 check "text report" 'grep -q "^tg2 " <<<"$txt" && grep -q "% of ceiling" <<<"$txt" && grep -q "^pp8 " <<<"$txt"'
 "$BIN" bench -m "$tmp/t.gguf" -r 0 >/dev/null 2>"$tmp/err"; rc=$?
