@@ -28,9 +28,15 @@
  * Q6_K (format KW_FMT_Q6_K_X16) the same way, 3392 bytes per group and
  * super-block (212 per row; the original block is 210):
  *   [0, 3072)     ql words transposed as above (part p: row L's ql[4p..4p+3])
- *                 and qh words (part q: row L's qh[4q..4q+3]), per half h in
- *                 the order the tile first reads them: (ql 16h+k, qh 8h+k)
- *                 for k = 0..7, then ql 16h+8..16h+15 (q6k_ql_off/qh_off);
+ *                 and qh words (part q: row L's qh[4q..4q+3]), per half h
+ *                 and k = 0..7 the three parts ql 16h+k, ql 16h+8+k, qh 8h+k
+ *                 that the one-row tile reads together, in that order
+ *                 (q6k_ql_off/qh_off): decode reads the block in address
+ *                 order, one stream. Laid out for the batched tile's first
+ *                 touch instead (ql 16h+k with qh 8h+k, ql 16h+8.. apart),
+ *                 decode read two interleaved streams and one thread
+ *                 streamed 11 GB/s from DRAM against 31 in address order
+ *                 (27 against 11 in bench_kernels, two threads 33 against 21);
  *   [3072, 3328)  int8 scales in pairs, byte 32t+2L+e = row L's sc[2t+e];
  *   [3328, 3360)  the 16 rows' F16 d; 32 bytes of padding so every block
  *                 starts on a cache line (at 3360 bytes every other block's
@@ -240,12 +246,12 @@ KW_INLINE void q45k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, 
 #define Q6K_X16_BLK 3392   /* 53 cache lines: every block starts 64-byte aligned */
 #define Q6K_OFF_SC 3072
 #define Q6K_OFF_D 3328
-/* Offsets of ql part p and qh part q (the order the tile first touches them). */
+/* Offsets of ql part p and qh part q: 192-byte steps of (ql 16h+k, ql 16h+8+k, qh 8h+k), the one-row tile's order. */
 KW_INLINE size_t q6k_ql_off(int p) {
     int h = p / 16, r = p % 16;
-    return (size_t)(1536 * h + (r < 8 ? 128 * r : 1024 + 64 * (r - 8)));
+    return (size_t)(1536 * h + 192 * (r % 8) + 64 * (r / 8));
 }
-KW_INLINE size_t q6k_qh_off(int q) { return (size_t)(1536 * (q / 8) + 128 * (q % 8) + 64); }
+KW_INLINE size_t q6k_qh_off(int q) { return (size_t)(1536 * (q / 8) + 192 * (q % 8) + 128); }
 
 static void pack_group_superblock_q6(const kw_matrix *W, int64_t g, int64_t i, uint8_t *dst) {
     uint16_t *dd = (uint16_t *)(dst + Q6K_OFF_D);
