@@ -56,14 +56,22 @@
 
 #define Q4K_X16_BLK 2368
 /* Q5_K: the same with the 16 rows' qh words (8 parts of 64 bytes: row L's
- * qh[4k..4k+3]) at [2048, 2560) and the rest 512 bytes further: 2880 bytes
- * (45 cache lines, 180 per row; the original block is 176). */
+ * qh[4k..4k+3]) and the rest 512 bytes further: 2880 bytes (45 cache lines,
+ * 180 per row; the original block is 176). The one-row tile reads qh part k
+ * with part k (sub-blocks 0 and 1), so qh part k sits right after it:
+ * [part 0, qh 0, part 1, qh 1, .., part 7, qh 7, part 8, .., part 31]
+ * (k45_part_off, k45_qh_off), one stream in address order. With the qh
+ * parts after the 32 (two interleaved streams) one thread streamed 12 GB/s
+ * of Q5_K from DRAM, Q4_K's tile 23. */
 #define Q5K_X16_BLK 2880
 #define K45_BLK(q5) ((q5) ? Q5K_X16_BLK : Q4K_X16_BLK)
 #define K45_OFF_SC(q5) ((q5) ? 2560 : 2048)
 #define K45_OFF_MN(q5) (K45_OFF_SC(q5) + 128)
 #define K45_OFF_D(q5) (K45_OFF_SC(q5) + 256)
 #define K45_OFF_DMIN(q5) (K45_OFF_SC(q5) + 288)
+
+KW_INLINE size_t k45_part_off(const int q5, int p) { return (size_t)(q5 ? (p < 8 ? 128 * p : 64 * p + 512) : 64 * p); }
+KW_INLINE size_t k45_qh_off(int k) { return (size_t)(128 * k + 64); }   /* Q5_K only */
 /* Bytes ahead the batched tile prefetches into L2 (as kernels_avx512.c's
  * KW_X16_PREFETCH: with 2..8 rows the tile is compute-bound, so DRAM needs
  * requests issued far ahead). K_PF_SPREAD: one row (decode) prefetches the
@@ -83,9 +91,9 @@ static void pack_group_superblock(const kw_matrix *W, int q5, int64_t g, int64_t
         const kw_block_q4_K *b = (const kw_block_q4_K *)row + i;
         const kw_block_q5_K *b5 = (const kw_block_q5_K *)row + i;
         const uint8_t *qs = q5 ? b5->qs : b->qs, *scales = q5 ? b5->scales : b->scales;
-        for (int p = 0; p < 32; p++) memcpy(dst + 64 * p + 4 * L, qs + 4 * p, 4);
+        for (int p = 0; p < 32; p++) memcpy(dst + k45_part_off(q5, p) + 4 * L, qs + 4 * p, 4);
         if (q5)
-            for (int k = 0; k < 8; k++) memcpy(dst + 2048 + 64 * k + 4 * L, b5->qh + 4 * k, 4);
+            for (int k = 0; k < 8; k++) memcpy(dst + k45_qh_off(k) + 4 * L, b5->qh + 4 * k, 4);
         for (int s = 0; s < 8; s++) {
             uint8_t sc, m;
             kw_get_scale_min_k4(s, scales, &sc, &m);
@@ -166,10 +174,10 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
             __m512 fsc = q45k_scale(blk, q5, s);
             __m512i w[8];
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                __m512i p = _mm512_loadu_si512(blk + 64 * (8 * j + k));
+                __m512i p = _mm512_loadu_si512(blk + k45_part_off(q5, 8 * j + k));
                 w[k] = _mm512_and_si512(hi ? _mm512_srli_epi16(p, 4) : p, m4);
                 if (q5)
-                    w[k] = _mm512_or_si512(w[k], _mm512_and_si512(q5k_hbit(_mm512_loadu_si512(blk + 2048 + 64 * k), s), m10));
+                    w[k] = _mm512_or_si512(w[k], _mm512_and_si512(q5k_hbit(_mm512_loadu_si512(blk + k45_qh_off(k)), s), m10));
             }
             _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
                 const kw_block_q8_K *xb = (const kw_block_q8_K *)(x0 + (size_t)c * xs) + i;
@@ -212,15 +220,15 @@ KW_INLINE void q45k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, 
             __m512i d[2][2] = {{_mm512_setzero_si512(), _mm512_setzero_si512()},
                                {_mm512_setzero_si512(), _mm512_setzero_si512()}};
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                _mm_prefetch(pf + 64 * (8 * j + k), _MM_HINT_T0);
-                if (q5 && j == 0) _mm_prefetch(pf + 2048 + 64 * k, _MM_HINT_T0);   /* qh: read from j = 0 */
-                __m512i p = _mm512_loadu_si512(blk + 64 * (8 * j + k));
+                _mm_prefetch(pf + k45_part_off(q5, 8 * j + k), _MM_HINT_T0);
+                if (q5 && j == 0) _mm_prefetch(pf + k45_qh_off(k), _MM_HINT_T0);   /* qh: read from j = 0 */
+                __m512i p = _mm512_loadu_si512(blk + k45_part_off(q5, 8 * j + k));
                 /* Q4_K: the high nibbles stay in place (16 x the level): one AND
                    instead of a shift and an AND; their dot is scaled back below */
                 __m512i lo = _mm512_and_si512(p, m4),
                         hi = q5 ? _mm512_and_si512(_mm512_srli_epi16(p, 4), m4) : _mm512_and_si512(p, mf0);
                 if (q5) {
-                    __m512i qh = _mm512_loadu_si512(blk + 2048 + 64 * k);
+                    __m512i qh = _mm512_loadu_si512(blk + k45_qh_off(k));
                     lo = _mm512_or_si512(lo, _mm512_and_si512(q5k_hbit(qh, 2 * j), m10));
                     hi = _mm512_or_si512(hi, _mm512_and_si512(q5k_hbit(qh, 2 * j + 1), m10));
                 }
