@@ -79,7 +79,12 @@ KW_INLINE size_t k45_qh_off(int k) { return (size_t)(128 * k + 64); }   /* Q5_K 
  * offset one block ahead, so requests leave at the rate lines are used.
  * The whole next block in a burst at the start of a block (37-53
  * prefetches at once, more than the L1 miss buffers hold) streamed Q4_K at
- * 65% of one core's read bandwidth; spread, 91% (2 threads: 70% -> 87%). */
+ * 65% of one core's read bandwidth; spread, 91% (2 threads: 70% -> 87%).
+ * The one-row tiles prefetch only where the CPU takes a decode prefetch
+ * (kw_decode_prefetch_bytes: Intel, as the Q4_0/Q8_0 tiles): on AMD (Zen 4)
+ * the hardware prefetcher alone does better, one thread streaming Q4_K 22
+ * -> 25.5 GB/s and Q5_K 21 -> 27, two threads in the host's fast state
+ * Q4_K 39 -> 50 (bench_kernels --no-gemm, alternating). */
 #define Q4K_PREFETCH 16384
 
 /* Packs super-block i of rows 16g..16g+15 (Q4_K, or Q5_K when q5). */
@@ -204,7 +209,7 @@ KW_INLINE void q45k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size
  * The sub-block dots are exact integers either way and the float steps
  * after them are q45k_tile's, in its order (s = 0..7), so the outputs are
  * q45k_tile's bit for bit. */
-KW_INLINE void q45k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y, const int q5) {
+KW_INLINE void q45k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y, const int q5, const int pf_on) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), mf0 = _mm512_set1_epi8((char)0xF0), m10 = _mm512_set1_epi8(0x10);
     const size_t blkb = K45_BLK(q5);
     __m512 acc = _mm512_setzero_ps();
@@ -213,15 +218,15 @@ KW_INLINE void q45k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, 
         const kw_block_q8_K *xb = (const kw_block_q8_K *)x0 + i;
         /* the next block, one line per line read here (see K_PF_SPREAD) */
         const char *pf = (const char *)blk + blkb;
-        _Pragma("GCC unroll 5") for (size_t o = K45_OFF_SC(q5); o < blkb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+        if (pf_on) _Pragma("GCC unroll 5") for (size_t o = K45_OFF_SC(q5); o < blkb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
         __m512 accb = _mm512_setzero_ps();
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
             const int32_t *xl = (const int32_t *)(xb->qs + 64 * j), *xh = xl + 8;
             __m512i d[2][2] = {{_mm512_setzero_si512(), _mm512_setzero_si512()},
                                {_mm512_setzero_si512(), _mm512_setzero_si512()}};
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                _mm_prefetch(pf + k45_part_off(q5, 8 * j + k), _MM_HINT_T0);
-                if (q5 && j == 0) _mm_prefetch(pf + k45_qh_off(k), _MM_HINT_T0);   /* qh: read from j = 0 */
+                if (pf_on) _mm_prefetch(pf + k45_part_off(q5, 8 * j + k), _MM_HINT_T0);
+                if (pf_on && q5 && j == 0) _mm_prefetch(pf + k45_qh_off(k), _MM_HINT_T0);   /* qh: read from j = 0 */
                 __m512i p = _mm512_loadu_si512(blk + k45_part_off(q5, 8 * j + k));
                 /* Q4_K: the high nibbles stay in place (16 x the level): one AND
                    instead of a shift and an AND; their dot is scaled back below */
@@ -377,7 +382,7 @@ KW_INLINE void q6k_tile(const uint8_t *grp, int64_t nb, const uint8_t *x0, size_
  * Loading a half's parts up front pays only with the next block
  * prefetched into L1 (T0) as this one starts (one thread streamed 11.6
  * GB/s without, 22.6 with). */
-KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y) {
+KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, float *y, const int pf_on) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -385,15 +390,17 @@ KW_INLINE void q6k_tile_row(const uint8_t *grp, int64_t nb, const uint8_t *x0, f
         const kw_block_q8_K *xb = (const kw_block_q8_K *)x0 + i;
         /* the next block, one line per line read here (see K_PF_SPREAD) */
         const char *pf = (const char *)blk + Q6K_X16_BLK;
-        _Pragma("GCC unroll 5") for (size_t o = Q6K_OFF_SC; o < Q6K_X16_BLK; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+        if (pf_on) _Pragma("GCC unroll 5") for (size_t o = Q6K_OFF_SC; o < Q6K_X16_BLK; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
         __m512 accb = _mm512_setzero_ps();
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             __m512i d[4][2];
             _Pragma("GCC unroll 4") for (int a = 0; a < 4; a++) d[a][0] = d[a][1] = _mm512_setzero_si512();
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                _mm_prefetch(pf + q6k_ql_off(16 * h + k), _MM_HINT_T0);
-                _mm_prefetch(pf + q6k_ql_off(16 * h + 8 + k), _MM_HINT_T0);
-                _mm_prefetch(pf + q6k_qh_off(8 * h + k), _MM_HINT_T0);
+                if (pf_on) {
+                    _mm_prefetch(pf + q6k_ql_off(16 * h + k), _MM_HINT_T0);
+                    _mm_prefetch(pf + q6k_ql_off(16 * h + 8 + k), _MM_HINT_T0);
+                    _mm_prefetch(pf + q6k_qh_off(8 * h + k), _MM_HINT_T0);
+                }
                 __m512i l0 = _mm512_loadu_si512(blk + q6k_ql_off(16 * h + k));
                 __m512i l1 = _mm512_loadu_si512(blk + q6k_ql_off(16 * h + 8 + k));
                 __m512i hq = _mm512_loadu_si512(blk + q6k_qh_off(8 * h + k));
@@ -431,6 +438,7 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
     int64_t end = r1 < h->packed_rows ? r1 : h->packed_rows;
     end -= (end - r0) % 16;
     const size_t blkb = blks[kind];
+    const int pf_on = kw_decode_prefetch_raw() != 0;   /* the one-row tiles' prefetch, per CPU (K_PF_SPREAD) */
     const uint8_t *base = (const uint8_t *)W->packed + KW_PACK_HDR_BYTES;
     for (int64_t r = r0; r < end; r += 16) {
         const uint8_t *grp = base + (size_t)(r / 16) * (size_t)h->nb * blkb;
@@ -438,9 +446,12 @@ static int64_t gemm_kq_x16(const kw_matrix *W, int kind, int64_t r0, int64_t r1,
             int C = (int)(nx - i < 8 ? nx - i : 8);
             const uint8_t *x0 = (const uint8_t *)X + (size_t)i * xs;
             float *y = Y + i * ldy + r;
-            if (kind == KQ_Q6K && C == 1) q6k_tile_row(grp, h->nb, x0, y);
-            else if (kind == KQ_Q6K) { KW_TILE_ROWS_SWITCH(C, q6k_tile, grp, h->nb, x0, xs, y, ldy) }
-            else if (C == 1) q45k_tile_row(grp, h->nb, x0, y, kind == KQ_Q5K);
+            if (kind == KQ_Q6K && C == 1) {
+                if (pf_on) q6k_tile_row(grp, h->nb, x0, y, 1);
+                else q6k_tile_row(grp, h->nb, x0, y, 0);
+            } else if (kind == KQ_Q6K) { KW_TILE_ROWS_SWITCH(C, q6k_tile, grp, h->nb, x0, xs, y, ldy) }
+            else if (C == 1 && pf_on) q45k_tile_row(grp, h->nb, x0, y, kind == KQ_Q5K, 1);
+            else if (C == 1) q45k_tile_row(grp, h->nb, x0, y, kind == KQ_Q5K, 0);
             else if (kind == KQ_Q5K) { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 1) }
             else { KW_TILE_ROWS_SWITCH(C, q45k_tile, grp, h->nb, x0, xs, y, ldy, 0) }
         }
